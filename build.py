@@ -1,0 +1,19 @@
+#!/usr/bin/env python3
+"""Build the pinned llama.cpp with each variant of patches/series side by side.
+
+    python build.py --variant all        # baseline and every patched variant
+    python build.py --list               # what is built
+    python build.py --check              # dry-run the patch series
+
+The logic lives in pyllama_dflash.build so that ``pip install .`` can run it too.
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from pyllama_dflash.build.cli import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,10 @@
+"""The build system: pinned source -> staged, patched tree -> CMake build -> manifests."""
+
+from .builder import BuildOptions, build, plan
+from .errors import BuildError, PatchError, SourceError, ToolchainError, VariantNotBuilt
+from .manifest import Manifest, find
+
+__all__ = [
+    "BuildError", "BuildOptions", "Manifest", "PatchError", "SourceError", "ToolchainError",
+    "VariantNotBuilt", "build", "find", "plan",
+]

@@ -1,0 +1,254 @@
+"""Building variants: stage the patched tree, compile incrementally, publish the outputs.
+
+One build folder per (source fingerprint, backend, CMake arguments) is shared by all
+variants: switching from one variant to the next rewrites only the files the patches
+touch, so ninja recompiles those and relinks what depends on them. Each variant's
+outputs are then copied into a folder of its own with a manifest, which makes a
+repeated build a no-op and lets any number of variants sit side by side.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import manifest as manifests
+from . import pinned, source, toolchain
+from .cmake import run_logged
+from .errors import BuildError
+from .fsutil import atomic_write_bytes, atomic_write_json, file_lock, replace_dir, sha256_bytes, stable_hash
+from .patchset import BASELINE, Series, apply_series, load_series
+from .paths import NATIVE_DIR, cache_root, default_patches_dir
+from .progress import Progress
+from .stage import Stage
+
+NATIVE_FILES = ("CMakeLists.txt", "shim.cpp", "pyllama_dflash_shim.h")
+TARGETS = ("llama-server", "pyllama_dflash_shim")
+LIBRARIES = ("llama", "ggml", "ggml-base", "ggml-cpu", "mtmd", "llama-common", "pyllama_dflash_shim")
+
+
+@dataclass
+class BuildOptions:
+    llama_dir: Path | None = None
+    allow_unpinned: bool = False
+    backend: str | None = None
+    cuda_arch: str | None = None
+    jobs: int | None = None
+    patches_dir: Path | None = None
+    quiet: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+def native_hash() -> str:
+    from ..bindings import ffibuild  # imported late: the bindings import cffi
+
+    parts = [(NATIVE_DIR / "CMakeLists.txt").read_bytes(), ffibuild.source_hash().encode()]
+    return sha256_bytes(b"\0".join(parts))
+
+
+@dataclass
+class Plan:
+    """Everything that decides what a build of a variant is, computed without building."""
+
+    src: source.SourceTree
+    series: Series
+    tc: toolchain.Toolchain
+    build_key: str
+
+    @property
+    def work_dir(self) -> Path:
+        return cache_root() / "work" / self.build_key
+
+    def variant_dir(self, variant: str) -> Path:
+        return manifests.variants_root() / f"{variant}-{self.build_key}"
+
+    def inputs(self, variant: str) -> dict:
+        return {
+            "patches": [{"name": p.name, "sha256": p.sha256} for p in self.series.prefix(variant)],
+            "native": native_hash(),
+            "build_key": self.build_key,
+        }
+
+    def manifest(self, variant: str) -> manifests.Manifest | None:
+        m = manifests.read(self.variant_dir(variant) / manifests.MANIFEST)
+        return m if m is not None and not m.problems(self.inputs(variant)) else None
+
+
+def plan(opts: BuildOptions, log=print) -> Plan:
+    src = source.resolve(opts.llama_dir, allow_unpinned=opts.allow_unpinned, log=log)
+    series = load_series(opts.patches_dir or default_patches_dir())
+    tc = toolchain.select(opts.backend, opts.cuda_arch)
+    key_src = {"fingerprint": src.fingerprint, "pinned": src.pinned}
+    if not src.pinned:
+        key_src["path"] = str(src.path)  # two unpinned trees may share the fingerprinted files
+    return Plan(src, series, tc, stable_hash({"source": key_src, "toolchain": tc.key()}))
+
+
+def resolve_variants(series: Series, names: list[str]) -> list[str]:
+    if not names or names == ["all"]:
+        return series.variants
+    for name in names:
+        series.prefix(name)  # raises PatchError for unknown names
+    return names
+
+
+def build(variants: list[str], opts: BuildOptions | None = None) -> list[manifests.Manifest]:
+    """Build the named variants (``["all"]`` for every one); returns their manifests."""
+    opts = opts or BuildOptions()
+    progress0 = Progress("build", quiet=opts.quiet)
+    progress0.stage("verify", "resolving the llama.cpp source")
+    p = plan(opts, log=progress0.say)
+    progress0.say(f"source: {p.src.path} ({p.src.route}, {'pinned ' + pinned.RELEASE if p.src.pinned else 'UNPINNED'})")
+    progress0.say(f"backend: {p.tc.backend}; build folder {p.work_dir}")
+    results = []
+    for variant in resolve_variants(p.series, variants):
+        existing = p.manifest(variant)
+        if existing is not None:
+            progress0.say(f"{variant}: up to date ({existing.lib_dir})")
+            results.append(existing)
+            continue
+        results.append(_build_one(p, variant, opts))
+    return results
+
+
+def _build_one(p: Plan, variant: str, opts: BuildOptions) -> manifests.Manifest:
+    progress = Progress(variant, quiet=opts.quiet)
+    work = p.work_dir
+    with file_lock(work / "lock", on_wait=lambda: progress.say("waiting for another build of this folder")):
+        existing = p.manifest(variant)  # built by whoever held the lock before us
+        if existing is not None:
+            progress.say(f"up to date ({existing.lib_dir}), built by another process")
+            return existing
+
+        progress.stage("stage", f"{len(p.series.prefix(variant))} patch(es)")
+        stage = Stage(work / "llama.cpp", p.src.path)
+        stage.ensure(progress.say)
+        contents = apply_series(lambda rel: _read_text(p.src.path / rel), p.series.prefix(variant))
+        changed = stage.sync(contents, p.series.touched)
+        changed += _sync_native(work / "native")
+        progress.say(f"files rewritten: {', '.join(changed) if changed else 'none'}")
+
+        build_dir = work / "build"
+        log_path = work / "build.log"
+        args = toolchain.cmake_configure_args(
+            p.tc, stage.root,
+            pinned.BUILD_NUMBER if p.src.pinned else None,
+            pinned.COMMIT if p.src.pinned else None,
+        )
+        if _needs_configure(build_dir, args):
+            progress.stage("configure")
+            (build_dir / "CMakeCache.txt").unlink(missing_ok=True)
+            run_logged(["cmake", "-S", str(work / "native"), "-B", str(build_dir), *args], log_path, progress, "configure")
+            atomic_write_json(build_dir / "pyllama-dflash-configure.json", args)
+
+        progress.stage("compile")
+        jobs = opts.jobs or os.cpu_count() or 2
+        run_logged(["cmake", "--build", str(build_dir), "--target", *TARGETS, "-j", str(jobs)],
+                   log_path, progress, "compile")
+
+        progress.stage("publish")
+        final = p.variant_dir(variant)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+        try:
+            files = _collect_outputs(build_dir / "bin", tmp)
+            progress.stage("bindings")
+            from ..bindings import ffibuild
+
+            module = ffibuild.compile_module(tmp, include_dirs(stage.root), tmp, work / "ffi-tmp")
+            timings = progress.finish()
+            data = {
+                "schema": manifests.SCHEMA,
+                "variant": variant,
+                "build_key": p.build_key,
+                "inputs": p.inputs(variant),
+                "source": p.src.to_json(),
+                "patches_dir": str(p.series.directory),
+                "patches": [{"name": x.name, "sha256": x.sha256, "files": x.touched} for x in p.series.prefix(variant)],
+                "backend": p.tc.backend,
+                "cuda_arch": p.tc.cuda_arch,
+                "cmake_args": list(p.tc.cmake_args),
+                "configure_args": args,
+                "libraries": files["libraries"],
+                "binaries": files["binaries"],
+                "bindings": module.name,
+                "include_dirs": [str(d) for d in include_dirs(stage.root)],
+                "files_rewritten": changed,
+                "timings": timings,
+                "built_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                "host": {"machine": platform.machine(), "system": platform.system(), "cpus": os.cpu_count()},
+            }
+            atomic_write_json(tmp / manifests.MANIFEST, data)  # last: its presence means "complete"
+            replace_dir(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        progress.say(f"built in {timings['total']:.1f}s -> {final}")
+        m = manifests.read(final / manifests.MANIFEST)
+        assert m is not None
+        return m
+
+
+def include_dirs(tree: Path) -> list[Path]:
+    return [tree / "include", tree / "ggml" / "include", tree / "tools" / "mtmd", tree / "common", tree / "src", NATIVE_DIR]
+
+
+def _read_text(path: Path) -> str | None:
+    return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def _sync_native(dest: Path) -> list[str]:
+    """Copy the project's native sources into the build folder, rewriting only what changed
+    (the build folder must not depend on where this checkout lives)."""
+    changed = []
+    for name in NATIVE_FILES:
+        src = NATIVE_DIR / name
+        if not src.is_file():
+            raise BuildError(f"{src}: missing from the package")
+        data = src.read_bytes()
+        out = dest / name
+        if not out.is_file() or out.read_bytes() != data:
+            atomic_write_bytes(out, data)
+            changed.append(f"native/{name}")
+    return changed
+
+
+def _needs_configure(build_dir: Path, args: list[str]) -> bool:
+    if not (build_dir / "CMakeCache.txt").is_file():
+        return True
+    if not any((build_dir / f).is_file() for f in ("build.ninja", "Makefile")):
+        return True
+    try:
+        return json.loads((build_dir / "pyllama-dflash-configure.json").read_text()) != args
+    except (FileNotFoundError, ValueError):
+        return True
+
+
+def _collect_outputs(bin_dir: Path, dest: Path) -> dict:
+    """Copy the shared libraries (with their soname links) and llama-server into ``dest``."""
+    libraries: dict[str, str] = {}
+    for entry in sorted(bin_dir.iterdir()):
+        if ".so" not in entry.name or not entry.name.startswith("lib"):
+            continue
+        target = dest / entry.name
+        if entry.is_symlink():
+            os.symlink(os.readlink(entry), target)
+        else:
+            shutil.copy2(entry, target)
+        stem = entry.name[3:].split(".so")[0]
+        if entry.name == f"lib{stem}.so":
+            libraries[stem] = entry.name
+    missing = [lib for lib in LIBRARIES if lib not in libraries]
+    if missing:
+        raise BuildError(f"{bin_dir}: expected libraries not built: {', '.join('lib' + m + '.so' for m in missing)}")
+    server = bin_dir / "llama-server"
+    if not server.is_file():
+        raise BuildError(f"{server}: not built")
+    shutil.copy2(server, dest / server.name)
+    return {"libraries": libraries, "binaries": {"llama-server": server.name}}

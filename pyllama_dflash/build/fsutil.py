@@ -1,0 +1,96 @@
+"""Small filesystem helpers the build cache relies on: atomic writes, hashes, a lock."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def stable_hash(obj: Any, length: int = 12) -> str:
+    """A short, order-independent hash of a JSON-able value (used for cache keys)."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    return sha256_bytes(text.encode())[:length]
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write through a temporary file in the same folder and rename it into place.
+
+    A reader sees the old file or the new one, never half of one; an interrupted
+    write leaves at most a stray temporary file, never a truncated target. Writing a
+    new inode also breaks any hard link the old path had (the staged tree relies on it).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+
+
+def replace_dir(tmp_dir: Path, final_dir: Path) -> None:
+    """Move a fully written folder into place, replacing an older one if present."""
+    if final_dir.exists():
+        old = final_dir.with_name(f".{final_dir.name}.old-{os.getpid()}-{time.monotonic_ns()}")
+        os.replace(final_dir, old)
+        os.replace(tmp_dir, final_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp_dir, final_dir)
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """An exclusive advisory lock; blocks while another build holds it.
+
+    The kernel drops flock locks when their holder dies, so a killed build never
+    leaves a stale lock behind.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            f.seek(0)
+            f.truncate()
+            f.write(f"{os.getpid()}\n")
+            f.flush()
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)

@@ -1,0 +1,237 @@
+"""The patch series: ``patches/series`` lists patches in order; a variant is a prefix of it.
+
+Series line format: ``<patch file> <variant name>``; ``#`` starts a comment. The
+variant called ``baseline`` is the empty prefix. Patches are unified diffs (as
+``git format-patch`` writes them, header and all) applied with ``git apply``
+semantics: exact context, a hunk may have moved by some lines, no fuzz. A hunk
+that does not apply is reported with the patch, the file and the hunk header.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import PatchError
+from .fsutil import sha256_bytes
+
+BASELINE = "baseline"
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+@dataclass(frozen=True)
+class Hunk:
+    header: str
+    old_start: int
+    old_lines: list[str]  # context and removed lines, without line ends
+    new_lines: list[str]  # context and added lines, without line ends
+    old_no_eol: bool  # "\ No newline at end of file" after the old side's last line
+    new_no_eol: bool
+
+
+@dataclass(frozen=True)
+class FilePatch:
+    path: str  # relative to the tree root
+    new_file: bool
+    hunks: tuple[Hunk, ...]
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str  # file name inside patches/
+    variant: str
+    sha256: str
+    files: tuple[FilePatch, ...]
+
+    @property
+    def touched(self) -> list[str]:
+        return [f.path for f in self.files]
+
+
+@dataclass(frozen=True)
+class Series:
+    directory: Path
+    patches: tuple[Patch, ...]
+
+    @property
+    def variants(self) -> list[str]:
+        return [BASELINE] + [p.variant for p in self.patches]
+
+    def prefix(self, variant: str) -> tuple[Patch, ...]:
+        """The patches that make up a variant."""
+        if variant == BASELINE:
+            return ()
+        for i, patch in enumerate(self.patches):
+            if patch.variant == variant:
+                return self.patches[: i + 1]
+        known = ", ".join(self.variants)
+        raise PatchError(f"unknown variant {variant!r} (this series has: {known})")
+
+    @property
+    def touched(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for patch in self.patches:
+            for path in patch.touched:
+                seen.setdefault(path, None)
+        return list(seen)
+
+
+def load_series(directory: Path) -> Series:
+    directory = Path(directory)
+    series_file = directory / "series"
+    if not series_file.is_file():
+        raise PatchError(f"{series_file}: no series file (one '<patch> <variant>' per line)")
+    patches: list[Patch] = []
+    names = {BASELINE}
+    for lineno, raw in enumerate(series_file.read_text().splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) != 2:
+            raise PatchError(f"{series_file}:{lineno}: expected '<patch file> <variant name>', got {raw!r}")
+        filename, variant = parts
+        if not _NAME_RE.match(variant) or variant in ("all",):
+            raise PatchError(f"{series_file}:{lineno}: bad variant name {variant!r} (lower-case letters, digits, '-')")
+        if variant in names:
+            raise PatchError(f"{series_file}:{lineno}: variant name {variant!r} used twice")
+        names.add(variant)
+        path = directory / filename
+        if not path.is_file():
+            raise PatchError(f"{series_file}:{lineno}: patch {filename} not found in {directory}")
+        data = path.read_bytes()
+        patches.append(Patch(filename, variant, sha256_bytes(data), parse_patch(data.decode("utf-8"), filename)))
+    return Series(directory, tuple(patches))
+
+
+def parse_patch(text: str, name: str) -> tuple[FilePatch, ...]:
+    """Parse the diff part of a (git format-)patch; the mail header and diffstat are skipped."""
+    lines = text.split("\n")
+    files: list[FilePatch] = []
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
+            old = lines[i][4:].split("\t")[0].strip()
+            new = lines[i + 1][4:].split("\t")[0].strip()
+            if new == "/dev/null":
+                raise PatchError(f"{name}: deleting {old} is not supported")
+            path = new[2:] if new.startswith("b/") else new
+            i += 2
+            hunks: list[Hunk] = []
+            while i < len(lines) and lines[i].startswith("@@"):
+                hunk, i = _parse_hunk(lines, i, name, path)
+                hunks.append(hunk)
+            if not hunks:
+                raise PatchError(f"{name}: {path}: no hunks")
+            files.append(FilePatch(path, old == "/dev/null", tuple(hunks)))
+        else:
+            i += 1
+    if not files:
+        raise PatchError(f"{name}: no unified diff found")
+    return tuple(files)
+
+
+def _parse_hunk(lines: list[str], i: int, name: str, path: str) -> tuple[Hunk, int]:
+    header = lines[i]
+    m = _HUNK_RE.match(header)
+    if not m:
+        raise PatchError(f"{name}: {path}: malformed hunk header {header!r}")
+    n_old = int(m.group(2)) if m.group(2) is not None else 1
+    n_new = int(m.group(4)) if m.group(4) is not None else 1
+    old: list[str] = []
+    new: list[str] = []
+    old_no_eol = new_no_eol = False
+    last = " "
+    i += 1
+    while len(old) < n_old or len(new) < n_new or (i < len(lines) and lines[i].startswith("\\")):
+        if i >= len(lines):
+            raise PatchError(f"{name}: {path}: hunk {header.strip()} is truncated")
+        line = lines[i]
+        tag, body = (line[:1], line[1:]) if line else (" ", "")
+        if tag == " ":
+            old.append(body)
+            new.append(body)
+        elif tag == "-":
+            old.append(body)
+        elif tag == "+":
+            new.append(body)
+        elif tag == "\\":
+            if last in " -":
+                old_no_eol = True
+            if last in " +":
+                new_no_eol = True
+        else:
+            raise PatchError(f"{name}: {path}: unexpected line in hunk {header.strip()}: {line!r}")
+        last = tag
+        i += 1
+    if len(old) != n_old or len(new) != n_new:
+        raise PatchError(f"{name}: {path}: hunk {header.strip()} line counts do not match its header")
+    return Hunk(header.strip(), int(m.group(1)), old, new, old_no_eol, new_no_eol), i
+
+
+def apply_file_patch(content: str | None, fp: FilePatch, patch_name: str, max_offset: int = 2000) -> str:
+    """Apply one file's hunks to its text; raise PatchError naming patch, file and hunk."""
+    if content is None:
+        if not fp.new_file:
+            raise PatchError(f"{patch_name}: {fp.path}: file not found in the tree")
+        content = ""
+    ends_with_eol = content.endswith("\n") or content == ""
+    lines = content.split("\n")
+    if ends_with_eol:
+        lines.pop()
+    delta = 0
+    no_eol = not ends_with_eol
+    for number, hunk in enumerate(fp.hunks, 1):
+        expected = max(hunk.old_start - 1, 0) + delta if hunk.old_lines else hunk.old_start + delta
+        at = _find(lines, hunk.old_lines, expected, max_offset)
+        if at is None:
+            raise PatchError(
+                f"{patch_name}: {fp.path}: hunk #{number} ({hunk.header}) does not apply "
+                f"(its context was not found near line {hunk.old_start})"
+            )
+        lines[at: at + len(hunk.old_lines)] = hunk.new_lines
+        delta += len(hunk.new_lines) - len(hunk.old_lines)
+        if at + len(hunk.new_lines) == len(lines):
+            no_eol = hunk.new_no_eol
+    text = "\n".join(lines)
+    return text if no_eol or not lines else text + "\n"
+
+
+def _find(lines: list[str], needle: list[str], expected: int, max_offset: int) -> int | None:
+    n = len(needle)
+    if n == 0:
+        return min(max(expected, 0), len(lines))
+    for offset in range(max_offset + 1):
+        for at in ((expected + offset, expected - offset) if offset else (expected,)):
+            if 0 <= at <= len(lines) - n and lines[at: at + n] == needle:
+                return at
+    return None
+
+
+def apply_series(read: "callable", patches: tuple[Patch, ...]) -> dict[str, str]:
+    """Contents of every file the patches touch, after applying them in order.
+
+    ``read(path)`` returns a pristine file's text, or None when it does not exist.
+    """
+    contents: dict[str, str | None] = {}
+    for patch in patches:
+        for fp in patch.files:
+            if fp.path not in contents:
+                contents[fp.path] = read(fp.path)
+            contents[fp.path] = apply_file_patch(contents[fp.path], fp, patch.name)
+    return {path: text for path, text in contents.items() if text is not None}
+
+
+def check_series(series: Series, tree: Path) -> list[str]:
+    """Dry-run every prefix of the series against a tree; returns one line per patch."""
+    report = []
+    for i, patch in enumerate(series.patches):
+        apply_series(lambda rel: _read_text(tree / rel), series.patches[: i + 1])
+        report.append(f"{patch.name}: applies ({', '.join(patch.touched)}) -> variant {patch.variant}")
+    return report
+
+
+def _read_text(path: Path) -> str | None:
+    return path.read_text(encoding="utf-8") if path.is_file() else None

@@ -1,0 +1,113 @@
+"""The build machinery on the real pinned tree: staging, verification, no-op rebuilds."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pyllama_dflash.build import pinned
+from pyllama_dflash.build.fsutil import sha256_file
+from pyllama_dflash.build.patchset import apply_series, load_series
+from pyllama_dflash.build.stage import Stage
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).parent / "data"
+
+
+def build_py(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "build.py"), *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=3600)
+
+
+def test_staging_leaves_the_pristine_tree_byte_identical(pristine, tmp_path):
+    series = load_series(REPO / "patches")
+    target = pristine / "common" / "speculative.cpp"
+    links_before = os.stat(target).st_nlink
+    stage = Stage(tmp_path / "stage", pristine)
+    stage.ensure(lambda _m: None)
+    assert os.stat(target).st_nlink == links_before + 1  # the stage shares the inode ...
+    contents = apply_series(lambda rel: (pristine / rel).read_text(), series.patches)
+    assert stage.sync(contents, series.touched) == ["common/speculative.cpp"]
+    staged = stage.root / "common" / "speculative.cpp"
+    assert os.stat(target).st_nlink == links_before  # ... until the patched copy replaces it
+    assert staged.read_text() == contents["common/speculative.cpp"] != target.read_text()
+    for rel, digest in pinned.FILES.items():
+        assert sha256_file(pristine / rel) == digest
+    # back to baseline: the staged file holds the pristine bytes again, as a copy
+    assert stage.sync({}, series.touched) == ["common/speculative.cpp"]
+    assert staged.read_bytes() == target.read_bytes()
+    assert stage.sync({}, series.touched) == []  # nothing left to rewrite
+
+
+def test_a_patch_that_does_not_apply_is_named_with_its_hunk():
+    proc = build_py("--check", "--patches", str(DATA / "broken-patches"))
+    assert proc.returncode == 2, proc.stderr
+    assert "0001-wrong-context.patch: common/speculative.cpp: hunk #1 (@@ -27,6 +27,7 @@) does not apply" in proc.stderr
+
+
+def test_the_project_series_applies():
+    proc = build_py("--check")
+    assert proc.returncode == 0, proc.stderr
+    assert "0001-speculative-dflash-zero-fill-image-hole.patch: applies" in proc.stdout
+
+
+def test_a_fingerprint_mismatch_is_refused(pristine, tmp_path):
+    tree = tmp_path / "llama.cpp"
+    Stage(tree, pristine).ensure(lambda _m: None)
+    batch = tree / "src" / "llama-batch.cpp"
+    text = batch.read_text()
+    batch.unlink()  # break the hard link before editing
+    batch.write_text(text + "\n// not b11434\n")
+    proc = build_py("--check", "--llama-dir", str(tree))
+    assert proc.returncode == 2
+    assert f"is not llama.cpp {pinned.RELEASE}" in proc.stderr and "src/llama-batch.cpp" in proc.stderr
+    assert "--allow-unpinned" in proc.stderr
+    assert build_py("--check", "--llama-dir", str(tree), "--allow-unpinned").returncode == 0
+
+
+def test_a_tree_that_is_not_llama_cpp_is_refused(tmp_path):
+    (tmp_path / "CMakeLists.txt").write_text("project(x)\n")
+    proc = build_py("--check", "--llama-dir", str(tmp_path))
+    assert proc.returncode == 2
+    assert f"--llama-dir {tmp_path}: not a llama.cpp source tree" in proc.stderr and "include/llama.h" in proc.stderr
+
+
+def test_an_unknown_variant_is_refused():
+    proc = build_py("--variant", "no-such-variant")
+    assert proc.returncode == 2
+    assert "unknown variant 'no-such-variant'" in proc.stderr and "baseline" in proc.stderr
+
+
+def test_a_second_build_is_a_no_op(variants):
+    before = {name: m.path.stat().st_mtime_ns for name, m in variants.items()}
+    proc = build_py("--variant", "all")
+    assert proc.returncode == 0, proc.stderr
+    for name in variants:
+        assert f"{name}: up to date" in proc.stderr
+    assert "compile" not in proc.stderr
+    assert {name: m.path.stat().st_mtime_ns for name, m in variants.items()} == before
+
+
+def test_list_shows_every_variant_built(variants):
+    proc = build_py("--list")
+    assert proc.returncode == 0
+    for name, m in variants.items():
+        assert f"{name:12s} built     {m.lib_dir}" in proc.stdout
+
+
+def test_manifests_record_provenance_and_patches(variants):
+    base, fixed = variants["baseline"], variants["zero-fill"]
+    for m in (base, fixed):
+        assert m.data["source"]["fingerprint"] == pinned.FILES
+        assert m.data["source"]["pinned"] is True
+        assert m.binary("llama-server").is_file() and os.access(m.binary("llama-server"), os.X_OK)
+        assert m.bindings.is_file()
+    assert base.data["patches"] == []
+    assert [p["name"] for p in fixed.data["patches"]] == ["0001-speculative-dflash-zero-fill-image-hole.patch"]
+    assert base.lib_dir != fixed.lib_dir
+    # the variants really differ where the patch does: libllama-common, not libllama
+    assert sha256_file(base.library("llama-common")) != sha256_file(fixed.library("llama-common"))

@@ -1,0 +1,86 @@
+"""The patch series parser and applier (pure Python, no build)."""
+
+from pathlib import Path
+
+import pytest
+
+from pyllama_dflash.build.errors import PatchError
+from pyllama_dflash.build.patchset import BASELINE, apply_file_patch, load_series, parse_patch
+
+DATA = Path(__file__).parent / "data"
+REPO = Path(__file__).resolve().parent.parent
+
+PATCH = """\
+Subject: [PATCH] demo
+
+---
+--- a/f.txt
++++ b/f.txt
+@@ -2,3 +2,4 @@
+ two
+ three
++three and a half
+ four
+"""
+
+
+def test_applies_at_the_stated_line():
+    text = "one\ntwo\nthree\nfour\nfive\n"
+    (fp,) = parse_patch(PATCH, "demo.patch")
+    assert apply_file_patch(text, fp, "demo.patch") == "one\ntwo\nthree\nthree and a half\nfour\nfive\n"
+
+
+def test_applies_when_the_context_moved():
+    text = "zero\nzero\nzero\none\ntwo\nthree\nfour\nfive\n"
+    (fp,) = parse_patch(PATCH, "demo.patch")
+    assert "three\nthree and a half\nfour" in apply_file_patch(text, fp, "demo.patch")
+
+
+def test_a_hunk_that_does_not_apply_names_patch_file_and_hunk():
+    (fp,) = parse_patch(PATCH, "demo.patch")
+    with pytest.raises(PatchError) as e:
+        apply_file_patch("one\ntwo\nTHREE\nfour\n", fp, "demo.patch")
+    msg = str(e.value)
+    assert "demo.patch" in msg and "f.txt" in msg and "@@ -2,3 +2,4 @@" in msg and "hunk #1" in msg
+
+
+def test_missing_newline_at_end_of_file_is_kept():
+    patch = "--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+c\n\\ No newline at end of file\n"
+    (fp,) = parse_patch(patch, "eol.patch")
+    assert apply_file_patch("a\nb", fp, "eol.patch") == "a\nc"
+
+
+def test_new_file():
+    patch = "--- /dev/null\n+++ b/new.txt\n@@ -0,0 +1,2 @@\n+x\n+y\n"
+    (fp,) = parse_patch(patch, "new.patch")
+    assert fp.new_file and apply_file_patch(None, fp, "new.patch") == "x\ny\n"
+
+
+def test_a_truncated_hunk_is_refused():
+    with pytest.raises(PatchError, match="truncated"):
+        parse_patch("--- a/f\n+++ b/f\n@@ -1,3 +1,3 @@\n a\n", "cut.patch")
+
+
+def test_series_variants_are_prefixes():
+    series = load_series(DATA / "test-patches")
+    assert series.variants == [BASELINE, "test-comment"]
+    assert series.prefix(BASELINE) == ()
+    assert [p.name for p in series.prefix("test-comment")] == ["0001-test-comment.patch"]
+    with pytest.raises(PatchError, match="unknown variant 'nope'.*baseline, test-comment"):
+        series.prefix("nope")
+
+
+def test_the_project_series_names_zero_fill_first():
+    series = load_series(REPO / "patches")
+    assert series.variants[:2] == [BASELINE, "zero-fill"]
+    assert all(p.touched == ["common/speculative.cpp"] for p in series.patches)
+
+
+def test_bad_series_lines_are_refused(tmp_path):
+    (tmp_path / "series").write_text("missing.patch  some-variant\n")
+    with pytest.raises(PatchError, match="missing.patch not found"):
+        load_series(tmp_path)
+    (tmp_path / "series").write_text("a.patch Bad_Name\n")
+    (tmp_path / "a.patch").write_text(PATCH)
+    with pytest.raises(PatchError, match="bad variant name"):
+        load_series(tmp_path)
