@@ -1,0 +1,129 @@
+"""Deterministic tiny GGUF models (qwen35 target, dflash draft, qwen2vl projector).
+
+Small enough (<1 MB each, written in milliseconds) to run llama.cpp's DFlash +
+mtmd path on a CPU in CI with no download. Weights are random but seeded: the
+same arguments give the same bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._gguf import ENV_VAR, GgufUnavailable, gguf_module
+from ._vocab import tokenize_test_vocab
+from .config import TinyConfig
+from .draft import write_draft
+from .mmproj import image_grid, write_mmproj
+from .target import write_target
+
+__all__ = [
+    "ENV_VAR", "GgufUnavailable", "TinyConfig", "TinyModels", "draft_filename", "gguf_module", "image_grid",
+    "tokenize_test_vocab", "write_draft", "write_mmproj", "write_models", "write_target",
+]
+
+
+@dataclass(frozen=True)
+class TinyModels:
+    target: Path
+    draft: Path
+    mmproj: Path
+    config: TinyConfig
+    seed: int
+    draft_mrope: bool
+    draft_swa: int | None
+    written: tuple[str, ...]  # which of target/draft/mmproj this call (re)wrote
+
+    @property
+    def n_embd(self) -> int:
+        return self.config.n_embd
+
+    @property
+    def n_vocab(self) -> int:
+        return self.config.n_vocab
+
+    @property
+    def bos_id(self) -> int:
+        return self.config.bos_id
+
+    @property
+    def eos_id(self) -> int:
+        return self.config.eos_id
+
+    @property
+    def eog_ids(self) -> tuple[int, ...]:
+        return self.config.eog_ids
+
+    @property
+    def mask_id(self) -> int:
+        return self.config.mask_id
+
+    @property
+    def block_size(self) -> int:
+        return self.config.block_size
+
+    @property
+    def n_draft_max(self) -> int:
+        # DFlash drafts [id_last, mask * (block_size-1)] and yields at most block_size-1 tokens
+        return self.config.block_size - 1
+
+    @property
+    def n_layer_target(self) -> int:
+        return self.config.n_layer
+
+    @property
+    def target_layer_ids(self) -> tuple[int, ...]:
+        return self.config.target_layer_ids
+
+    @property
+    def n_ctx_train(self) -> int:
+        return self.config.n_ctx
+
+    def server_args(self, *, spec: bool = True, n_ctx: int = 256) -> list[str]:
+        """llama-server model flags seen to work with b11434 (add host/port/threads/batch).
+
+        `--no-warmup` also turns off the mmproj warmup (server passes params.warmup
+        to mtmd), which would otherwise encode a 1288x1288 image. The chat template
+        comes from the target GGUF, so no --chat-template flag is needed.
+        """
+        args = ["-m", str(self.target), "--mmproj", str(self.mmproj), "-c", str(n_ctx), "--no-warmup"]
+        if spec:
+            args += ["-md", str(self.draft), "--spec-type", "draft-dflash",
+                     "--spec-draft-n-max", str(self.n_draft_max)]
+        return args
+
+
+def draft_filename(mrope: bool = False, swa: int | None = None) -> str:
+    parts = ["tiny-dflash"]
+    if mrope:
+        parts.append("mrope")
+    if swa is not None:
+        parts.append(f"swa{swa}")
+    return "-".join(parts) + ".gguf"
+
+
+def write_models(out_dir: Path, *, seed: int = 0, draft_mrope: bool = False,
+                 draft_swa: int | None = None, config: TinyConfig | None = None,
+                 gguf_tree: Path | None = None) -> TinyModels:
+    """Write (or reuse) the three tiny GGUFs in `out_dir`.
+
+    Files already present with the same generator fingerprint are left
+    untouched; others are written to a temp file and renamed into place.
+    Draft variants get distinct names, so one directory can hold them all.
+    """
+    cfg = config or TinyConfig()
+    cfg.validate()
+    out = Path(out_dir)
+    g = gguf_module(gguf_tree)
+    target = out / "tiny-qwen35.gguf"
+    draft = out / draft_filename(draft_mrope, draft_swa)
+    mmproj = out / "tiny-mmproj-qwen2vl.gguf"
+    written = []
+    if write_target(target, cfg, seed=seed, gguf=g):
+        written.append("target")
+    if write_draft(draft, cfg, seed=seed, mrope=draft_mrope, swa=draft_swa, gguf=g):
+        written.append("draft")
+    if write_mmproj(mmproj, cfg, seed=seed, gguf=g):
+        written.append("mmproj")
+    return TinyModels(target=target, draft=draft, mmproj=mmproj, config=cfg, seed=seed,
+                      draft_mrope=draft_mrope, draft_swa=draft_swa, written=tuple(written))

@@ -1,0 +1,102 @@
+"""Shared plumbing for the generators: seeded weights, atomic cached writes."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._gguf import gguf_module
+
+# stored in every generated file; equal value => the file is up to date
+FINGERPRINT_KEY = "pyllama_dflash.tiny.fingerprint"
+
+
+class Weights:
+    """Deterministic tensor source: one numpy Generator per file kind and seed.
+
+    Tensors are drawn in call order, so a generator must always request them in
+    the same order (it does: the code path is fixed for a given config).
+    """
+
+    def __init__(self, seed: int, stream: int) -> None:
+        self.rng = np.random.default_rng([seed, stream])
+
+    def normal(self, shape: tuple[int, ...], std: float, dtype: Any = np.float32) -> np.ndarray:
+        return (self.rng.standard_normal(shape) * std).astype(dtype)
+
+    def norm(self, n: int) -> np.ndarray:
+        # norm gains near 1 keep activations at unit scale through the layers
+        return (1.0 + self.rng.standard_normal(n) * 0.05).astype(np.float32)
+
+    def uniform(self, shape: tuple[int, ...], lo: float, hi: float) -> np.ndarray:
+        return self.rng.uniform(lo, hi, shape).astype(np.float32)
+
+
+def write_gguf(path: Path, arch: str, fp: str, build: Callable[[Any, Any], None],
+               gguf: Any = None) -> bool:
+    """Write a GGUF at `path` unless one with fingerprint `fp` is already there.
+
+    `build(writer, gguf)` adds the keys and tensors. The file is written to a temp
+    file in the same directory and renamed into place, so readers never see a
+    partial file. Returns True when it wrote, False when it skipped.
+    """
+    g = gguf if gguf is not None else gguf_module()
+    path = Path(path)
+    if _stored_fingerprint(path, g) == fp:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # unique temp name in the target directory (same filesystem, so the rename is
+    # atomic); the writer opens it normally, so the umask decides the mode
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    writer = None
+    try:
+        writer = g.GGUFWriter(tmp, arch)
+        build(writer, g)
+        writer.add_string(FINGERPRINT_KEY, fp)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file(progress=False)
+        writer.close()
+        os.replace(tmp, path)
+    except BaseException:
+        if writer is not None:
+            writer.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    return True
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> bool:
+    """Write `data` to `path` via temp file + rename; skip if identical. True if written."""
+    path = Path(path)
+    if path.is_file() and path.read_bytes() == data:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return True
+
+
+def _stored_fingerprint(path: Path, g: Any) -> str | None:
+    if not path.is_file():
+        return None
+    try:
+        field = g.GGUFReader(path).get_field(FINGERPRINT_KEY)
+        return None if field is None else str(field.contents())
+    except Exception:  # noqa: BLE001 - the reader raises many kinds on a bad file
+        return None  # truncated or foreign file: regenerate it
+
+
+def stored_fingerprint(path: Path, gguf: Any = None) -> str | None:
+    """The fingerprint stored in an existing generated file, or None."""
+    return _stored_fingerprint(Path(path), gguf if gguf is not None else gguf_module())

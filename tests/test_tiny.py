@@ -1,0 +1,285 @@
+"""Tiny GGUF generators and the synthetic PNG: pure Python, no llama.cpp build needed.
+
+The GGUF tests need a llama.cpp gguf-py (with DFlash support): from
+$PYLLAMA_DFLASH_GGUF_PY or pyllama_dflash.build.source.pristine_tree(); they
+skip with the reason when none is available.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pyllama_dflash import tiny
+from pyllama_dflash.tiny import image
+from pyllama_dflash.tiny._write import FINGERPRINT_KEY
+
+MB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def gguf():
+    try:
+        return tiny.gguf_module()
+    except tiny.GgufUnavailable as exc:
+        pytest.skip(f"no gguf-py with DFlash support: {exc}")
+
+
+def _sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def _fields(gguf, path: Path) -> dict:
+    r = gguf.GGUFReader(path)
+    return {k: f.contents() for k, f in r.fields.items() if not k.startswith("GGUF.")}
+
+
+def _tensors(gguf, path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
+    r = gguf.GGUFReader(path)
+    # t.shape is ggml ne order
+    return {t.name: (tuple(int(x) for x in t.shape), t.tensor_type.name) for t in r.tensors}
+
+
+@pytest.fixture(scope="module")
+def models(gguf, tmp_path_factory):
+    return tiny.write_models(tmp_path_factory.mktemp("tiny"))
+
+
+# --- determinism, size, speed ---------------------------------------------------------
+
+def test_same_bytes_twice(gguf, tmp_path):
+    t0 = time.perf_counter()
+    a = tiny.write_models(tmp_path / "a", seed=3)
+    elapsed = time.perf_counter() - t0
+    b = tiny.write_models(tmp_path / "b", seed=3)
+    for x, y in [(a.target, b.target), (a.draft, b.draft), (a.mmproj, b.mmproj)]:
+        assert x.read_bytes() == y.read_bytes()
+    assert elapsed < 5.0  # well under a second in practice; slack for slow CI
+
+
+def test_seed_changes_weights(gguf, tmp_path):
+    a = tiny.write_models(tmp_path / "a", seed=0)
+    b = tiny.write_models(tmp_path / "b", seed=1)
+    assert _sha(a.target) != _sha(b.target)
+    assert _sha(a.draft) != _sha(b.draft)
+
+
+def test_server_args(models):
+    a = models.server_args()
+    assert a[a.index("-md") + 1] == str(models.draft)
+    assert a[a.index("--spec-draft-n-max") + 1] == str(models.block_size - 1)
+    assert "--no-warmup" in a and "-md" not in models.server_args(spec=False)
+
+
+def test_sizes(models):
+    for p in (models.target, models.draft, models.mmproj):
+        assert 0 < p.stat().st_size < MB, p
+
+
+# --- cache behaviour ------------------------------------------------------------------
+
+def test_write_models_skips_up_to_date(gguf, tmp_path):
+    first = tiny.write_models(tmp_path)
+    assert set(first.written) == {"target", "draft", "mmproj"}
+    stats = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in (first.target, first.draft, first.mmproj)}
+    second = tiny.write_models(tmp_path)
+    assert second.written == ()
+    assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in stats} == stats
+    # a different draft variant only writes its own file
+    third = tiny.write_models(tmp_path, draft_mrope=True)
+    assert third.written == ("draft",) and third.draft != first.draft
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_write_models_repairs_changed_file(gguf, tmp_path):
+    m = tiny.write_models(tmp_path)
+    good = m.target.read_bytes()
+    m.target.write_bytes(good[: len(good) // 2])  # truncated: fingerprint unreadable
+    again = tiny.write_models(tmp_path)
+    assert again.written == ("target",)
+    assert m.target.read_bytes() == good
+
+
+def test_config_change_rewrites(gguf, tmp_path):
+    tiny.write_models(tmp_path)
+    m = tiny.write_models(tmp_path, config=tiny.TinyConfig(block_size=8))
+    assert "draft" in m.written and m.block_size == 8
+
+
+# --- contents ---------------------------------------------------------------------------
+
+def test_target_keys_and_tensors(gguf, models):
+    cfg = models.config
+    f = _fields(gguf, models.target)
+    assert f["general.architecture"] == "qwen35"
+    assert f["qwen35.embedding_length"] == cfg.n_embd
+    assert f["qwen35.block_count"] == 2
+    assert f["qwen35.full_attention_interval"] == 2
+    assert list(f["qwen35.rope.dimension_sections"]) == list(cfg.rope_sections)
+    assert f["qwen35.ssm.inner_size"] == cfg.ssm_state_size * cfg.ssm_time_step_rank
+    assert f["tokenizer.ggml.model"] == "test"
+    assert len(f["tokenizer.ggml.tokens"]) == cfg.n_vocab
+    assert f["tokenizer.ggml.bos_token_id"] == cfg.bos_id
+    assert f["tokenizer.ggml.eos_token_id"] == cfg.eos_id
+    assert "<|im_start|>" in f["tokenizer.chat_template"]
+    assert FINGERPRINT_KEY in f
+
+    t = _tensors(gguf, models.target)
+    E = cfg.n_embd
+    assert t["token_embd.weight"] == ((E, cfg.n_vocab), "F32")
+    assert t["output.weight"] == ((E, cfg.n_vocab), "F32")  # own head: a tied one just repeats the last token
+    assert {"blk.0.attn_qkv.weight", "blk.0.ssm_a", "blk.0.ssm_conv1d.weight"} <= t.keys()  # recurrent
+    assert t["blk.1.attn_q.weight"] == ((E, 2 * cfg.n_head * cfg.head_dim), "F32")  # attention + gate
+    assert "blk.1.attn_qkv.weight" not in t
+
+    r = gguf.GGUFReader(models.target)
+    ssm_a = next(x for x in r.tensors if x.name == "blk.0.ssm_a")
+    assert (np.asarray(ssm_a.data) < 0).all()
+    head = np.asarray(next(x for x in r.tensors if x.name == "output.weight").data)
+    assert not head[list(cfg.eog_ids)].any()  # EOG rows zero: greedy never picks them
+    assert head[cfg.bos_id].any() and head[8:].all(axis=1).any()
+
+
+def test_draft_keys_and_tensors(gguf, models):
+    cfg = models.config
+    f = _fields(gguf, models.draft)
+    assert f["general.architecture"] == "dflash"
+    assert f["dflash.embedding_length"] == cfg.n_embd
+    assert list(f["dflash.target_layers"]) == list(cfg.target_layer_ids)
+    assert all(0 <= i < cfg.n_layer for i in f["dflash.target_layers"])
+    assert f["dflash.block_size"] == cfg.block_size
+    assert f["dflash.attention.causal"] is False
+    assert f["tokenizer.ggml.mask_token_id"] == cfg.mask_id
+    assert "dflash.rope.dimension_sections" not in f  # NEOX draft: reproduces the bug
+    assert "dflash.attention.sliding_window" not in f
+
+    t = _tensors(gguf, models.draft)
+    E = cfg.n_embd
+    assert t["fc.weight"] == ((E * len(cfg.target_layer_ids), E), "F32")
+    assert {"enc.output_norm.weight", "output_norm.weight", "blk.0.ffn_norm.weight"} <= t.keys()
+    assert "token_embd.weight" not in t and "output.weight" not in t  # shared from the target
+
+
+def test_draft_variants(gguf, tmp_path):
+    mr = tiny.write_models(tmp_path, draft_mrope=True)
+    f = _fields(gguf, mr.draft)
+    assert list(f["dflash.rope.dimension_sections"]) == [mr.config.head_dim // 2, 0, 0, 0]
+    sw = tiny.write_models(tmp_path, draft_swa=8)
+    f = _fields(gguf, sw.draft)
+    assert f["dflash.attention.sliding_window"] == 8
+    assert list(f["dflash.attention.sliding_window_pattern"]) == [True] * sw.config.draft_n_layer
+    with pytest.raises(ValueError):
+        tiny.write_models(tmp_path / "bad", draft_swa=0)
+
+
+def test_mmproj_keys_and_tensors(gguf, models):
+    cfg = models.config
+    f = _fields(gguf, models.mmproj)
+    assert f["general.architecture"] == "clip"
+    assert f["clip.projector_type"] == "qwen2vl_merger"
+    assert f["clip.has_vision_encoder"] is True
+    assert f["clip.vision.projection_dim"] == cfg.n_embd
+    assert f["clip.vision.patch_size"] == 14
+    t = _tensors(gguf, models.mmproj)
+    assert t["v.patch_embd.weight"] == ((14, 14, 3, cfg.v_n_embd), "F16")
+    assert t["v.patch_embd.weight.1"] == ((14, 14, 3, cfg.v_n_embd), "F16")
+    assert t["mm.2.weight"] == ((4 * cfg.v_n_embd, cfg.n_embd), "F32")
+    for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
+        assert f"v.blk.0.{name}.bias" in t
+
+
+def test_config_validation():
+    with pytest.raises(ValueError):
+        tiny.TinyConfig(target_layer_ids=(0, 2)).validate()
+    with pytest.raises(ValueError):
+        tiny.TinyConfig(rope_sections=(8, 8, 8, 0)).validate()
+
+
+# --- tokenizer model and image grid ---------------------------------------------------------
+
+def test_test_vocab_tokenizer():
+    # 5-byte chunks, so a few words make a handful of tokens
+    ids = tiny.tokenize_test_vocab("Describe this image please")
+    assert len(ids) == 6 and all(0 <= i < 128 for i in ids)
+    assert tiny.tokenize_test_vocab("hello") == [sum(b * 31 ** (4 - i) for i, b in enumerate(b"hello")) % 128]
+
+
+@pytest.mark.parametrize("size,grid", [
+    ((56, 56), (3, 3)),     # below 8 tokens: upscaled to 84x84
+    ((84, 84), (3, 3)),
+    ((112, 112), (4, 4)),
+    ((168, 168), (6, 6)),   # 36 tokens > n_batch 32
+    ((252, 84), (9, 3)),
+])
+def test_image_grid(size, grid):
+    assert tiny.image_grid(*size) == grid
+
+
+# --- PNG ---------------------------------------------------------------------------------------
+
+def _parse_png(data: bytes) -> tuple[int, int, bytes]:
+    assert data[:8] == image.PNG_SIGNATURE
+    pos, chunks = 8, []
+    while pos < len(data):
+        (n,) = struct.unpack(">I", data[pos:pos + 4])
+        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + n]
+        (crc,) = struct.unpack(">I", data[pos + 8 + n:pos + 12 + n])
+        assert crc == zlib.crc32(kind + body) & 0xFFFFFFFF, kind
+        chunks.append((kind, body))
+        pos += 12 + n
+    assert [k for k, _ in chunks] == [b"IHDR", b"IDAT", b"IEND"]
+    w, h, depth, colour, comp, filt, interlace = struct.unpack(">IIBBBBB", chunks[0][1])
+    assert (depth, colour, comp, filt, interlace) == (8, 2, 0, 0, 0)
+    return w, h, zlib.decompress(chunks[1][1])
+
+
+def test_png_roundtrip():
+    arr = image.rgb(30, 20, seed=5)
+    assert arr.shape == (20, 30, 3) and arr.dtype == np.uint8
+    w, h, raw = _parse_png(image.png_bytes(arr))
+    assert (w, h) == (30, 20)
+    rows = np.frombuffer(raw, np.uint8).reshape(h, 1 + 3 * w)
+    assert not rows[:, 0].any()  # filter byte 0 on every row
+    assert np.array_equal(rows[:, 1:].reshape(h, w, 3), arr)
+
+
+def test_png_deterministic_and_seeded():
+    assert image.png_bytes(image.rgb(84, 84, 1)) == image.png_bytes(image.rgb(84, 84, 1))
+    assert not np.array_equal(image.rgb(84, 84, 1), image.rgb(84, 84, 2))
+    assert image.png_data_url(b"\x89PNG").startswith("data:image/png;base64,")
+
+
+def test_png_rejects_bad_input():
+    with pytest.raises(ValueError):
+        image.png_bytes(np.zeros((4, 4), np.uint8))
+    with pytest.raises(ValueError):
+        image.png_bytes(np.zeros((4, 4, 3), np.float32))
+    with pytest.raises(ValueError):
+        image.rgb(0, 4)
+
+
+def test_gguf_module_leaves_sys_modules_alone(gguf, monkeypatch):
+    import sys
+    import types
+
+    from pyllama_dflash.tiny import _gguf
+
+    assert tiny.gguf_module() is gguf  # cached
+    # pretend another (e.g. PyPI) gguf is already imported: it must survive our import
+    fake = types.ModuleType("gguf")
+    monkeypatch.setitem(sys.modules, "gguf", fake)
+    monkeypatch.setattr(_gguf, "_cache", {})
+    fresh = tiny.gguf_module(Path(gguf.__file__).parents[2])
+    assert sys.modules["gguf"] is fake
+    assert fresh is not fake and hasattr(fresh.GGUFWriter, "add_target_layers")
+
+
+def test_gguf_module_clear_error(tmp_path, monkeypatch):
+    with pytest.raises(tiny.GgufUnavailable):
+        tiny.gguf_module(tmp_path)  # no gguf-py under it
