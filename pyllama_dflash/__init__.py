@@ -7,3 +7,19 @@ wrappers and API (``Model``, ``Context``, ``Batch``, ``Speculative``, ``Projecto
 """
 
 __version__ = "0.1.0"
+
+
+def load(variant: str = "full", *, backend: str | None = None, patches_dir=None):
+    """Load a built variant's libraries and bindings into this process; returns its manifest.
+
+    Builds are found through their manifests only, and one whose patches or native sources
+    changed since is refused as stale (rebuild with ``python build.py --variant NAME``). All
+    variants share sonames, so a process holds one variant; run others in child processes.
+    """
+    from . import api
+    from .build.builder import expected_inputs
+    from .build.manifest import find
+
+    manifest = find(variant, backend=backend, expected_inputs=expected_inputs(variant, patches_dir))
+    api.init(manifest.lib_dir)
+    return manifest

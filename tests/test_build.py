@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from pyllama_dflash.build import manifest as manifest_mod
 from pyllama_dflash.build import pinned
-from pyllama_dflash.build.fsutil import sha256_file
+from pyllama_dflash.build.fsutil import file_lock, sha256_file
+from pyllama_dflash.build.paths import cache_root
 from pyllama_dflash.build.patchset import apply_series, load_series
 from pyllama_dflash.build.stage import Stage
 
@@ -111,3 +116,46 @@ def test_manifests_record_provenance_and_patches(variants):
     assert base.lib_dir != fixed.lib_dir
     # the variants really differ where the patch does: libllama-common, not libllama
     assert sha256_file(base.library("llama-common")) != sha256_file(fixed.library("llama-common"))
+
+
+@pytest.mark.parametrize("variant", ["baseline", "zero-fill", "full"])
+def test_each_variant_loads_from_python_and_reports_system_info(variants, variant):
+    code = (
+        "import pyllama_dflash as p; m = p.load(%r); from pyllama_dflash import api; "
+        "print(m.lib_dir); print(api.system_info())" % variant
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lib_dir, info = proc.stdout.split("\n", 1)
+    assert lib_dir == str(variants[variant].lib_dir)
+    assert "CPU :" in info
+
+
+def test_a_second_variant_in_one_process_is_refused(variants):
+    code = "import pyllama_dflash as p; p.load('baseline'); p.load('full')"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "already loaded in this process" in proc.stderr and "one variant per process" in proc.stderr
+
+
+def test_a_test_series_builds_incrementally_beside_the_project_variants(variants):
+    for old in manifest_mod.variants_root().glob("test-comment-*"):
+        shutil.rmtree(old)  # a previous run's: this test wants to see the incremental build
+    work = cache_root() / "work" / variants["baseline"].data["build_key"]
+    with file_lock(work / "lock"):  # put the shared stage back to baseline content first
+        Stage(work / "llama.cpp", Path(variants["baseline"].data["source"]["path"])).sync({}, ["common/speculative.cpp"])
+    proc = build_py("--patches", str(DATA / "test-patches"), "--variant", "test-comment", "--jobs", "2")
+    assert proc.returncode == 0, proc.stderr
+    built = {line.split()[0]: Path(line.split()[-1]) for line in proc.stdout.splitlines() if line.strip()}
+    test_dir = built["test-comment"]
+    manifest = json.loads((test_dir / "manifest.json").read_text())
+    assert [p["name"] for p in manifest["patches"]] == ["0001-test-comment.patch"]
+    assert manifest["build_key"] == variants["baseline"].data["build_key"]  # same build folder
+    # an incremental build: only common/speculative.cpp was rewritten, not a second full build
+    assert manifest["files_rewritten"] == ["common/speculative.cpp"]
+    steps = [int(m) for m in re.findall(r"compile \[\d+/(\d+)\]", proc.stderr)]
+    assert steps and max(steps) < 20, steps  # a cold build has over 200 steps
+    assert sha256_file(test_dir / "libllama.so") == sha256_file(variants["baseline"].library("llama"))
+    # the project's variants are untouched by it
+    again = build_py("--variant", "all")
+    assert again.returncode == 0 and "compile" not in again.stderr

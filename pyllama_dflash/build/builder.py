@@ -23,7 +23,7 @@ from . import pinned, source, toolchain
 from .cmake import run_logged
 from .errors import BuildError
 from .fsutil import atomic_write_bytes, atomic_write_json, file_lock, replace_dir, sha256_bytes, stable_hash
-from .patchset import BASELINE, Series, apply_series, load_series
+from .patchset import Series, apply_series, load_series
 from .paths import NATIVE_DIR, cache_root, default_patches_dir
 from .progress import Progress
 from .stage import Stage
@@ -50,6 +50,16 @@ def native_hash() -> str:
 
     parts = [(NATIVE_DIR / "CMakeLists.txt").read_bytes(), ffibuild.source_hash().encode()]
     return sha256_bytes(b"\0".join(parts))
+
+
+def expected_inputs(variant: str, patches_dir: Path | None = None) -> dict:
+    """What a usable build of ``variant`` must have been built from, as far as the package can
+    tell without resolving the source: the current patches and native sources."""
+    series = load_series(patches_dir or default_patches_dir())
+    return {
+        "patches": [{"name": p.name, "sha256": p.sha256} for p in series.prefix(variant)],
+        "native": native_hash(),
+    }
 
 
 @dataclass
