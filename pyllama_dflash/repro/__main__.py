@@ -1,0 +1,149 @@
+"""``python -m pyllama_dflash.repro``: the scenario matrix across every variant of the series.
+
+With no flag it runs on the tiny generated models (no download) against every variant,
+building what is not built yet, prints a table (scenarios down, variants across) and exits 0
+when the fix variant passes every scenario. See ``--help`` for real models and the JSON report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from ..build import BuildError, BuildOptions, build
+from ..build.fsutil import atomic_write_json
+from ..build.patchset import BASELINE
+from ..scenarios.catalog import EXPECTED, SCENARIOS
+from ..scenarios.models import ModelSet, tiny_models
+from ..scenarios.record import FAIL, PASS
+from .report import format_table
+from .runner import Job, run_matrix
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m pyllama_dflash.repro", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--variants", help="comma-separated variants (default: every variant of patches/series)")
+    ap.add_argument("--scenarios", help="comma-separated scenario ids (default: all)")
+    ap.add_argument("--fix", help="the variant that must pass every scenario (default: the last of the series)")
+    ap.add_argument("--expect-baseline-fail", action="store_true",
+                    help="also require baseline to fail S1 (proves the harness still reproduces the bug)")
+    ap.add_argument("--json", type=Path, metavar="PATH", help="write the full report as JSON")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="child processes at once")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per scenario before it counts as CRASH")
+    ap.add_argument("--backend", choices=("auto", "cpu", "cuda"), help="which build of each variant to use")
+    ap.add_argument("--no-build", action="store_true", help="use what is built; fail for a variant that is not")
+    ap.add_argument("--no-exact", action="store_true", help="skip the greedy-reference comparison of the output")
+    real = ap.add_argument_group("real models (instead of the tiny generated ones)")
+    real.add_argument("--target", type=Path, help="target GGUF (an M-RoPE model with an mmproj, Qwen3.5-style)")
+    real.add_argument("--draft", type=Path, help="DFlash draft GGUF")
+    real.add_argument("--mmproj", type=Path, help="multimodal projector GGUF")
+    real.add_argument("--image", type=Path, action="append", help="an image file (PNG/JPEG); repeat for a second")
+    real.add_argument("--n-gpu-layers", type=int, default=0, help="layers to offload (needs a CUDA build)")
+    real.add_argument("--n-batch", type=int, help="target n_batch (default 16 tiny, 256 real)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    t0 = time.monotonic()
+    try:
+        manifests = build(_variant_names(args), BuildOptions(backend=args.backend, quiet=args.no_build)) \
+            if not args.no_build else _find_built(args)
+    except BuildError as e:
+        print(f"repro: error: {e}", file=sys.stderr)
+        return 2
+    variants = [m.variant for m in manifests]
+    fix = args.fix or variants[-1]
+    if fix not in variants:
+        print(f"repro: error: --fix {fix!r} is not among the variants run ({', '.join(variants)})", file=sys.stderr)
+        return 2
+    try:
+        models, config = _models(args)
+    except ValueError as e:
+        print(f"repro: error: {e}", file=sys.stderr)
+        return 2
+    scenarios = _scenario_ids(args)
+    jobs = [Job(sid, v, models, config, args.backend if args.backend != "auto" else None,
+                not args.no_exact, args.timeout) for sid in scenarios for v in variants]
+    results = run_matrix(jobs, args.jobs)
+    wall = time.monotonic() - t0
+
+    table = {sid: {v: results[(sid, v)] for v in variants} for sid in scenarios}
+    print(format_table(table, variants, SCENARIOS))
+    ok, reasons = _verdict(table, fix, args.expect_baseline_fail)
+    for r in reasons:
+        print(f"repro: {r}", file=sys.stderr)
+    print(f"repro: {len(jobs)} runs in {wall:.1f}s; fix variant {fix!r}: {'OK' if ok else 'NOT OK'}")
+    if args.json:
+        atomic_write_json(args.json, {
+            "llama_cpp": manifests[0].data["source"] | {"backend": manifests[0].backend},
+            "variants": variants,
+            "fix": fix,
+            "models": models.to_json(),
+            "expected": {v: {s: list(e) for s, e in EXPECTED.get(v, {}).items()} for v in variants},
+            "results": table,
+            "ok": ok,
+            "wall_s": round(wall, 3),
+        })
+    return 0 if ok else 1
+
+
+def _variant_names(args: argparse.Namespace) -> list[str]:
+    return [v.strip() for v in args.variants.split(",")] if args.variants else ["all"]
+
+
+def _find_built(args: argparse.Namespace):
+    from ..build import builder, manifest
+
+    p = builder.plan(BuildOptions(backend=args.backend), log=lambda _m: None)
+    names = builder.resolve_variants(p.series, _variant_names(args))
+    return [manifest.find(n, backend=args.backend) for n in names]
+
+
+def _scenario_ids(args: argparse.Namespace) -> list[str]:
+    if not args.scenarios:
+        return list(SCENARIOS)
+    ids = [s.strip().upper() for s in args.scenarios.split(",")]
+    unknown = [s for s in ids if s not in SCENARIOS]
+    if unknown:
+        raise SystemExit(f"repro: error: unknown scenario(s) {', '.join(unknown)} (known: {', '.join(SCENARIOS)})")
+    return ids
+
+
+def _models(args: argparse.Namespace) -> tuple[ModelSet, dict]:
+    real = [args.target, args.draft, args.mmproj]
+    if not any(real) and not args.image:
+        return tiny_models(), {"n_batch": args.n_batch or 16, "n_ubatch": args.n_batch or 16}
+    if not all(real) or not args.image:
+        raise ValueError("real models need --target, --draft, --mmproj and at least one --image")
+    for flag, path in (("--target", args.target), ("--draft", args.draft), ("--mmproj", args.mmproj), *(
+            ("--image", p) for p in args.image)):
+        if not path.is_file():
+            raise ValueError(f"{flag} {path}: no such file")
+    n_batch = args.n_batch or 256
+    models = ModelSet(args.target.resolve(), args.draft.resolve(), args.mmproj.resolve(),
+                      image_files=tuple(p.resolve() for p in args.image), real=True)
+    return models, {"n_batch": n_batch, "n_ubatch": n_batch, "n_ctx": 8192, "n_gpu_layers": args.n_gpu_layers}
+
+
+def _verdict(table: dict, fix: str, expect_baseline_fail: bool) -> tuple[bool, list[str]]:
+    reasons = []
+    for sid, row in table.items():
+        status = row[fix]["status"]
+        if status not in (PASS, "SKIP"):
+            reasons.append(f"{fix} {status} on {sid}: {row[fix].get('first_failure')}")
+    if expect_baseline_fail:
+        base = table.get("S1", {}).get(BASELINE)
+        if base is None:
+            reasons.append("--expect-baseline-fail needs S1 and the baseline variant in the run")
+        elif base["status"] != FAIL:
+            reasons.append(f"baseline is {base['status']} on S1: the harness no longer reproduces the bug")
+    return not reasons, reasons
+
+
+if __name__ == "__main__":
+    sys.exit(main())

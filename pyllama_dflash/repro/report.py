@@ -1,0 +1,31 @@
+"""The matrix as a text table, with each first failure quoted underneath."""
+
+from __future__ import annotations
+
+
+def cell(result: dict) -> str:
+    status = result["status"]
+    if status == "CRASH" and result.get("signal"):
+        return f"CRASH ({result['signal']})"
+    return status
+
+
+def format_table(table: dict[str, dict[str, dict]], variants: list[str], scenarios: dict) -> str:
+    titles = {sid: f"{sid:4s} {scenarios[sid].title}" for sid in table}
+    w0 = max(len(t) for t in titles.values()) + 2
+    widths = [max(len(v), max(len(cell(table[sid][v])) for sid in table)) + 2 for v in variants]
+    lines = ["scenario".ljust(w0) + "".join(v.ljust(w) for v, w in zip(variants, widths))]
+    lines.append("-" * len(lines[0]))
+    for sid in table:
+        lines.append(titles[sid].ljust(w0) + "".join(cell(table[sid][v]).ljust(w) for v, w in zip(variants, widths)))
+    notes = []
+    for sid, row in table.items():
+        for v in variants:
+            r = row[v]
+            if r["status"] not in ("PASS", "SKIP") and r.get("first_failure"):
+                notes.append(f"  {sid} {v}: {r['first_failure']}")
+            elif r["status"] == "DEGRADED":
+                notes.append(f"  {sid} {v}: a drafting round produced no tokens although every call succeeded")
+    if notes:
+        lines += ["", "first failures:", *notes]
+    return "\n".join(lines)

@@ -1,0 +1,95 @@
+"""Run one scenario on one variant, in this process: ``python -m pyllama_dflash.scenarios.child JOB OUT``.
+
+JOB is a JSON file naming the variant, the scenario, the models and the session config; the
+result is written to OUT as JSON. The parent runs each job in a fresh process, so a variant
+that aborts or segfaults takes only its own child down (reported as CRASH), and each
+variant's libraries (same sonames) load into a process of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from ..build.fsutil import atomic_write_json
+from .catalog import SCENARIOS, Env
+from .models import ModelSet, large_image, small_image, wide_image
+from .record import ERROR, Record, StopScenario
+from .session import SessionConfig, replay_reference
+
+
+def images_for(models: ModelSet) -> dict[str, np.ndarray | bytes]:
+    """The scenarios' images: synthetic arrays for the tiny models, the given files for real ones."""
+    if models.image_files:
+        files = [p.read_bytes() for p in models.image_files]
+        return {"small": files[0], "small2": files[-1], "large": files[0], "wide": files[0]}
+    return {"small": small_image(0), "small2": small_image(1), "large": large_image(0), "wide": wide_image(0)}
+
+
+def run_job(job: dict) -> dict:
+    from .. import load
+
+    t0 = time.monotonic()
+    load(job["variant"], backend=job.get("backend"))
+    t_init = time.monotonic() - t0
+    scenario = SCENARIOS[job["scenario"]]
+    models = ModelSet.from_json(job["models"])
+    draft = {"plain": models.draft, "mrope": models.draft_mrope, "swa": models.draft_swa}[scenario.draft]
+    if draft is None:
+        return {"status": "SKIP", "reason": f"no {scenario.draft} draft for these models", "calls": []}
+    models = models.with_draft(draft)
+    cfg = SessionConfig(**{**job.get("config", {}), "n_seq": scenario.n_seq})
+    images = images_for(models)
+    record = Record()
+    env = Env(models, record, cfg, images)
+    stopped = None
+    try:
+        scenario.run(env)
+    except StopScenario as e:
+        stopped = e.call
+    finally:
+        ops = [s.ops for s in env.sessions if any(op[0] == "generate" for op in s.ops)]
+        for s in reversed(env.sessions):
+            s.close()
+    result = {
+        "status": record.status(),
+        "first_failure": stopped.summary() if stopped else None,
+        "calls": [c.to_json() for c in record.calls],
+        "rounds": [asdict(r) for r in record.rounds],
+        "drafted_after_image": record.drafted_after_image(),
+        "generated": {str(k): v for k, v in record.generated.items()},
+        "exact": None,
+    }
+    if stopped is None and ops and job.get("check_exact", True):
+        reference: dict[int, list[int]] = {}
+        for session_ops in ops:
+            reference.update(replay_reference(models, cfg, session_ops))
+        result["exact"] = reference == record.generated
+        if not result["exact"]:
+            result["status"] = "FAIL"
+            result["first_failure"] = (f"output differs from greedy decoding without the draft: "
+                                       f"{record.generated} != {reference}")
+    result["timings"] = {"init_s": round(t_init, 3), "total_s": round(time.monotonic() - t0, 3)}
+    return result
+
+
+def main(argv: list[str]) -> int:
+    job_path, out_path = Path(argv[0]), Path(argv[1])
+    job = json.loads(job_path.read_text())
+    try:
+        result = run_job(job)
+    except Exception as e:  # a Python-level error in the harness or a refused input: not a verdict
+        result = {"status": ERROR, "first_failure": f"{type(e).__name__}: {e}", "calls": [],
+                  "traceback": traceback.format_exc()}
+    atomic_write_json(out_path, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

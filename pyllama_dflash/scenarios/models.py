@@ -1,0 +1,73 @@
+"""The model files and images a scenario runs on: the tiny generated ones, or real ones."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from .. import tiny
+from ..build.paths import cache_root
+from ..tiny import image as tiny_image
+
+# pixel sizes the tiny qwen2vl projector turns into these grids (28 px per merged token)
+SMALL_IMAGE_PX = 84  # 3 x 3 = 9 tokens, 3 positions
+LARGE_IMAGE_PX = 168  # 6 x 6 = 36 tokens (more than n_batch), 6 positions
+WIDE_IMAGE_PX = (308, 84)  # 11 x 3 = 33 tokens: with n_batch 16 the last sub-batch is one row
+SWA_WINDOW = 4  # the sliding-window draft's window: smaller than the large image's hole
+
+
+@dataclass(frozen=True)
+class ModelSet:
+    target: Path
+    draft: Path
+    mmproj: Path | None
+    # alternative drafts for the control scenarios (None when not available, e.g. real models)
+    draft_mrope: Path | None = None
+    draft_swa: Path | None = None
+    swa_window: int | None = None
+    image_files: tuple[Path, ...] = ()  # real images, encoded files (PNG/JPEG) read by mtmd
+    real: bool = False
+    extra: dict = field(default_factory=dict)
+
+    def with_draft(self, draft: Path) -> ModelSet:
+        return replace(self, draft=draft)
+
+    def to_json(self) -> dict:
+        return {
+            "target": str(self.target), "draft": str(self.draft),
+            "mmproj": str(self.mmproj) if self.mmproj else None,
+            "draft_mrope": str(self.draft_mrope) if self.draft_mrope else None,
+            "draft_swa": str(self.draft_swa) if self.draft_swa else None,
+            "swa_window": self.swa_window,
+            "image_files": [str(p) for p in self.image_files],
+            "real": self.real,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> ModelSet:
+        p = lambda v: Path(v) if v else None  # noqa: E731
+        return cls(Path(d["target"]), Path(d["draft"]), p(d["mmproj"]), p(d["draft_mrope"]), p(d["draft_swa"]),
+                   d.get("swa_window"), tuple(Path(x) for x in d.get("image_files", ())), d.get("real", False))
+
+
+def tiny_models(out_dir: Path | None = None, seed: int = 0) -> ModelSet:
+    """Write (or reuse) the tiny target, its drafts (plain, M-RoPE, sliding-window) and projector."""
+    out = Path(out_dir) if out_dir else cache_root() / "tiny" / f"seed{seed}"
+    plain = tiny.write_models(out, seed=seed)
+    mrope = tiny.write_models(out, seed=seed, draft_mrope=True)
+    swa = tiny.write_models(out, seed=seed, draft_swa=SWA_WINDOW)
+    return ModelSet(plain.target, plain.draft, plain.mmproj, mrope.draft, swa.draft, SWA_WINDOW)
+
+
+def small_image(seed: int = 0) -> np.ndarray:
+    return tiny_image.rgb(SMALL_IMAGE_PX, SMALL_IMAGE_PX, seed)
+
+
+def large_image(seed: int = 0) -> np.ndarray:
+    return tiny_image.rgb(LARGE_IMAGE_PX, LARGE_IMAGE_PX, seed)
+
+
+def wide_image(seed: int = 0) -> np.ndarray:
+    return tiny_image.rgb(*WIDE_IMAGE_PX, seed)

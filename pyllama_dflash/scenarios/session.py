@@ -1,0 +1,277 @@
+"""A llama-server slot loop in miniature, over the bindings, recording every return code.
+
+It makes the calls llama-server makes when a prompt with images meets a DFlash drafter:
+text batches go to the target (``llama_process``) and then to ``common_speculative_process``;
+an image chunk goes through ``mtmd_helper_decode_image_chunk`` whose post-decode callback hands
+each sub-batch to ``common_speculative_process``; generation drafts from the last sampled token,
+verifies the draft on the target, feeds the verified batch to the driver, trims both memories
+past the accepted tokens (llama-server's ``slot.mem.seq_rm``) and tells the driver how many were
+accepted. Sampling is greedy, so the output must equal plain greedy decoding (checked by
+:func:`replay_reference`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from .. import api
+from .models import ModelSet
+from .record import Call, Record, Round
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    n_ctx: int = 512
+    n_batch: int = 16  # small, so a modest image spans several sub-batches (S3)
+    n_ubatch: int = 16
+    n_seq: int = 1
+    n_max: int = 3  # draft tokens per round (--spec-draft-n-max)
+    n_gpu_layers: int = 0
+
+
+@dataclass
+class SeqState:
+    n_past: int = 0  # the target's next position (llama-server: slot.prompt.tokens.pos_next())
+    id_last: int | None = None  # the last sampled token, the anchor of the next draft
+    image_pending: bool = False  # an image was decoded since the last drafting round
+    text_tokens: list[int] = field(default_factory=list)
+
+
+class Session:
+    """Target, draft, speculative driver and projector for one scenario run (one variant)."""
+
+    def __init__(self, models: ModelSet, cfg: SessionConfig, record: Record, *, speculative: bool = True):
+        self.models = models
+        self.cfg = cfg
+        self.record = record
+        self.speculative = speculative
+        self._stack = contextlib.ExitStack()
+        try:
+            self._open()
+        except BaseException:
+            self._stack.close()
+            raise
+        self.seqs = [SeqState() for _ in range(cfg.n_seq)]
+        self.ops: list[tuple] = []  # what happened, for the reference replay
+        self._own_saves: set[int] = set()
+
+    def _open(self) -> None:
+        cfg, m, enter = self.cfg, self.models, self._stack.enter_context
+        self.target_model = enter(api.Model(m.target, n_gpu_layers=cfg.n_gpu_layers))
+        self.target = enter(api.Context(
+            self.target_model, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, n_ubatch=cfg.n_ubatch, n_seq_max=cfg.n_seq,
+            # llama-server: recurrent-state snapshots so a rejected draft can be rolled back (kept
+            # in the reference run too: saved sequence states then fit either context)
+            n_rs_seq=cfg.n_max,
+        ))
+        self.spec: api.Speculative | None = None
+        self.draft: api.Context | None = None
+        if self.speculative:
+            self.draft_model = enter(api.Model(m.draft, n_gpu_layers=cfg.n_gpu_layers))
+            self.draft = enter(api.Context.draft(self.draft_model, self.target, n_batch=cfg.n_batch, n_ubatch=cfg.n_ubatch))
+            # before the target decodes anything: the driver turns on layer-input extraction
+            self.spec = enter(api.Speculative(self.target, self.draft, n_seq=cfg.n_seq, n_max=cfg.n_max))
+        self.projector = enter(api.Projector(m.mmproj, self.target_model, use_gpu=cfg.n_gpu_layers != 0)) if m.mmproj else None
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- prompts -------------------------------------------------------------------------------
+
+    def prompt(self, seq: int, text: str, images: Sequence[np.ndarray] = (), step: str = "prompt") -> None:
+        """Tokenize text with its media markers and evaluate the chunks in order, like a slot's prompt."""
+        self.ops.append(("prompt", seq, text, tuple(images), step))
+        if not images:
+            self._text(seq, self.tokenize(text), step)
+            return
+        if self.projector is None:
+            raise ValueError("a prompt with images needs an mmproj")
+        with self.projector.tokenize(text, images) as chunks:
+            for k, chunk in enumerate(chunks):
+                if chunk.type == "text":
+                    if chunk.n_tokens:
+                        self._text(seq, chunk.tokens, f"{step} chunk {k} text")
+                else:
+                    self._image(seq, chunk, f"{step} chunk {k} image {chunk.nx}x{chunk.ny}")
+
+    def tokenize(self, text: str) -> np.ndarray:
+        return self.target_model.tokenize(text, add_special=False, parse_special=True)
+
+    def text_batch(self, parts: Sequence[tuple[int, str]], step: str = "batch") -> None:
+        """Several sequences' text in one target batch, as llama-server batches its slots."""
+        self.ops.append(("text_batch", tuple(parts), step))
+        toks, pos, seqs = [], [], []
+        for seq, text in parts:
+            t = self.tokenize(text)
+            st = self.seqs[seq]
+            toks.append(t)
+            pos.append(np.arange(st.n_past, st.n_past + len(t), dtype=np.int32))
+            seqs.append(np.full(len(t), seq, dtype=np.int32))
+        tokens, positions, seq_ids = np.concatenate(toks), np.concatenate(pos), np.concatenate(seqs)
+        if len(tokens) > self.cfg.n_batch:
+            raise ValueError(f"text_batch: {len(tokens)} tokens exceed n_batch {self.cfg.n_batch}")
+        # each sequence's last row gives the logits it samples from
+        last = np.zeros(len(tokens), dtype=bool)
+        ends = np.cumsum([len(t) for t in toks]) - 1
+        last[ends] = True
+        batch = api.Batch.tokens(tokens, positions, seq_id=seq_ids, logits=last)
+        self._decode_target(batch, step, seq=-1)
+        for (seq, _), end, t in zip(parts, ends, toks):
+            st = self.seqs[seq]
+            st.n_past += len(t)
+            st.text_tokens.extend(int(x) for x in t)
+            st.id_last = self.target.argmax(int(end))
+        self._spec_process(batch, step, seq=-1)
+
+    def _text(self, seq: int, tokens: np.ndarray, step: str) -> None:
+        st = self.seqs[seq]
+        n_batch = self.cfg.n_batch
+        for off in range(0, len(tokens), n_batch):
+            part = np.asarray(tokens[off: off + n_batch], dtype=np.int32)
+            batch = api.Batch.tokens(part, pos0=st.n_past, seq_id=seq, logits="last")
+            self._decode_target(batch, step, seq)
+            st.n_past += len(part)
+            st.text_tokens.extend(int(x) for x in part)
+            st.id_last = self.target.argmax(len(part) - 1)
+            self._spec_process(batch, step, seq)
+
+    def _image(self, seq: int, chunk: api.Chunk, step: str) -> None:
+        st = self.seqs[seq]
+        sub_batches: list[tuple[int, int, int]] = []
+
+        def on_batch(b: api.ImageBatch) -> None:
+            sub_batches.append((int(b.pos[0].min()), int(b.pos[0].max()), b.n_tokens))
+
+        res = self.projector.decode_image(self.target, chunk, st.n_past, seq_id=seq, speculative=self.spec,
+                                          on_batch=on_batch)
+        lines = [str(x) for x in res.log]
+        # one call per sub-batch the driver saw (llama-server's post-decode callback), then the decode
+        for k, (lo, hi, n) in enumerate(sub_batches):
+            if k < len(res.spec_results):
+                self.record.add(Call(f"{step} sub-batch {k + 1}/{len(sub_batches)}", "spec",
+                                     "common_speculative_process", seq, res.spec_results[k] == 1,
+                                     pos=(lo, hi), n=n, log=lines if res.spec_results[k] != 1 else []))
+        self.record.add(Call(step, "target", "mtmd_helper_decode_image_chunk", seq, res.rc == 0, rc=res.rc,
+                             pos=(st.n_past, res.n_past - 1), n=chunk.n_tokens, log=lines if res.rc else []))
+        st.n_past = res.n_past
+        st.image_pending = True
+
+    def _decode_target(self, batch: api.Batch, step: str, seq: int) -> None:
+        rc = self.target.process(batch)
+        self.record.add(Call(step, "target", "llama_process", seq, rc == 0, rc=rc, pos=_span(batch),
+                             n=batch.n_tokens, log=[str(x) for x in self.target.last_log] if rc else []))
+
+    def _spec_process(self, batch: api.Batch, step: str, seq: int) -> None:
+        if self.spec is None:
+            return
+        ok = self.spec.process(batch)
+        self.record.add(Call(step, "spec", "common_speculative_process", seq, ok, pos=_span(batch),
+                             n=batch.n_tokens, log=[str(x) for x in self.spec.last_log]))
+
+    # -- generation ----------------------------------------------------------------------------
+
+    def generate(self, seq: int, n_tokens: int, step: str = "generate") -> list[int]:
+        """Greedy generation of n_tokens with drafting rounds; returns the tokens generated."""
+        self.ops.append(("generate", seq, n_tokens, step))
+        st = self.seqs[seq]
+        if st.id_last is None:
+            raise ValueError(f"generate: sequence {seq} has no sampled token yet (its prompt ended without logits)")
+        out: list[int] = []
+        r = 0
+        while len(out) < n_tokens:
+            r += 1
+            out.extend(self._round(seq, f"{step} round {r}"))
+        out = out[:n_tokens]
+        self.record.generated.setdefault(seq, []).extend(out)
+        return out
+
+    def _round(self, seq: int, step: str) -> list[int]:
+        st = self.seqs[seq]
+        pos0, id_last = st.n_past, st.id_last
+        drafted: list[int] = []
+        if self.spec is not None:
+            drafted = self.spec.draft(seq, id_last, pos0)  # trims the noise block like llama-server
+            lines = [str(x) for x in self.spec.last_log]
+            self.record.add(Call(step, "spec", "common_speculative_draft", seq, True, pos=(pos0, pos0 + self.cfg.n_max),
+                                 n=len(drafted), log=lines))
+        verify = api.Batch.tokens([id_last, *drafted], pos0=pos0, seq_id=seq, logits="all")
+        self._decode_target(verify, step, seq)
+        picks = [self.target.argmax(i) for i in range(len(drafted) + 1)]
+        accepted = 0
+        while accepted < len(drafted) and picks[accepted] == drafted[accepted]:
+            accepted += 1
+        self._spec_process(verify, step, seq)
+        new_tokens = [*drafted[:accepted], picks[accepted]]
+        st.n_past = pos0 + 1 + accepted
+        st.id_last = picks[accepted]
+        if self.spec is not None:
+            # llama-server's slot.mem.seq_rm(pos_next, -1): the rejected tail leaves both memories
+            if not self.target.seq_rm(seq, st.n_past, -1) or not self.draft.seq_rm(seq, st.n_past, -1):
+                self.record.add(Call(step, "target", "llama_memory_seq_rm", seq, False, pos=(st.n_past, -1)))
+            if drafted:
+                self.spec.accept(seq, accepted)
+            self.record.rounds.append(Round(seq, pos0, len(drafted), accepted, st.image_pending))
+        st.image_pending = False
+        return new_tokens
+
+    # -- request boundaries ----------------------------------------------------------------------
+
+    def save_target(self, seq: int) -> tuple[bytes, SeqState]:
+        """The target's sequence state and bookkeeping, like a context checkpoint or cached prompt."""
+        self.ops.append(("save", seq))
+        st = self.seqs[seq]
+        saved = (self.target.state_seq_get(seq), SeqState(st.n_past, st.id_last, False, list(st.text_tokens)))
+        self._own_saves.add(id(saved))
+        return saved
+
+    def restore_target(self, seq: int, saved: tuple[bytes, SeqState], step: str = "restore") -> None:
+        """Restore the target alone: the draft keeps whatever it holds (its tail, or a hole)."""
+        # a state saved elsewhere (another request's cached prompt) travels with the op
+        self.ops.append(("restore", seq, None if id(saved) in self._own_saves else saved, step))
+        data, st = saved
+        ok = self.target.state_seq_set(seq, data)
+        self.record.add(Call(step, "target", "llama_state_seq_set_data", seq, ok, pos=(0, st.n_past - 1)))
+        self.seqs[seq] = SeqState(st.n_past, st.id_last, False, list(st.text_tokens))
+
+
+def _span(batch: api.Batch) -> tuple[int, int]:
+    return int(batch.pos[0].min()), int(batch.pos[0].max())
+
+
+def replay_reference(models: ModelSet, cfg: SessionConfig, ops: list[tuple]) -> dict[int, list[int]]:
+    """Replay a run's prompts on the target alone and generate greedily one token at a time.
+
+    The speculative run's output must equal this: drafted tokens are only ever kept where the
+    target agrees. Returns the generated tokens per sequence.
+    """
+    record = Record()
+    saved: dict[int, tuple[bytes, SeqState]] = {}
+    with Session(models, cfg, record, speculative=False) as ref:
+        for op in ops:
+            kind = op[0]
+            if kind == "prompt":
+                _, seq, text, images, step = op
+                ref.prompt(seq, text, images, step)
+            elif kind == "text_batch":
+                ref.text_batch(op[1], op[2])
+            elif kind == "generate":
+                ref.generate(op[1], op[2], op[3])
+            elif kind == "save":
+                saved[op[1]] = ref.save_target(op[1])
+            elif kind == "restore":
+                _, seq, external, step = op
+                ref.restore_target(seq, external or saved[seq], step)
+    return record.generated
