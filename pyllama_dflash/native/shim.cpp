@@ -183,7 +183,7 @@ pyllama_dflash_spec * pyllama_dflash_spec_init(
         const int32_t * ids = llama_model_target_layer_ids(model_dft);
         const int32_t n_layer_tgt = llama_model_n_layer(model_tgt);
         for (uint32_t k = 0; k < n_ids; ++k) {
-            if (ids[k] < 0 || ids[k] > n_layer_tgt) {
+            if (ids[k] < 0 || ids[k] >= n_layer_tgt) {
                 return fail("spec_init: draft target_layer_ids[" + std::to_string(k) + "] = " + std::to_string(ids[k]) +
                             " is outside the target's " + std::to_string(n_layer_tgt) + " layers");
             }
