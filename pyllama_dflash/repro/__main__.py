@@ -8,7 +8,6 @@ when the fix variant passes every scenario. See ``--help`` for real models and t
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -42,7 +41,7 @@ def parser() -> argparse.ArgumentParser:
     real.add_argument("--draft", type=Path, help="DFlash draft GGUF")
     real.add_argument("--mmproj", type=Path, help="multimodal projector GGUF")
     real.add_argument("--image", type=Path, action="append", help="an image file (PNG/JPEG); repeat for a second")
-    real.add_argument("--n-gpu-layers", type=int, default=0, help="layers to offload (needs a CUDA build)")
+    ap.add_argument("--n-gpu-layers", type=int, default=0, help="layers to offload (needs a CUDA build)")
     real.add_argument("--n-batch", type=int, help="target n_batch (default 16 tiny, 256 real)")
     return ap
 
@@ -117,7 +116,8 @@ def _scenario_ids(args: argparse.Namespace) -> list[str]:
 def _models(args: argparse.Namespace) -> tuple[ModelSet, dict]:
     real = [args.target, args.draft, args.mmproj]
     if not any(real) and not args.image:
-        return tiny_models(), {"n_batch": args.n_batch or 16, "n_ubatch": args.n_batch or 16}
+        return tiny_models(), {"n_batch": args.n_batch or 16, "n_ubatch": args.n_batch or 16,
+                               "n_gpu_layers": args.n_gpu_layers}
     if not all(real) or not args.image:
         raise ValueError("real models need --target, --draft, --mmproj and at least one --image")
     for flag, path in (("--target", args.target), ("--draft", args.draft), ("--mmproj", args.mmproj), *(

@@ -1,0 +1,46 @@
+"""The matrix again with every layer offloaded: runs where a CUDA build and a device exist.
+
+Skipped (marker ``gpu``) unless a variant was built with ``--backend cuda`` and an NVIDIA device
+is present; the CPU CI runs everything else.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pyllama_dflash.build import VariantNotBuilt, find
+from pyllama_dflash.build.toolchain import nvidia_gpu_present
+from pyllama_dflash.repro.runner import Job, run_matrix
+from pyllama_dflash.scenarios.catalog import EXPECTED, SCENARIOS
+from pyllama_dflash.scenarios.models import tiny_models
+
+VARIANTS = ("baseline", "zero-fill", "full")
+
+
+def _cuda_builds() -> bool:
+    try:
+        return all(find(v, backend="cuda") for v in VARIANTS)
+    except VariantNotBuilt:
+        return False
+
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not (nvidia_gpu_present() and _cuda_builds()),
+                       reason="needs CUDA builds of every variant (build.py --backend cuda) and an NVIDIA device"),
+]
+
+
+@pytest.fixture(scope="module")
+def gpu_matrix(tmp_path_factory):
+    models = tiny_models(tmp_path_factory.mktemp("tiny-models"))
+    jobs = [Job(s, v, models, {"n_batch": 16, "n_ubatch": 16, "n_gpu_layers": 99}, backend="cuda")
+            for s in SCENARIOS for v in VARIANTS]
+    return run_matrix(jobs, parallel=2, work_dir=tmp_path_factory.mktemp("gpu-matrix"))
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_gpu_matrix_cell(gpu_matrix, scenario, variant):
+    result = gpu_matrix[(scenario, variant)]
+    assert result["status"] in EXPECTED[variant][scenario], (scenario, variant, result.get("first_failure"))
