@@ -19,7 +19,7 @@ from ..build.patchset import BASELINE
 from ..scenarios.catalog import EXPECTED, SCENARIOS
 from ..scenarios.models import ModelSet, tiny_models
 from ..scenarios.record import FAIL, PASS
-from .report import format_table
+from .report import format_server_table, format_table
 from .runner import Job, run_matrix
 
 
@@ -36,6 +36,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--backend", choices=("auto", "cpu", "cuda"), help="which build of each variant to use")
     ap.add_argument("--no-build", action="store_true", help="use what is built; fail for a variant that is not")
     ap.add_argument("--no-exact", action="store_true", help="skip the greedy-reference comparison of the output")
+    ap.add_argument("--server", action="store_true",
+                    help="also run the llama-server checks (HTTP codes, exactness) per variant, under \"server\"")
     real = ap.add_argument_group("real models (instead of the tiny generated ones)")
     real.add_argument("--target", type=Path, help="target GGUF (an M-RoPE model with an mmproj, Qwen3.5-style)")
     real.add_argument("--draft", type=Path, help="DFlash draft GGUF")
@@ -69,11 +71,21 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [Job(sid, v, models, config, args.backend if args.backend != "auto" else None,
                 not args.no_exact, args.timeout) for sid in scenarios for v in variants]
     results = run_matrix(jobs, args.jobs)
-    wall = time.monotonic() - t0
 
     table = {sid: {v: results[(sid, v)] for v in variants} for sid in scenarios}
     print(format_table(table, variants, SCENARIOS))
     ok, reasons = _verdict(table, fix, args.expect_baseline_fail)
+    server = None
+    if args.server:
+        from ..server_checks import run_server_checks
+
+        server = {m.variant: run_server_checks(m, models) for m in manifests}
+        print()
+        print(format_server_table(server, variants))
+        reasons += [f"server check {check} on {v}: {r.get('error') or r['status']} (expected {r.get('expected')})"
+                    for v, checks in server.items() for check, r in checks.items() if not r["ok"]]
+        ok = not reasons
+    wall = time.monotonic() - t0
     for r in reasons:
         print(f"repro: {r}", file=sys.stderr)
     print(f"repro: {len(jobs)} runs in {wall:.1f}s; fix variant {fix!r}: {'OK' if ok else 'NOT OK'}")
@@ -85,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             "models": models.to_json(),
             "expected": {v: {s: list(e) for s, e in EXPECTED.get(v, {}).items()} for v in variants},
             "results": table,
+            **({"server": server} if server is not None else {}),
             "ok": ok,
             "wall_s": round(wall, 3),
         })

@@ -29,3 +29,22 @@ def format_table(table: dict[str, dict[str, dict]], variants: list[str], scenari
     if notes:
         lines += ["", "first failures:", *notes]
     return "\n".join(lines)
+
+
+def format_server_table(server: dict[str, dict[str, dict]], variants: list[str]) -> str:
+    """llama-server checks down, variants across: the HTTP codes, and whether that was expected."""
+    checks = list(next(iter(server.values())))
+
+    def cell(r: dict) -> str:
+        st = r.get("status")
+        codes = "/".join(str(c) for c in st) if isinstance(st, list) else str(st)
+        return codes + ("" if r["ok"] else " (!)")
+
+    w0 = max(len(c) for c in checks) + 2
+    widths = [max(len(v), *(len(cell(server[v][c])) for c in checks)) + 2 for v in variants]
+    lines = ["llama-server check".ljust(w0) + "".join(v.ljust(w) for v, w in zip(variants, widths))]
+    lines.append("-" * len(lines[0]))
+    for c in checks:
+        lines.append(c.ljust(w0) + "".join(cell(server[v][c]).ljust(w) for v, w in zip(variants, widths)))
+    lines.append("(!) marks a result other than the expected one")
+    return "\n".join(lines)

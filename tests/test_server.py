@@ -1,0 +1,158 @@
+"""End to end through llama-server: every built variant, the tiny models, over loopback.
+
+The builds come from the session fixture ``variants`` (tests/conftest.py), which builds
+what is missing: nothing here is skipped for want of a build. The checks themselves live
+in ``pyllama_dflash.server_checks`` (``python -m pyllama_dflash.repro --server`` runs the
+same ones); these tests run them once per variant and assert the expected outcome of each.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pyllama_dflash import tiny
+from pyllama_dflash.server import (
+    ServerError,
+    ServerOptions,
+    ServerProcess,
+    server_command,
+)
+from pyllama_dflash.server_checks import CHECKS, SPEC_BATCH_ERROR, run_server_checks
+
+pytestmark = pytest.mark.server
+
+VARIANTS = ("baseline", "zero-fill", "full")
+PATCHED = ("zero-fill", "full")
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory) -> tiny.TinyModels:
+    return tiny.write_models(tmp_path_factory.mktemp("server-models"))
+
+
+@pytest.fixture
+def llama_server(variants, tiny_models, tmp_path) -> Iterator[Callable[..., ServerProcess]]:
+    """Start a variant's llama-server on the tiny models: ``llama_server("full", n_parallel=2)``.
+
+    Every server started through it is stopped at teardown, even when the test fails.
+    """
+    started: list[ServerProcess] = []
+
+    def start(variant: str = "full", **options) -> ServerProcess:
+        srv = ServerProcess(variants[variant].binary("llama-server"), tiny_models, ServerOptions(**options),
+                            log_path=tmp_path / f"{variant}-{len(started)}.log")
+        started.append(srv)
+        return srv.start()
+
+    yield start
+    for srv in started:
+        srv.stop()
+
+
+@pytest.fixture(scope="session")
+def checks(variants, tiny_models, tmp_path_factory) -> dict[str, dict[str, dict]]:
+    assert set(VARIANTS) <= set(variants), f"built variants: {sorted(variants)}"
+    work = tmp_path_factory.mktemp("server-checks")
+    return {v: run_server_checks(variants[v], tiny_models, work_dir=work) for v in VARIANTS}
+
+
+def _explain(result: dict) -> str:
+    log = result.get("log")
+    log = log if isinstance(log, str) else json.dumps(log)
+    return json.dumps({k: v for k, v in result.items() if k not in ("log", "tokens")}, default=str) + f"\nlog: {log}"
+
+
+# -- the fixture itself -----------------------------------------------------------------
+
+def test_command_line_carries_the_options(tiny_models):
+    cmd = server_command(Path("/x/llama-server"), tiny_models,
+                         ServerOptions(n_parallel=2, cache_ram_mib=64, cache_prompt=True, ctx_checkpoints=4,
+                                       n_batch=16, extra_args=("--foo",)), port=1234)
+    joined = " ".join(cmd)
+    assert cmd[0] == "/x/llama-server" and cmd[-1] == "--foo"
+    for part in (f"-m {tiny_models.target}", f"--mmproj {tiny_models.mmproj}", f"-md {tiny_models.draft}",
+                 "--spec-type draft-dflash", f"--spec-draft-n-max {tiny_models.n_draft_max}", "-np 2",
+                 "--cache-ram 64", "--cache-prompt", "--ctx-checkpoints 4", "-b 16", "--port 1234",
+                 "--host 127.0.0.1", "--no-warmup"):
+        assert part in joined
+    no_draft = server_command(Path("x"), tiny_models, ServerOptions(draft=False), port=1)
+    assert "-md" not in no_draft and "--spec-type" not in no_draft
+
+
+def test_server_starts_answers_and_stops(llama_server):
+    srv = llama_server("full")
+    assert srv.alive and srv.get("/health").status == 200
+    assert srv.media_marker()  # random per process, read from /props
+    assert "listening" in srv.log_text()
+    rc = srv.stop()
+    assert rc is not None and not srv.alive
+    assert srv.get("/health", timeout=2).status is None  # nothing listens there any more
+
+
+def test_a_server_that_dies_raises_with_its_log(variants, tiny_models, tmp_path):
+    broken = replace(tiny_models, target=tmp_path / "missing.gguf")
+    srv = ServerProcess(variants["full"].binary("llama-server"), broken, log_path=tmp_path / "dead.log")
+    with pytest.raises(ServerError) as e, srv:
+        pass
+    assert "exited with code" in str(e.value) and e.value.log_tail
+    assert not srv.alive
+
+
+def test_unknown_check_is_refused(variants, tiny_models):
+    with pytest.raises(ValueError, match="unknown server checks"):
+        run_server_checks(variants["full"], tiny_models, checks=["nope"])
+
+
+# -- the checks, per variant ------------------------------------------------------------
+
+@pytest.mark.parametrize("check", CHECKS)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_check_behaves_as_expected(checks, variant, check):
+    r = checks[variant][check]
+    assert r["ok"], f"{check} on {variant}: expected {r.get('expected')}\n{_explain(r)}"
+
+
+def test_baseline_answers_500_on_an_image_with_the_draft(checks):
+    r = checks["baseline"]["chat_image"]
+    assert r["status"] == 500 and SPEC_BATCH_ERROR in r["errors"][0], _explain(r)
+    assert r["server_alive"], "the server survives the failed request"
+    # without the draft, the same binary answers the same image prompt
+    assert checks["baseline"]["exact_image"]["status"] == [500, 200]
+
+
+@pytest.mark.parametrize("variant", PATCHED)
+def test_patched_answers_200_with_the_output_of_the_target_alone(checks, variant):
+    r = checks[variant]
+    assert r["chat_image"]["status"] == 200 and r["chat_image"]["content"], _explain(r["chat_image"])
+    assert r["exact_image"]["same_tokens"] is True and r["exact_image"]["same_chat_content"] is True
+    assert r["exact_text"]["same_tokens"] is True
+    for check in ("two_turn", "concurrent", "alternating", "slot_restore"):
+        assert not r[check]["any_500"], f"{check}: {_explain(r[check])}"
+
+
+@pytest.mark.parametrize("variant", PATCHED)
+def test_draft_statistics_are_reported(checks, variant):
+    stats = checks[variant]["chat_image"]["draft"]
+    assert stats is not None and stats["draft_n"] > 0 and 0 <= stats["draft_n_accepted"] <= stats["draft_n"]
+
+
+def test_restoring_a_slot_leaves_the_draft_behind_and_only_baseline_fails(checks):
+    # the target comes back from the slot file, the draft keeps the shorter conversation:
+    # no image involved, and the unpatched draft still rejects the next rows (Y = X + 1)
+    assert checks["baseline"]["slot_restore"]["status"][-1] == 500
+    for v in PATCHED:
+        r = checks[v]["slot_restore"]
+        assert r["cache_n_after_restore"] and r["same_tokens_as_no_draft"] is True, _explain(r)
+
+
+def test_a_draft_ahead_of_the_target_is_trimmed_by_the_server_on_every_variant(checks):
+    # the draft-ahead case that patch 0002 guards against does not reach DFlash through the
+    # server: the next prompt starts with slot.mem.seq_rm(p0, -1) on both contexts
+    for v in VARIANTS:
+        r = checks[v]["slot_restore_ahead"]
+        assert r["status"] == [200] * 5 and r["same_tokens_as_no_draft"] is True, _explain(r)
