@@ -119,10 +119,13 @@ def s9(env: Env) -> None:
 
 
 def s10(env: Env) -> None:
-    # llama-server's prompt cache restores a cached prompt's target state and then the draft's;
-    # when only the target's comes back (llama-server logs "failed to load prompt from cache" and
-    # carries on), the target holds text + image + text that the draft never processed, and the
-    # first drafting round starts right at the target's next position
+    # The draft is behind when the first drafting round starts: the target's sequence holds a
+    # prefix (text + image + text) that the draft never processed. llama-server gets there when
+    # it restores the target alone: POST /slots/N?action=restore loads only the target's state
+    # (seen: the server check slot_restore). Here the target's state comes from an earlier
+    # request's saved slot, and generation starts right after the restore. (Through the
+    # server a new request then evaluates at least one prompt token before drafting, so there
+    # process() meets the hole first and zero-fill already repairs it: see the server checks.)
     s = env.session()
     m = env.marker(s)
     s.prompt(0, "hello world", step="request 1 prompt")
@@ -153,7 +156,8 @@ SCENARIOS: dict[str, Scenario] = {sc.id: sc for sc in [
     Scenario("S8", "text only", "control: no image at all", s8),
     Scenario("S9", "M-RoPE draft", "control: S1 with a draft that has rope.dimension_sections", s9, draft="mrope"),
     Scenario("S10", "draft behind when drafting starts",
-             "the target's prefix (text + image) comes from a cache; the first round drafts at its next position", s10),
+             "the target alone is restored to a saved slot (text + image + text the draft never saw); "
+             "the first round drafts at its next position", s10),
     Scenario("S11", "image whose last sub-batch is one row",
              "an 11x3 image (33 rows) in sub-batches of 16, 16 and 1: the 1-row tail is not skipped as pinned", s11),
 ]}
