@@ -1,13 +1,14 @@
 """How much the vectorised batch fill saves: a 4096-row embedding batch from numpy, two ways.
 
-* numpy: ``api.Batch.embeddings`` (C arrays allocated once, filled through numpy views over
-  ``ffi.buffer``: one copy per array, seq-id pointers computed as addresses),
+* numpy: ``api.Batch.embeddings`` (the embedding rows used in place from the caller's
+  C-contiguous float32 array, the small arrays filled through numpy views over ``ffi.buffer``,
+  seq-id pointers computed as addresses),
 * loop: the same ``llama_batch`` filled row by row from Python (one memmove per embedding row,
   one assignment per position row, seq id and output flag).
 
 No model is needed; only the compiled module is loaded. Run::
 
-    python -m pyllama_dflash.bindings.bench_batch_fill --lib-dir DIR [--rows 4096] [--n-embd 2048]
+    python -m pyllama_dflash.bench --only bindings
 """
 
 from __future__ import annotations

@@ -1,0 +1,158 @@
+"""``python -m pyllama_dflash.bench``: the project's performance figures, as side-by-side ratios.
+
+These machines are noisy, so every figure that compares two things measures both in one run,
+interleaved (A, B, B, A, ...), over several rounds, and reports the median with its spread or a
+bootstrap interval. Writes JSON (``--json``) and a Markdown table (``--markdown``).
+
+Sections (``--only``):
+  build     cold build of the first variant, extra cost of each further one, no-op rebuild
+            (a real cold build in a temporary cache with --cold-build, ~11 min on 2 cores;
+            without it, the figures recorded in the existing manifests plus a live no-op)
+  matrix    the repro matrix on the tiny models: wall time, share spent starting children
+  overhead  text-only speculative loop, full vs baseline, tokens/s ratio with a bootstrap CI
+  fill      the draft fill's cost for holes of 3..1024 positions vs the image chunk's decode
+  bindings  a 4096-row numpy embedding batch through the bindings vs a per-row Python loop
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..build import BuildOptions, build
+from ..build.fsutil import atomic_write_bytes, atomic_write_json
+from ..build.paths import cache_root
+from . import stats
+from .report import markdown
+
+SECTIONS = ("build", "matrix", "overhead", "fill", "bindings")
+HOLES = (3, 6, 12, 24, 48, 96, 192, 384, 768, 1024)
+
+
+def worker(variant: str, task: str, args: dict, timeout: float = 1800) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "pyllama_dflash.bench.worker", variant, task, json.dumps(args)],
+                          capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench worker {variant} {task} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def bench_build(cold: bool) -> dict:
+    repo_build = [sys.executable, str(Path(__file__).resolve().parents[2] / "build.py")]
+    if cold:
+        # a fresh cache, the already-fetched pristine tree: the compile alone is measured
+        src = build(["baseline"], BuildOptions(quiet=True))[0].data["source"]["path"]
+        with tempfile.TemporaryDirectory(prefix="pyllama-dflash-coldbuild-") as tmp:
+            env = {**os.environ, "PYLLAMA_DFLASH_CACHE": tmp}
+            times = {}
+            for name, args in (("baseline", ["--variant", "baseline"]), ("zero-fill", ["--variant", "zero-fill"]),
+                               ("full", ["--variant", "full"]), ("no-op", ["--variant", "all"])):
+                t0 = time.monotonic()
+                subprocess.run([*repo_build, "--llama-dir", src, "--quiet", *args], env=env, check=True,
+                               capture_output=True)
+                times[name] = time.monotonic() - t0
+        return {"source": "cold build in a temporary cache", "first_s": times["baseline"],
+                "extra_s": {"zero-fill": times["zero-fill"], "full": times["full"]}, "noop_s": times["no-op"],
+                "ratio_second_to_first": times["zero-fill"] / times["baseline"]}
+    built = {m.variant: m for m in build(["all"], BuildOptions(quiet=True))}
+    t0 = time.monotonic()
+    subprocess.run([*repo_build, "--variant", "all", "--quiet"], check=True, capture_output=True)
+    noop = time.monotonic() - t0
+    first = built["baseline"].data["timings"]["total"]
+    extra = {v: m.data["timings"]["total"] for v, m in built.items() if v != "baseline"}
+    return {"source": "timings recorded in the manifests (built " + built["baseline"].data["built_at"] + "), live no-op",
+            "first_s": first, "extra_s": extra, "noop_s": noop,
+            "ratio_second_to_first": next(iter(extra.values())) / first if extra else None}
+
+
+def bench_matrix() -> dict:
+    from ..repro.runner import Job, run_matrix
+    from ..scenarios.catalog import SCENARIOS
+    from ..scenarios.models import tiny_models
+
+    variants = [m.variant for m in build(["all"], BuildOptions(quiet=True))]
+    models = tiny_models()
+    jobs = [Job(s, v, models, {"n_batch": 16, "n_ubatch": 16}) for s in SCENARIOS for v in variants]
+    t0 = time.monotonic()
+    results = run_matrix(jobs, os.cpu_count() or 2)
+    wall = time.monotonic() - t0
+    child_wall = sum(r["wall_s"] for r in results.values())
+    inside = sum(r.get("timings", {}).get("total_s", 0.0) for r in results.values())
+    return {"runs": len(jobs), "wall_s": wall, "child_wall_s": child_wall, "child_work_s": inside,
+            "startup_share": (child_wall - inside) / child_wall if child_wall else None}
+
+
+def bench_overhead(rounds: int) -> dict:
+    """full vs baseline on a loop with no image: interleaved child processes, A B B A ..."""
+    pairs = []
+    per_variant: dict[str, list[float]] = {"baseline": [], "full": []}
+    for r in range(rounds):
+        order = ("baseline", "full") if r % 2 == 0 else ("full", "baseline")
+        got = {v: worker(v, "spec_loop", {"n_tokens": 48, "repeats": 5})["tok_per_s"] for v in order}
+        med = {v: stats.summary(x)["median"] for v, x in got.items()}
+        for v in med:
+            per_variant[v].append(med[v])
+        pairs.append(med["full"] / med["baseline"])
+    lo, hi = stats.bootstrap_median(pairs)
+    return {"rounds": rounds, "ratio_median": stats.summary(pairs)["median"], "ratio_ci95": [lo, hi],
+            "ratios": pairs, "tok_per_s": {v: stats.summary(x) for v, x in per_variant.items()}}
+
+
+def bench_fill(repeats: int) -> dict:
+    return {"plain_draft": worker("full", "fill_curve", {"holes": list(HOLES), "repeats": repeats}),
+            "swa_draft": worker("full", "fill_curve", {"holes": list(HOLES), "repeats": repeats, "draft": "swa"})}
+
+
+def bench_bindings() -> dict:
+    return worker("baseline", "bindings_fill", {"rows": 4096, "n_embd": [64, 2048]})
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m pyllama_dflash.bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", help=f"comma-separated sections ({', '.join(SECTIONS)}); default: all")
+    ap.add_argument("--cold-build", action="store_true", help="measure a real cold build (about 11 min on 2 cores)")
+    ap.add_argument("--rounds", type=int, default=8, help="interleaved rounds for the overhead ratio")
+    ap.add_argument("--repeats", type=int, default=7, help="repeats per point of the fill curve")
+    ap.add_argument("--json", type=Path, default=cache_root() / "bench" / "bench.json")
+    ap.add_argument("--markdown", type=Path, help="also write the Markdown table here")
+    args = ap.parse_args(argv)
+    only = args.only.split(",") if args.only else list(SECTIONS)
+    unknown = [s for s in only if s not in SECTIONS]
+    if unknown:
+        ap.error(f"--only: unknown section(s) {', '.join(unknown)}")
+
+    head = build(["baseline"], BuildOptions(quiet=True))[0]
+    report: dict = {
+        "date": dt.date.today().isoformat(),
+        "machine": {"cpus": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version()},
+        "llama_cpp": {"release": head.data["source"].get("release"), "commit": head.data["source"]["provenance"].get("commit"),
+                      "backend": head.backend},
+    }
+    runners = {"build": lambda: bench_build(args.cold_build), "matrix": bench_matrix,
+               "overhead": lambda: bench_overhead(args.rounds), "fill": lambda: bench_fill(args.repeats),
+               "bindings": bench_bindings}
+    for section in only:
+        t0 = time.monotonic()
+        print(f"bench: {section} ...", file=sys.stderr, flush=True)
+        report[section] = runners[section]()
+        print(f"bench: {section} done in {time.monotonic() - t0:.0f}s", file=sys.stderr, flush=True)
+    atomic_write_json(args.json, report)
+    table = markdown(report)
+    if args.markdown:
+        atomic_write_bytes(args.markdown, table.encode())
+    print(table)
+    print(f"bench: JSON in {args.json}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

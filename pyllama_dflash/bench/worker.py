@@ -1,0 +1,133 @@
+"""Measurements that need native code, each run in a child process for one variant.
+
+``python -m pyllama_dflash.bench.worker VARIANT TASK ARGS_JSON`` prints one JSON object. The
+parent (bench/__main__.py) interleaves children of different variants, so both sides of a
+ratio see the same machine weather.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Callable
+
+import numpy as np
+
+from .. import api, load
+from ..scenarios.models import ModelSet, tiny_models
+from ..scenarios.record import Record
+from ..scenarios.session import Session, SessionConfig
+from ..tiny.image import rgb
+
+TEXT = "hello world and more text here to read"
+
+
+def spec_loop(args: dict) -> dict:
+    """Tokens per second of a text-only speculative loop: target decode, process, draft, verify."""
+    models = tiny_models()
+    n_tokens, repeats = args.get("n_tokens", 64), args.get("repeats", 5)
+    cfg = SessionConfig(n_ctx=512, n_batch=64, n_ubatch=64)
+    rates = []
+    for r in range(repeats + 1):  # the first one warms caches and is dropped
+        with Session(models, cfg, Record()) as s:
+            s.prompt(0, TEXT)
+            t0 = time.perf_counter()
+            s.generate(0, n_tokens)
+            dt = time.perf_counter() - t0
+        if r:
+            rates.append(n_tokens / dt)
+    return {"tok_per_s": rates}
+
+
+def _contexts(models: ModelSet, draft_path, n_ctx: int, n_batch: int):
+    tm = api.Model(models.target)
+    dm = api.Model(draft_path)
+    target = api.Context(tm, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch, n_rs_seq=3)
+    draft = api.Context.draft(dm, target, n_batch=n_batch, n_ubatch=n_batch)
+    spec = api.Speculative(target, draft, n_max=3)
+    return tm, dm, target, draft, spec
+
+
+def fill_curve(args: dict) -> dict:
+    """Time of the draft fill for holes of h positions against the target's decode of the image
+    chunk that makes such a hole (an h x 3 grid), on the patched variant."""
+    models = tiny_models()
+    draft_path = models.draft_swa if args.get("draft") == "swa" else models.draft
+    holes, repeats = args["holes"], args.get("repeats", 5)
+    n_batch = 512
+    n_ctx = 4 * max(holes) + 256
+    tm, dm, target, draft, spec = _contexts(models, draft_path, n_ctx, n_batch)
+    projector = api.Projector(models.mmproj, tm)
+    prefix = tm.tokenize(TEXT)
+    text = tm.tokenize("in a few words")
+    out = []
+
+    def process_after(hole: int) -> float:
+        """spec.process of a text batch that starts `hole` positions past the draft's memory."""
+        target.clear(), draft.clear()
+        b0 = api.Batch.tokens(prefix, pos0=0)
+        assert target.process(b0) == 0 and spec.process(b0)
+        b1 = api.Batch.tokens(text, pos0=len(prefix) + hole)  # an M-RoPE target accepts the jump
+        assert target.process(b1) == 0
+        t0 = time.perf_counter()
+        ok = spec.process(b1)
+        dt = time.perf_counter() - t0
+        assert ok and draft.pos_max(0) == target.pos_max(0)
+        return dt
+
+    def image_decode(hole: int) -> tuple[float, float]:
+        """(encode, encode + decode) seconds of an image chunk whose hole is `hole` positions."""
+        with projector.tokenize(projector.marker, [rgb(28 * hole, 84, 0)]) as chunks:
+            chunk = next(c for c in chunks if c.type != "text")
+            assert chunk.n_pos == hole, (chunk.nx, chunk.ny)
+            t0 = time.perf_counter()
+            projector.encode(chunk)
+            t_enc = time.perf_counter() - t0
+            target.clear(), draft.clear()
+            t0 = time.perf_counter()
+            res = projector.decode_image(target, chunk, 0, n_batch=n_batch)
+            t_all = time.perf_counter() - t0
+            assert res.rc == 0
+            return t_enc, t_all
+
+    base = _median(lambda: process_after(0), repeats)
+    for h in holes:
+        t = _median(lambda: process_after(h), repeats)
+        encs, alls = zip(*(image_decode(h) for _ in range(max(1, repeats // 2))))
+        enc, total = float(np.median(encs)), float(np.median(alls))
+        fill = max(t - base, 0.0)
+        out.append({"hole": h, "process_s": t, "fill_s": fill, "per_position_us": 1e6 * fill / h,
+                    "image_encode_s": enc, "image_decode_s": max(total - enc, 0.0), "image_total_s": total,
+                    "fill_over_decode": fill / max(total - enc, 1e-9), "fill_over_total": fill / total})
+    for obj in (projector, spec, draft, target, dm, tm):
+        obj.close()
+    return {"no_hole_process_s": base, "points": out}
+
+
+def bindings_fill(args: dict) -> dict:
+    from .bindings_fill import measure_embd_batch_fill
+
+    res = []
+    for n_embd in args.get("n_embd", [64, 2048]):
+        t = measure_embd_batch_fill(args.get("rows", 4096), n_embd, 4, args.get("repeats", 7))
+        res.append({"rows": t.n_rows, "n_embd": t.n_embd, "numpy_s": t.numpy_s, "loop_s": t.loop_s, "ratio": t.ratio})
+    return {"points": res}
+
+
+def _median(fn: Callable[[], float], repeats: int) -> float:
+    return float(np.median([fn() for _ in range(repeats)]))
+
+
+TASKS = {"spec_loop": spec_loop, "fill_curve": fill_curve, "bindings_fill": bindings_fill}
+
+
+def main(argv: list[str]) -> int:
+    variant, task, args = argv[0], argv[1], json.loads(argv[2]) if len(argv) > 2 else {}
+    load(variant)
+    print(json.dumps(TASKS[task](args)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
