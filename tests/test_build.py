@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pyllama_dflash.build import manifest as manifest_mod
-from pyllama_dflash.build import pinned
+from pyllama_dflash.build import pinned, toolchain
 from pyllama_dflash.build.fsutil import file_lock, sha256_file
 from pyllama_dflash.build.paths import cache_root
 from pyllama_dflash.build.patchset import apply_series, load_series
@@ -159,3 +159,12 @@ def test_a_test_series_builds_incrementally_beside_the_project_variants(variants
     # the project's variants are untouched by it
     again = build_py("--variant", "all")
     assert again.returncode == 0 and "compile" not in again.stderr
+
+
+@pytest.mark.skipif(not toolchain.cuda_toolkit_problems(), reason="this machine has a complete CUDA toolkit")
+def test_a_forced_cuda_build_without_a_toolkit_stops_before_configuring():
+    proc = build_py("--backend", "cuda", "--variant", "baseline")
+    assert proc.returncode == 2
+    assert "--backend cuda: this machine cannot build ggml-cuda" in proc.stderr
+    assert toolchain.cuda_toolkit_problems()[0] in proc.stderr
+    assert "configure" not in proc.stderr and "fetch:" not in proc.stderr

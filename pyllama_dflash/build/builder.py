@@ -91,9 +91,9 @@ class Plan:
 
 
 def plan(opts: BuildOptions, log=print) -> Plan:
-    src = source.resolve(opts.llama_dir, allow_unpinned=opts.allow_unpinned, log=log)
+    tc = toolchain.select(opts.backend, opts.cuda_arch)  # first: a missing toolkit needs no download
     series = load_series(opts.patches_dir or default_patches_dir())
-    tc = toolchain.select(opts.backend, opts.cuda_arch)
+    src = source.resolve(opts.llama_dir, allow_unpinned=opts.allow_unpinned, log=log)
     key_src = {"fingerprint": src.fingerprint, "pinned": src.pinned}
     if not src.pinned:
         key_src["path"] = str(src.path)  # two unpinned trees may share the fingerprinted files
