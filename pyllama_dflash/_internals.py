@@ -44,6 +44,9 @@ class ModelLoadError(PyllamaError):
         self.reason = reason
         super().__init__(f"cannot load {self.path}: {reason}")
 
+    def __reduce__(self) -> tuple:  # picklable, so a guarded child can send it back (guard.py)
+        return (type(self), (self.path, self.reason))
+
 
 class ContextError(PyllamaError):
     """A context (or a draft context) could not be created, or was refused before creation."""
@@ -64,6 +67,9 @@ class NativeCallError(PyllamaError):
         if self.log_lines:
             detail += "\n" + logs.format_lines(self.log_lines)
         super().__init__(detail)
+
+    def __reduce__(self) -> tuple:  # picklable, so a guarded child can send it back (guard.py)
+        return (type(self), (self.call, self.message, self.log_lines))
 
 
 class ClosedError(PyllamaError):
@@ -126,6 +132,8 @@ class NativeHandle:
         self.ptr: Any = rt.ffi.NULL
         self._parents = parents  # strong refs: a parent outlives its children
         self._children: list[weakref.ref[NativeHandle]] = []
+        self._n_unreleased = 0  # adopted children whose native side is not freed yet
+        self._free_pending = False  # closed, but waiting for children the GC cut off
         self._closed = False
         for parent in parents:
             parent._require_open()
@@ -134,6 +142,7 @@ class NativeHandle:
     def _adopt(self, child: NativeHandle) -> None:
         self._children = [ref for ref in self._children if ref() is not None]
         self._children.append(weakref.ref(child))
+        self._n_unreleased += 1
 
     def _living_children(self) -> Iterator[NativeHandle]:
         for ref in reversed(self._children):
@@ -155,10 +164,25 @@ class NativeHandle:
         for child in list(self._living_children()):
             child.close()
         self._closed = True
+        if self._n_unreleased:
+            # Children we cannot reach are still unfreed: the garbage collector clears weak
+            # references before it runs finalizers, in any order, on a cycle's objects (at
+            # interpreter exit, say). Freeing now would let them use freed memory; the last
+            # of them frees us instead (they hold strong references to their parents).
+            self._free_pending = True
+            return
+        self._release()
+
+    def _release(self) -> None:
         if self.ptr != self.rt.ffi.NULL:
             self._free()
         self.ptr = self.rt.ffi.NULL
-        self._parents = ()
+        parents, self._parents = self._parents, ()
+        for parent in parents:
+            parent._n_unreleased -= 1
+            if parent._free_pending and parent._n_unreleased == 0:
+                parent._free_pending = False
+                parent._release()
 
     def _free(self) -> None:  # pragma: no cover - every subclass overrides
         raise NotImplementedError
@@ -274,13 +298,20 @@ class BatchBuffers:
     released with the last reference (no native free function is involved).
     """
 
-    def __init__(self, rt: Runtime, n_tokens: int, n_embd: int, n_pos: int) -> None:
+    def __init__(self, rt: Runtime, n_tokens: int, n_embd: int, n_pos: int,
+                 embd_source: np.ndarray | None = None) -> None:
         ffi = rt.ffi
         self.n_tokens, self.n_embd, self.n_pos = n_tokens, n_embd, n_pos
         n = max(n_tokens, 1)
         self._token = ffi.new("llama_token[]", n) if n_embd == 0 else ffi.NULL
-        # the embedding rows are always overwritten whole, so they need no zeroing
-        self._embd = _uninitialised(ffi)("float[]", n * n_embd) if n_embd > 0 else ffi.NULL
+        if embd_source is not None and n_tokens > 0:
+            # zero-copy: llama_batch.embd points into the caller's C-contiguous float32 array,
+            # which this object keeps alive (copying megabytes of rows costs more than the rest)
+            self._embd_owner = embd_source
+            self._embd = ffi.from_buffer("float[]", embd_source)
+        else:
+            # the embedding rows are always overwritten whole, so they need no zeroing
+            self._embd = _uninitialised(ffi)("float[]", n * n_embd) if n_embd > 0 else ffi.NULL
         self._pos = ffi.new("llama_pos[]", n * n_pos)
         self._n_seq_id = ffi.new("int32_t[]", n)
         self.seq_flat = ffi.new("llama_seq_id[]", n)
@@ -289,7 +320,10 @@ class BatchBuffers:
 
         # numpy views over the C arrays: filling them is one vectorised copy per array
         self.token = None if n_embd > 0 else np.frombuffer(ffi.buffer(self._token), dtype=np.int32)[:n_tokens]
-        self.embd = None if n_embd == 0 else np.frombuffer(ffi.buffer(self._embd), dtype=np.float32)[: n_tokens * n_embd].reshape(n_tokens, n_embd)
+        if embd_source is not None and n_tokens > 0:
+            self.embd = embd_source
+        else:
+            self.embd = None if n_embd == 0 else np.frombuffer(ffi.buffer(self._embd), dtype=np.float32)[: n_tokens * n_embd].reshape(n_tokens, n_embd)
         self.pos = np.frombuffer(ffi.buffer(self._pos), dtype=np.int32)[: n_tokens * n_pos].reshape(n_pos, n_tokens)
         self.n_seq_id = np.frombuffer(ffi.buffer(self._n_seq_id), dtype=np.int32)[:n_tokens]
         self.seq_id = np.frombuffer(ffi.buffer(self.seq_flat), dtype=np.int32)[:n_tokens]

@@ -3,7 +3,11 @@
 Every call that llama.cpp answers with a return code returns that code (the harness asserts on
 it); errors that are not return codes raise a :class:`PyllamaError`. Inputs that would make
 llama.cpp abort the process (a GGML_ASSERT) are checked here first and raise ``ValueError`` or a
-:class:`ContextError` instead.
+:class:`ContextError` instead, and so are inputs it would accept silently into a corrupt state
+(negative or repeated positions, a draft with another vocab). What cannot be checked cheaply has a
+guarded path that runs the native call in a child process (``pyllama_dflash.guard``):
+:meth:`Model.load_checked` and :meth:`Projector.load_checked` for untrusted files, and
+``guard.run_in_child`` for anything else.
 
 Typical use::
 
@@ -111,6 +115,19 @@ class Model:
         ids = lib.pyllama_dflash_model_target_layer_ids(ptr)
         self.target_layer_ids: list[int] = [int(ids[i]) for i in range(n_ids)] if n_ids else []
 
+    @classmethod
+    def load_checked(cls, path: Path | str, n_gpu_layers: int = 0, timeout: float | None = 600.0) -> Model:
+        """Like ``Model(path)``, for a file nobody vouched for: a child process loads it first.
+
+        llama.cpp's loader aborts the process on some malformed files (a ``GGML_ASSERT`` on the
+        layer count, a division by a zero hyperparameter); here that raises ModelLoadError naming
+        the file and the assertion, and this interpreter lives on. Costs one extra load.
+        """
+        from pyllama_dflash import guard
+
+        guard.check_model(path, n_gpu_layers=n_gpu_layers, timeout=timeout)
+        return cls(path, n_gpu_layers=n_gpu_layers)
+
     @property
     def is_mrope(self) -> bool:
         """True for M-RoPE/IMROPE models: embedding rows carry 4 position rows."""
@@ -214,6 +231,32 @@ def _seq_ids(seq_id: int | Sequence[int] | np.ndarray, n: int) -> np.ndarray:
     return ids
 
 
+def _check_positions(batch: Batch, via: str) -> None:
+    """Refuse positions llama.cpp would store without complaint, corrupting the sequence: a negative
+    one, or one that does not increase within a sequence. An M-RoPE embedding batch (an image)
+    repeats its temporal row, so there only a decrease is refused."""
+    pos = batch.pos
+    if batch.n_tokens == 0:
+        return
+    negative = (pos < 0).any(axis=0)
+    if negative.any():
+        row = int(np.argmax(negative))
+        raise ValueError(f"{via}: pos of row {row} is {pos[:, row].tolist()}: positions must be >= 0")
+    strict = batch.n_pos == 1
+    for seq in np.unique(batch.seq_id):
+        rows = np.flatnonzero(batch.seq_id == seq)
+        t = pos[0, rows]
+        step = np.diff(t)
+        bad = step <= 0 if strict else step < 0
+        if bad.any():
+            k = int(np.argmax(bad))
+            what = "repeats" if step[k] == 0 else "goes back to"
+            raise ValueError(
+                f"{via}: pos of row {int(rows[k + 1])} {what} {int(t[k + 1])} after {int(t[k])} in sequence {int(seq)}: "
+                "positions must increase within a sequence"
+            )
+
+
 class Batch:
     """Rows for one decode: token rows or embedding rows, with positions ``[n_pos, n_tokens]``.
 
@@ -260,7 +303,11 @@ class Batch:
         seq_id: int | Sequence[int] | np.ndarray = 0,
         logits: LogitsSpec = "none",
     ) -> Batch:
-        """Embedding rows ``embd [n, n_embd]`` with ``pos [n_pos, n]`` (n_pos 1, or 4 for M-RoPE)."""
+        """Embedding rows ``embd [n, n_embd]`` with ``pos [n_pos, n]`` (n_pos 1, or 4 for M-RoPE).
+
+        A C-contiguous float32 ``embd`` is not copied: the batch points into it and keeps it
+        alive, so changing the array afterwards changes the batch.
+        """
         rows = np.asarray(embd, dtype=np.float32)
         if rows.ndim != 2:
             raise ValueError(f"embd must be [n_tokens, n_embd], got shape {rows.shape}")
@@ -270,8 +317,11 @@ class Batch:
             positions = positions.reshape(1, -1)
         if positions.ndim != 2 or positions.shape[1] != n or not 1 <= positions.shape[0] <= 4:
             raise ValueError(f"pos must be [n_pos (1..4), {n}], got shape {np.shape(pos)}")
-        buf = BatchBuffers(runtime(), n, n_embd=n_embd, n_pos=positions.shape[0])
-        buf.embd[:] = rows
+        # a C-contiguous float32 array is used in place (the batch keeps a reference to it)
+        shared = rows if rows.flags.c_contiguous else None
+        buf = BatchBuffers(runtime(), n, n_embd=n_embd, n_pos=positions.shape[0], embd_source=shared)
+        if shared is None:
+            buf.embd[:] = rows
         buf.pos[:] = positions
         buf.seq_id[:] = _seq_ids(seq_id, n)
         buf.logits[:] = _logits_flags(logits, n)
@@ -372,6 +422,7 @@ class Context:
         }
         params.update({k: v for k, v in optional.items() if v is not None})
         self._handle = LlamaContext(self._rt, model._handle, params, _target._handle if _target else None)
+        self._kv_unified = bool(kv_unified if kv_unified is not None else self._rt.lib.llama_context_default_params().kv_unified)
         self._batch_ext: LlamaBatchExt | None = None
         self.n_decode_calls = 0  # decode/process/image calls made, successful or not
         self.last_log: list[logs.LogLine] = []  # what llama.cpp logged (warnings and up) during the last call
@@ -407,6 +458,13 @@ class Context:
             raise IncompatibleModelsError(
                 f"draft {model.path} has n_embd {model.n_embd} but target {target.model.path} has n_embd "
                 f"{target.model.n_embd}: the draft reuses the target's token embeddings, so they must match"
+            )
+        if model.n_vocab != target.model.n_vocab:
+            # DFlash samples the draft's vocab from logits made by the target's output head:
+            # another size reads past (or short of) each row of them
+            raise IncompatibleModelsError(
+                f"draft {model.path} has n_vocab {model.n_vocab} but target {target.model.path} has n_vocab "
+                f"{target.model.n_vocab}: the draft drafts from the target's output head, so the vocabs must match"
             )
         bad_layers = [lid for lid in model.target_layer_ids if not 0 <= lid < target.model.n_layer]
         if bad_layers:
@@ -456,6 +514,11 @@ class Context:
         return int(self._rt.lib.llama_n_seq_max(self._ptr()))
 
     @property
+    def n_ctx_seq(self) -> int:
+        """KV cells one sequence can hold (llama.cpp splits n_ctx between sequences unless kv_unified)."""
+        return self.n_ctx if self._kv_unified else self.n_ctx // max(1, self.n_seq_max)
+
+    @property
     def causal_attn(self) -> bool:
         return bool(self._rt.lib.llama_get_causal_attn(self._ptr()))
 
@@ -482,6 +545,7 @@ class Context:
             raise ValueError(
                 f"{via}: non-causal context needs the batch in one ubatch: {n} rows > n_ubatch {self.n_ubatch}"
             )
+        _check_positions(batch, via)
         if batch.kind != "embd":
             return
         if via == "llama_decode":
@@ -632,6 +696,13 @@ class Speculative:
             )
         if not draft.model.target_layer_ids:
             raise IncompatibleModelsError(f"{draft.model.path} has no target_layer_ids: not a DFlash draft")
+        block = draft.model.dflash_block_size
+        if draft.n_ubatch < block:
+            # the noise block is decoded non-causally, in one ubatch: llama.cpp asserts on it
+            raise ContextError(
+                f"draft context n_ubatch {draft.n_ubatch} < the draft's block size {block}: DFlash decodes its "
+                f"noise block of {block} rows in one non-causal ubatch (llama.cpp would abort); use n_ubatch >= {block}"
+            )
         self._rt = runtime()
         self.target = target
         self.draft_ctx = draft
@@ -910,6 +981,15 @@ class Projector:
         self._handle = MtmdContext(self._rt, Path(path), model._handle, params)
         self.path = Path(path)
 
+    @classmethod
+    def load_checked(cls, path: Path | str, model: Model, *, timeout: float | None = 600.0, **kwargs: Any) -> Projector:
+        """Like ``Projector(path, model, ...)``, for a file nobody vouched for: a child process loads
+        it over ``model.path`` first, so a clip loader that aborts raises ModelLoadError here."""
+        from pyllama_dflash import guard
+
+        guard.check_projector(path, model.path, timeout=timeout)
+        return cls(path, model, **kwargs)
+
     def _ptr(self) -> Any:
         self._handle._require_open()
         return self._handle.ptr
@@ -1008,6 +1088,11 @@ class Projector:
             raise ValueError(f"decode_image: n_batch {n_batch} > the context's n_batch {ctx.n_batch}")
         if lib.mtmd_decode_use_non_causal(self._ptr(), chunk.ptr) and min(n_batch, chunk.n_tokens) > ctx.n_ubatch:
             raise ValueError(f"decode_image: non-causal image of {chunk.n_tokens} tokens needs n_ubatch >= it")
+        if chunk.n_tokens > ctx.n_ctx_seq:
+            raise ValueError(
+                f"decode_image: image chunk {chunk.index} of {chunk.n_tokens} tokens ({chunk.nx}x{chunk.ny}) cannot "
+                f"fit in n_ctx {ctx.n_ctx_seq} per sequence: raise n_ctx or pass image_max_tokens to the Projector"
+            )
         embd = self._encode(chunk)
         state = ImageDecodeState(on_batch, speculative._driver if speculative is not None else None)
         handle = ffi.new_handle(state)

@@ -326,3 +326,13 @@ def test_compile_inputs_hash_is_stable() -> None:
     assert len(ffibuild.source_hash()) == 64
     assert "pyllama_dflash_spec_process_embd_view" in ffibuild.cdef_text()
 
+
+
+def test_a_contiguous_embedding_array_is_used_in_place_and_others_are_copied(lib_dir):
+    rows = np.arange(8 * 4, dtype=np.float32).reshape(8, 4)
+    pos = np.zeros((4, 8), dtype=np.int32)
+    shared = api.Batch.embeddings(rows, pos)
+    assert np.shares_memory(shared.embd, rows)
+    strided = rows[:, ::2]  # not C-contiguous: must be copied into the batch's own memory
+    copied = api.Batch.embeddings(strided, pos)
+    assert not np.shares_memory(copied.embd, rows) and np.array_equal(copied.embd, strided)

@@ -111,6 +111,8 @@ def resolve_variants(series: Series, names: list[str]) -> list[str]:
 def build(variants: list[str], opts: BuildOptions | None = None) -> list[manifests.Manifest]:
     """Build the named variants (``["all"]`` for every one); returns their manifests."""
     opts = opts or BuildOptions()
+    # a misspelt variant fails here, before the source is resolved (and perhaps fetched)
+    resolve_variants(load_series(opts.patches_dir or default_patches_dir()), variants)
     progress0 = Progress("build", quiet=opts.quiet)
     progress0.stage("verify", "resolving the llama.cpp source")
     p = plan(opts, log=progress0.say)
@@ -123,6 +125,9 @@ def build(variants: list[str], opts: BuildOptions | None = None) -> list[manifes
             progress0.say(f"{variant}: up to date ({existing.lib_dir})")
             results.append(existing)
             continue
+        broken = manifests.read(p.variant_dir(variant) / manifests.MANIFEST)
+        if broken is not None:
+            progress0.say(f"{variant}: rebuilding ({'; '.join(broken.problems(p.inputs(variant)))})")
         results.append(_build_one(p, variant, opts))
     return results
 
@@ -130,7 +135,7 @@ def build(variants: list[str], opts: BuildOptions | None = None) -> list[manifes
 def _build_one(p: Plan, variant: str, opts: BuildOptions) -> manifests.Manifest:
     progress = Progress(variant, quiet=opts.quiet)
     work = p.work_dir
-    with file_lock(work / "lock", on_wait=lambda: progress.say("waiting for another build of this folder")):
+    with file_lock(work / "lock", on_wait=lambda: progress.say("waiting for another build of this folder")) as lock_fd:
         existing = p.manifest(variant)  # built by whoever held the lock before us
         if existing is not None:
             progress.say(f"up to date ({existing.lib_dir}), built by another process")
@@ -154,17 +159,23 @@ def _build_one(p: Plan, variant: str, opts: BuildOptions) -> manifests.Manifest:
         if _needs_configure(build_dir, args):
             progress.stage("configure")
             (build_dir / "CMakeCache.txt").unlink(missing_ok=True)
-            run_logged(["cmake", "-S", str(work / "native"), "-B", str(build_dir), *args], log_path, progress, "configure")
+            run_logged(["cmake", "-S", str(work / "native"), "-B", str(build_dir), *args], log_path, progress, "configure",
+                       keep_fds=(lock_fd,))
             atomic_write_json(build_dir / "pyllama-dflash-configure.json", args)
 
         progress.stage("compile")
         jobs = opts.jobs or os.cpu_count() or 2
+        # the compilers inherit the lock: if this process is killed alone, the next build
+        # waits for them instead of running a second ninja in the same folder
         run_logged(["cmake", "--build", str(build_dir), "--target", *TARGETS, "-j", str(jobs)],
-                   log_path, progress, "compile")
+                   log_path, progress, "compile", keep_fds=(lock_fd,))
 
         progress.stage("publish")
         final = p.variant_dir(variant)
         final.parent.mkdir(parents=True, exist_ok=True)
+        for pattern in (f".{final.name}-*", f".{final.name}.old-*"):
+            for dead in final.parent.glob(pattern):
+                shutil.rmtree(dead, ignore_errors=True)  # a killed publish's; only a lock holder makes them
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
         try:
             files = _collect_outputs(build_dir / "bin", tmp)

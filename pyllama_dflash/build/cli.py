@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from . import builder
+from . import manifest as manifests
 from .errors import BuildError
 from .patchset import check_series
 
@@ -73,10 +74,15 @@ def _list(opts: builder.BuildOptions) -> int:
     print(f"source: {p.src.path} ({p.src.route}); backend {p.tc.backend}; build key {p.build_key}")
     for variant in p.series.variants:
         m = p.manifest(variant)
+        found = manifests.read(p.variant_dir(variant) / manifests.MANIFEST)
         if m is not None:
             state = f"built     {m.lib_dir}"
+        elif found is not None:
+            problems = found.problems(p.inputs(variant))
+            kind = "broken" if any(x.endswith(" is missing") for x in problems) else "stale"
+            state = f"{kind:9s} ({'; '.join(problems)})"
         elif (p.variant_dir(variant) / "manifest.json").exists():
-            state = "stale     (inputs changed since it was built)"
+            state = "broken    (unreadable manifest.json)"
         else:
             state = "not built"
         print(f"{variant:12s} {state}")

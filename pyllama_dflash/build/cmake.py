@@ -14,14 +14,18 @@ _NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]\s+(.*)")
 _MAKE_STEP = re.compile(r"^\[\s*(\d+)%\]\s+(.*)")
 
 
-def run_logged(cmd: list[str], log_path: Path, progress: Progress, what: str, cwd: Path | None = None) -> None:
-    """Run ``cmd`` appending its output to ``log_path``; report ``[n/m]`` steps as they pass."""
+def run_logged(cmd: list[str], log_path: Path, progress: Progress, what: str, cwd: Path | None = None,
+               keep_fds: tuple[int, ...] = ()) -> None:
+    """Run ``cmd`` appending its output to ``log_path``; report ``[n/m]`` steps as they pass.
+
+    ``keep_fds`` are inherited by the command and everything it starts (the build folder's lock).
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "a", encoding="utf-8", errors="replace") as log:
         log.write(f"\n$ {' '.join(cmd)}\n")
         log.flush()
         proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace", bufsize=1)
+                                errors="replace", bufsize=1, pass_fds=keep_fds)
         assert proc.stdout is not None
         last_report = 0.0
         try:

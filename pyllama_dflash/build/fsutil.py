@@ -70,11 +70,12 @@ def replace_dir(tmp_dir: Path, final_dir: Path) -> None:
 
 
 @contextlib.contextmanager
-def file_lock(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
-    """An exclusive advisory lock; blocks while another build holds it.
+def file_lock(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator[int]:
+    """An exclusive advisory lock; blocks while another build holds it. Yields the lock's fd.
 
-    The kernel drops flock locks when their holder dies, so a killed build never
-    leaves a stale lock behind.
+    The kernel drops flock locks when the last holder of the open file dies, so a killed
+    build never leaves a stale lock behind. A child given the fd (``pass_fds``) holds the
+    lock too: a compiler that outlives a killed build keeps the next one waiting.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as f:
@@ -91,6 +92,6 @@ def file_lock(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator
             f.truncate()
             f.write(f"{os.getpid()}\n")
             f.flush()
-            yield
+            yield f.fileno()
         finally:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
