@@ -90,7 +90,15 @@ def system_info() -> str:
     return rt.string(rt.lib.llama_print_system_info())
 
 
+THREADS_ENV = "PYLLAMA_DFLASH_THREADS"
+
+
 def _default_threads() -> int:
+    """Threads per context: ``$PYLLAMA_DFLASH_THREADS``, else up to 4 cores. Runners that start
+    several processes at once set it, or the processes fight over the cores (seen: 50x slower)."""
+    explicit = os.environ.get(THREADS_ENV)
+    if explicit:
+        return max(1, int(explicit))
     return max(1, min(4, os.cpu_count() or 1))
 
 

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..api import THREADS_ENV
 from ..build.fsutil import atomic_write_json
 from ..scenarios.models import ModelSet
 from ..scenarios.record import CRASH, ERROR
@@ -27,6 +28,7 @@ class Job:
     backend: str | None = None
     check_exact: bool = True
     timeout_s: float = 300.0
+    threads: int = 1  # per context; run_matrix sets cores // parallel children
 
 
 def run_child(job: Job, work_dir: Path) -> dict:
@@ -39,7 +41,8 @@ def run_child(job: Job, work_dir: Path) -> dict:
     })
     cmd = [sys.executable, "-m", "pyllama_dflash.scenarios.child", str(job_file), str(out_file)]
     t0 = time.monotonic()
-    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+    # children share the cores: each context gets its share of threads, not all of them
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1", THREADS_ENV: os.environ.get(THREADS_ENV, str(job.threads))}
     with open(log_file, "wb") as log:
         try:
             proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=job.timeout_s, env=env)
@@ -76,6 +79,9 @@ def _tail(path: Path, n: int = 12) -> list[str]:
 def run_matrix(jobs: list[Job], parallel: int, work_dir: Path | None = None) -> dict[tuple[str, str], dict]:
     work = work_dir or Path(tempfile.mkdtemp(prefix="pyllama-dflash-repro-"))
     work.mkdir(parents=True, exist_ok=True)
+    share = max(1, (os.cpu_count() or 1) // max(1, parallel))
+    for j in jobs:
+        j.threads = share
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         futures = {(j.scenario, j.variant): pool.submit(run_child, j, work) for j in jobs}
         return {key: f.result() for key, f in futures.items()}
