@@ -36,6 +36,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--backend", choices=("auto", "cpu", "cuda"), help="which build of each variant to use")
     ap.add_argument("--no-build", action="store_true", help="use what is built; fail for a variant that is not")
     ap.add_argument("--no-exact", action="store_true", help="skip the greedy-reference comparison of the output")
+    ap.add_argument("--schedule", type=Path, metavar="FILE",
+                    help="replay a schedule file (as python -m pyllama_dflash.fuzz writes) instead of the scenarios")
     ap.add_argument("--server", action="store_true",
                     help="also run the llama-server checks (HTTP codes, exactness) per variant, under \"server\"")
     real = ap.add_argument_group("real models (instead of the tiny generated ones)")
@@ -67,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"repro: error: {e}", file=sys.stderr)
         return 2
+    if args.schedule:
+        return _replay_schedule(args, variants, fix, models, config)
     scenarios = _scenario_ids(args)
     jobs = [Job(sid, v, models, config, args.backend if args.backend != "auto" else None,
                 not args.no_exact, args.timeout) for sid in scenarios for v in variants]
@@ -104,16 +108,47 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if ok else 1
 
 
+def _replay_schedule(args: argparse.Namespace, variants: list[str], fix: str, models: ModelSet, config: dict) -> int:
+    """One table row: the schedule on every variant; 0 when the fix variant keeps the invariant."""
+    from types import SimpleNamespace
+
+    from ..fuzz.runner import replay_variants
+    from ..fuzz.schedule import Schedule, ScheduleError
+
+    try:
+        schedule = Schedule.load(args.schedule)
+    except (OSError, ScheduleError) as e:
+        print(f"repro: error: --schedule {args.schedule}: {e}", file=sys.stderr)
+        return 2
+    t0 = time.monotonic()
+    results = replay_variants(schedule, variants, models, config=config,
+                              backend=args.backend if args.backend != "auto" else None, exact=not args.no_exact,
+                              parallel=args.jobs, timeout_s=args.timeout)
+    row = args.schedule.name
+    print(format_table({row: results}, variants, {row: SimpleNamespace(title=f"({len(schedule.steps)} steps)")}))
+    ok = results[fix]["status"] == PASS
+    if not ok:
+        print(f"repro: {fix} {results[fix]['status']} on {row}: {results[fix].get('first_failure')}", file=sys.stderr)
+    print(f"repro: schedule {args.schedule} on {len(variants)} variants in {time.monotonic() - t0:.1f}s; "
+          f"fix variant {fix!r}: {'OK' if ok else 'NOT OK'}")
+    if args.json:
+        atomic_write_json(args.json, {"schedule": schedule.to_json(), "variants": variants, "fix": fix,
+                                      "results": results, "ok": ok})
+    return 0 if ok else 1
+
+
 def _variant_names(args: argparse.Namespace) -> list[str]:
     return [v.strip() for v in args.variants.split(",")] if args.variants else ["all"]
 
 
 def _find_built(args: argparse.Namespace):
+    """The built variants, found through their manifests alone (nothing resolved or fetched)."""
     from ..build import builder, manifest
+    from ..build.patchset import load_series
+    from ..build.paths import default_patches_dir
 
-    p = builder.plan(BuildOptions(backend=args.backend), log=lambda _m: None)
-    names = builder.resolve_variants(p.series, _variant_names(args))
-    return [manifest.find(n, backend=args.backend) for n in names]
+    names = builder.resolve_variants(load_series(default_patches_dir()), _variant_names(args))
+    return [manifest.find(n, backend=args.backend, expected_inputs=builder.expected_inputs(n)) for n in names]
 
 
 def _scenario_ids(args: argparse.Namespace) -> list[str]:

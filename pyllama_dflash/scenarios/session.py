@@ -246,6 +246,40 @@ class Session:
         self.record.add(Call(step, "target", "llama_state_seq_set_data", seq, ok, pos=(0, st.n_past - 1)))
         self.seqs[seq] = SeqState(st.n_past, st.id_last, False, list(st.text_tokens))
 
+    def rewind(self, seq: int, pos: int, checkpoint: tuple[bytes, SeqState] | None = None,
+               step: str = "rewind") -> None:
+        """Keep seq's positions below pos and drop the rest from the target and the draft.
+
+        llama-server does this when a new prompt shares only a prefix with what the slot holds:
+        ``slot.mem.seq_rm(slot.id, p0, -1)`` removes [p0, end) from both memories
+        (``common_memory::seq_rm``). A hybrid target drops only its last n_rs_seq positions by
+        itself, so further back llama-server first loads a context checkpoint (``load_tgt``;
+        the draft's ``load_dft`` is partial-only and a DFlash draft has no partial state): pass
+        it as checkpoint, saved at pos (by :meth:`save_target`). Unlike :meth:`restore_target`,
+        the draft is trimmed too.
+        """
+        self.ops.append(("rewind", seq, pos, None if checkpoint is None or id(checkpoint) in self._own_saves
+                         else checkpoint, checkpoint is not None, step))
+        st = self.seqs[seq]
+        if checkpoint is not None:
+            data, saved = checkpoint
+            if pos > saved.n_past:
+                raise ValueError(f"rewind: pos {pos} lies past the checkpoint's end {saved.n_past}")
+            ok = self.target.state_seq_set(seq, data)
+            self.record.add(Call(f"{step} checkpoint", "target", "llama_state_seq_set_data", seq, ok,
+                                 pos=(0, saved.n_past - 1)))
+            st = saved
+        ok = self.target.seq_rm(seq, pos, -1)
+        self.record.add(Call(step, "target", "llama_memory_seq_rm", seq, ok, pos=(pos, -1)))
+        if self.draft is not None:
+            ok = self.draft.seq_rm(seq, pos, -1)
+            self.record.add(Call(step, "draft", "llama_memory_seq_rm", seq, ok, pos=(pos, -1)))
+        # a sampled token survives only where nothing was dropped; token indexes are positions
+        # only while the sequence holds no image (text_tokens is bookkeeping, never decoded)
+        whole = pos == st.n_past
+        tokens = st.text_tokens if whole else st.text_tokens[:pos] if len(st.text_tokens) == st.n_past else []
+        self.seqs[seq] = SeqState(pos, st.id_last if whole else None, False, list(tokens))
+
 
 def _span(batch: api.Batch) -> tuple[int, int]:
     return int(batch.pos[0].min()), int(batch.pos[0].max())
@@ -274,4 +308,8 @@ def replay_reference(models: ModelSet, cfg: SessionConfig, ops: list[tuple]) -> 
             elif kind == "restore":
                 _, seq, external, step = op
                 ref.restore_target(seq, external or saved[seq], step)
+            elif kind == "rewind":
+                # like restore: a checkpoint of this session is the sequence's latest save
+                _, seq, pos, external, has_checkpoint, step = op
+                ref.rewind(seq, pos, (external or saved[seq]) if has_checkpoint else None, step)
     return record.generated

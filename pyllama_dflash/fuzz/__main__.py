@@ -1,0 +1,93 @@
+"""``python -m pyllama_dflash.fuzz``: search image/text schedules on every built variant.
+
+Each variant runs the hypothesis loop in a child process of its own. A broken invariant is
+shrunk, printed and written as a schedule file that ``python -m pyllama_dflash.repro --schedule
+FILE`` replays. Exits 0 when the fix variant (default: the last of the series) broke nothing.
+Builds nothing: build first with ``python build.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..build import BuildError
+from ..scenarios.models import tiny_models
+from .runner import examples_from_env, search_variants, seed_from_env
+from .schedule import Schedule
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m pyllama_dflash.fuzz", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--variants", help="comma-separated variants (default: every variant of patches/series)")
+    ap.add_argument("--fix", help="the variant that must break nothing (default: the last of the series)")
+    ap.add_argument("--examples", type=int, default=None,
+                    help="schedules per variant (default: $PYLLAMA_DFLASH_FUZZ_EXAMPLES or 50)")
+    ap.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: $PYLLAMA_DFLASH_FUZZ_SEED or 0)")
+    ap.add_argument("--max-steps", type=int, default=8, help="raw steps per schedule (a request is up to 4 steps)")
+    ap.add_argument("--exact", action="store_true", help="also compare the output with decoding without the draft")
+    ap.add_argument("--ignore", default="", metavar="KINDS",
+                    help="comma-separated violation kinds that end a run without failing it (to look past a known one)")
+    ap.add_argument("--out", type=Path, help="folder for the shrunk schedules (default: a new temporary folder)")
+    ap.add_argument("--jobs", type=int, default=2, help="child processes at once")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per variant before it counts as CRASH")
+    ap.add_argument("--backend", choices=("auto", "cpu", "cuda"), help="which build of each variant to use")
+    return ap
+
+
+def built_variants(names: list[str], backend: str | None) -> list[str]:
+    """The named variants (["all"]: the series), each of which must be built already."""
+    from ..build import builder, manifest
+    from ..build.patchset import load_series
+    from ..build.paths import default_patches_dir
+
+    series = load_series(default_patches_dir())
+    return [manifest.find(n, backend=backend).variant for n in builder.resolve_variants(series, names)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    backend = args.backend if args.backend != "auto" else None
+    try:
+        variants = built_variants([v.strip() for v in args.variants.split(",")] if args.variants else ["all"], backend)
+    except BuildError as e:
+        print(f"fuzz: error: {e} (build it first: python build.py)", file=sys.stderr)
+        return 2
+    fix = args.fix or variants[-1]
+    examples = args.examples or examples_from_env()
+    seed = seed_from_env() if args.seed is None else args.seed
+    out = args.out or Path(tempfile.mkdtemp(prefix="pyllama-dflash-schedules-"))
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    results = search_variants(variants, tiny_models(), examples=examples, seed=seed, max_steps=args.max_steps,
+                              exact=args.exact, ignore=tuple(k for k in args.ignore.split(",") if k),
+                              backend=backend, parallel=args.jobs, timeout_s=args.timeout)
+    broken = False
+    for v in variants:
+        r = results[v]
+        if "runs" not in r:  # the child itself failed
+            print(f"{v}: {r.get('status')}: {r.get('first_failure')}")
+            broken |= v == fix
+            continue
+        found = r["failures"]
+        print(f"{v}: {r['runs']} schedules run ({r['steps_run']} steps, {r['examples']} examples asked, "
+              f"shrinking included) in {r['wall_s']:.1f}s: {len(found) or 'no'} violation kind(s); "
+              f"checks {r['stats']}")
+        for f in found:
+            broken |= v == fix
+            print(f"  {f['kind']} (first seen at run {r['first_failure_run'].get(f['kind'], '?')}): {f['message']}")
+            if f["schedule"]:
+                s = Schedule.from_json(f["schedule"])
+                s.found = {"variant": v, "kind": f["kind"], "message": f["message"], "seed": seed}
+                path = s.save(out / f"{v}-{f['kind']}.json")
+                print(f"  shrunk to {len(s.steps)} steps: {path}")
+                print("  " + s.dumps().replace("\n", "\n  "))
+    print(f"fuzz: {time.monotonic() - t0:.1f}s; fix variant {fix!r}: {'NOT OK' if broken else 'OK'}")
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

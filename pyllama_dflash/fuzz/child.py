@@ -1,0 +1,60 @@
+"""One variant in this process: ``python -m pyllama_dflash.fuzz.child JOB OUT``.
+
+JOB (JSON) says the mode: ``search`` runs the hypothesis loop (needs the test extra), ``replay``
+runs one schedule. The variants share sonames, so each gets a process of its own; the result
+goes to OUT as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from ..build.fsutil import atomic_write_json
+from ..scenarios.models import ModelSet
+
+
+def run_job(job: dict) -> dict:
+    from .. import api, load
+
+    t0 = time.monotonic()
+    # one thread per context: the tiny models gain nothing from more, and ggml's spinning thread
+    # pools in two children on two cores starve each other (measured: 50x slower than 1 thread)
+    os.environ[api.THREADS_ENV] = str(job.get("threads", 1))
+    load(job["variant"], backend=job.get("backend"))
+    models = ModelSet.from_json(job["models"])
+    config = job.get("config") or {}
+    if job["mode"] == "search":
+        from .search import search
+
+        result = search(models, examples=job["examples"], seed_=job.get("seed", 0),
+                        max_steps=job.get("max_steps", 8), exact=job.get("exact", False), config=config,
+                        ignore=frozenset(job.get("ignore", ()))).to_json()
+    elif job["mode"] == "replay":
+        from .execute import execute
+        from .schedule import Schedule
+
+        result = execute(Schedule.from_json(job["schedule"]), models, config, exact=job.get("exact", True)).to_json()
+    else:
+        raise ValueError(f"unknown mode {job['mode']!r}")
+    result["variant"] = job["variant"]
+    result["total_s"] = round(time.monotonic() - t0, 3)
+    return result
+
+
+def main(argv: list[str]) -> int:
+    job = json.loads(Path(argv[0]).read_text())
+    try:
+        result = run_job(job)
+    except Exception as e:  # noqa: BLE001 - a refused schedule or a harness error: not a verdict on the variant
+        result = {"status": "ERROR", "first_failure": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+    atomic_write_json(Path(argv[1]), result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,150 @@
+"""Run a schedule on the loaded variant: a Session over the tiny (or given) models, checked as it goes.
+
+Needs the native libraries (``pyllama_dflash.load(variant)`` first), not hypothesis: replaying a
+schedule file works without the test extra.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from ..scenarios.models import ModelSet
+from ..scenarios.record import Record, StopScenario
+from ..scenarios.session import SeqState, Session, SessionConfig
+from ..tiny import image as tiny_image
+from .invariant import CheckedRecord, OutputDiffers, Violation
+from .schedule import Schedule, Step, image_px
+
+Saved = tuple[bytes, SeqState]
+
+
+@dataclass
+class Outcome:
+    status: str  # PASS | DEGRADED (a drafting round drafted nothing) | FAIL (the invariant broke)
+    violation: Violation | None = None
+    record: Record = field(default_factory=Record)
+    stats: dict[str, int] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    def to_json(self) -> dict:
+        v = self.violation
+        return {
+            "status": self.status,
+            "kind": v.kind if v else None,
+            "first_failure": str(v) if v else None,
+            "failing_call": v.call.to_json() if v and v.call else None,
+            "calls": len(self.record.calls),
+            "rounds": len(self.record.rounds),
+            "drafted": sum(r.drafted for r in self.record.rounds),
+            "stats": self.stats,
+            "wall_s": round(self.wall_s, 3),
+        }
+
+
+@lru_cache(maxsize=64)
+def _image(w: int, h: int) -> np.ndarray:
+    return tiny_image.rgb(w, h, 0)
+
+
+def execute(schedule: Schedule, models: ModelSet, config: dict | None = None, *, exact: bool = False) -> Outcome:
+    """Run the schedule; a broken invariant ends the run (as llama-server drops the slot) and is returned.
+
+    With exact, a run that completed is replayed without the draft, and the generated tokens
+    must be equal (drafted tokens are only kept where the target agrees).
+    """
+    t0 = time.monotonic()
+    cfg = SessionConfig(**{**(config or {}), "n_seq": schedule.n_seq})
+    record = CheckedRecord()
+    violation = None
+    run = _Run()
+    with Session(models, cfg, record) as session:
+        record.bind(session)
+        try:
+            _run_steps(session, schedule.steps, record, run)
+        except Violation as v:
+            violation = v
+    stats = dict(record.stats)
+    if violation is None and exact:
+        violation = _compare(schedule, models, cfg, run, stats)
+    if violation is not None:
+        violation.schedule = schedule.to_json()
+    status = "FAIL" if violation else record.status()
+    # not part of the invariant, but worth counting: a round that drafted nothing although every
+    # call succeeded (the noise block was refused: DEGRADED in the scenario table)
+    stats["starved_rounds"] = len(record.starved_rounds)
+    return Outcome(status, violation, record, stats, time.monotonic() - t0)
+
+
+@dataclass
+class _Run:
+    generated: dict[int, list[int]] = field(default_factory=dict)  # step index -> the tokens it reported
+    # the first generate step that put more tokens in the context than it reported: Session.generate
+    # lets its last round accept past n (llama-server caps the draft at the tokens remaining), so
+    # from there on the run's context and its reference's differ and the outputs are not comparable
+    overshoot: int | None = None
+
+
+def _compare(schedule: Schedule, models: ModelSet, cfg: SessionConfig, run: _Run, stats: dict) -> Violation | None:
+    """Replay without the draft; each generate step up to the first overshoot must report the same tokens."""
+    ref = _Run()
+    with Session(models, cfg, Record(), speculative=False) as s:
+        try:
+            _run_steps(s, schedule.steps, None, ref)
+        except StopScenario as e:  # the target alone failed: not the draft's doing, but not a pass
+            return OutputDiffers(f"the reference run without the draft failed: {e}")
+    last = run.overshoot if run.overshoot is not None else len(schedule.steps)
+    compared = [i for i in run.generated if i <= last]
+    stats["exact_steps"] = len(compared)
+    stats["exact_cut_by_overshoot"] = int(run.overshoot is not None and len(compared) < len(run.generated))
+    for i in compared:
+        if run.generated[i] != ref.generated[i]:
+            return OutputDiffers(f"step {i + 1} generated {run.generated[i]}, without the draft {ref.generated[i]}")
+    return None
+
+
+def _run_steps(s: Session, steps: list[Step], checker: CheckedRecord | None, run: _Run) -> None:
+    slots: dict[str, Saved] = {}
+    for i, step in enumerate(steps):
+        label = f"step {i + 1} {step['op']}"
+        if step["op"] == "generate":
+            seq, n_past = step["seq"], s.seqs[step["seq"]].n_past
+            run.generated[i] = s.generate(seq, step["n"], label)
+            if s.seqs[seq].n_past - n_past > step["n"] and run.overshoot is None:
+                run.overshoot = i
+        else:
+            _run_step(s, step, label, slots, checker)
+        if checker is not None:
+            checker.check_all()
+
+
+def _run_step(s: Session, step: Step, label: str, slots: dict[str, Saved], checker: CheckedRecord | None) -> None:
+    op = step["op"]
+    if op == "prompt":
+        text, images = "", []
+        for part in step["parts"]:
+            if isinstance(part, str):
+                text += part
+            else:
+                text += s.projector.marker
+                images.append(_image(*image_px(part["image"])))
+        s.prompt(step["seq"], text, images, label)
+    elif op == "batch":
+        if checker is not None:
+            checker.batch_seqs = tuple(seq for seq, _ in step["texts"])
+        s.text_batch([(seq, text) for seq, text in step["texts"]], label)
+    elif op == "save":
+        slots[step["name"]] = s.save_target(step["seq"])
+    elif op == "restore":
+        s.restore_target(step["seq"], slots[step["name"]], label)
+        if checker is not None:
+            checker.restored(step["seq"])
+    elif op == "rewind":
+        to = step["to"]
+        checkpoint = slots[to] if to is not None else None
+        s.rewind(step["seq"], checkpoint[1].n_past if checkpoint else 0, checkpoint, label)
+    else:  # Schedule.validate() refuses these first (generate is run by _run_steps)
+        raise ValueError(f"unknown op {op!r}")

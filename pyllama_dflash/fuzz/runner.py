@@ -1,0 +1,93 @@
+"""Parent side: one child process per variant (the variants share sonames), run in parallel."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from ..build.fsutil import atomic_write_json
+from ..scenarios.models import ModelSet
+from .schedule import Schedule
+
+DEFAULT_EXAMPLES = 50  # per variant in CI; PYLLAMA_DFLASH_FUZZ_EXAMPLES raises it
+DEFAULT_SEED = 0  # a fixed seed keeps CI deterministic; PYLLAMA_DFLASH_FUZZ_SEED varies it
+CONFIG = {"n_batch": 16, "n_ubatch": 16}
+
+
+def examples_from_env() -> int:
+    return int(os.environ.get("PYLLAMA_DFLASH_FUZZ_EXAMPLES") or DEFAULT_EXAMPLES)
+
+
+def seed_from_env() -> int:
+    return int(os.environ.get("PYLLAMA_DFLASH_FUZZ_SEED") or DEFAULT_SEED)
+
+
+def run_child(job: dict, work_dir: Path, name: str, timeout_s: float) -> dict:
+    """Run one job in a fresh interpreter; a native crash becomes a CRASH result."""
+    job_file, out_file, log_file = (work_dir / f"{name}.{ext}" for ext in ("job.json", "result.json", "log"))
+    atomic_write_json(job_file, job)
+    cmd = [sys.executable, "-m", "pyllama_dflash.fuzz.child", str(job_file), str(out_file)]
+    t0 = time.monotonic()
+    with open(log_file, "wb") as log:
+        try:
+            rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s, check=False,
+                                env={**os.environ, "PYTHONFAULTHANDLER": "1"}).returncode
+        except subprocess.TimeoutExpired:
+            rc = None
+    base = {"log": str(log_file), "wall_s": round(time.monotonic() - t0, 3)}
+    if rc is None:
+        return {**base, "status": "CRASH", "first_failure": f"timed out after {timeout_s:.0f}s"}
+    if rc < 0:
+        sig = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
+        return {**base, "status": "CRASH", "signal": sig, "first_failure": f"child killed by {sig}",
+                "log_tail": _tail(log_file)}
+    try:
+        return {**json.loads(out_file.read_text()), **base}
+    except (FileNotFoundError, ValueError):
+        return {**base, "status": "CRASH" if rc else "ERROR", "first_failure": f"child exited {rc} without a result",
+                "log_tail": _tail(log_file)}
+
+
+def _tail(path: Path, n: int = 12) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()[-n:]
+    except FileNotFoundError:
+        return []
+
+
+def _parallel(jobs: dict[str, dict], parallel: int, work_dir: Path | None, timeout_s: float) -> dict[str, dict]:
+    work = work_dir or Path(tempfile.mkdtemp(prefix="pyllama-dflash-fuzz-"))
+    work.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        futures = {name: pool.submit(run_child, job, work, name, timeout_s) for name, job in jobs.items()}
+        return {name: f.result() for name, f in futures.items()}
+
+
+def search_variants(variants: list[str], models: ModelSet, *, examples: int, seed: int = DEFAULT_SEED,
+                    max_steps: int = 8, exact: bool = False, ignore: tuple[str, ...] = (),
+                    backend: str | None = None, parallel: int = 2, timeout_s: float = 600.0,
+                    work_dir: Path | None = None) -> dict[str, dict]:
+    """The hypothesis search on each variant, one child each; per variant its SearchResult as JSON."""
+    jobs = {f"search-{v}": {"mode": "search", "variant": v, "backend": backend, "models": models.to_json(),
+                            "config": CONFIG, "examples": examples, "seed": seed, "max_steps": max_steps,
+                            "exact": exact, "ignore": list(ignore)} for v in variants}
+    results = _parallel(jobs, parallel, work_dir, timeout_s)
+    return {v: results[f"search-{v}"] for v in variants}
+
+
+def replay_variants(schedule: Schedule, variants: list[str], models: ModelSet, *, config: dict | None = None,
+                    backend: str | None = None, exact: bool = True, parallel: int = 2, timeout_s: float = 300.0,
+                    work_dir: Path | None = None) -> dict[str, dict]:
+    """One schedule on each variant; per variant an Outcome as JSON (status, kind, first_failure, ...)."""
+    jobs = {f"replay-{v}": {"mode": "replay", "variant": v, "backend": backend, "models": models.to_json(),
+                            "config": config or CONFIG, "schedule": schedule.to_json(), "exact": exact}
+            for v in variants}
+    results = _parallel(jobs, parallel, work_dir, timeout_s)
+    return {v: results[f"replay-{v}"] for v in variants}

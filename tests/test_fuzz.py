@@ -1,0 +1,196 @@
+"""The schedule fuzzer (pyllama_dflash.fuzz): full keeps the invariant over the bounded examples, and
+run unaided on baseline and zero-fill it finds their failures, whose shrunk schedules replay to the
+same failure through ``python -m pyllama_dflash.repro --schedule FILE``.
+
+PYLLAMA_DFLASH_FUZZ_EXAMPLES raises the examples per variant (default 50), PYLLAMA_DFLASH_FUZZ_SEED
+changes the seed (default 0, so CI is deterministic).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pyllama_dflash.fuzz.invariant import DraftAhead, DraftHole, SpecFailed, TargetFailed, failed_call
+from pyllama_dflash.fuzz.runner import examples_from_env, replay_variants, search_variants, seed_from_env
+from pyllama_dflash.fuzz.schedule import Schedule, ScheduleError, words
+from pyllama_dflash.fuzz.strategy import normalize, raw_steps, schedules
+from pyllama_dflash.scenarios.models import tiny_models
+from pyllama_dflash.scenarios.record import Call
+
+VARIANTS = ("baseline", "zero-fill", "full")
+
+
+# -- the format and the strategy (no native code) ------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(schedules(max_steps=12))
+def test_generated_schedules_are_valid_and_round_trip(schedule):
+    schedule.validate()
+    again = Schedule.from_json(json.loads(schedule.dumps()))
+    assert again.steps == schedule.steps and again.n_seq == schedule.n_seq
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(raw_steps, max_size=12))
+def test_deleting_a_raw_step_still_gives_a_valid_schedule(raws):
+    # what the shrinker does: any sublist of raw steps normalizes to a valid schedule
+    for i in range(len(raws)):
+        normalize(2, raws[:i] + raws[i + 1:]).validate()
+
+
+def test_steps_llama_server_could_not_take_are_refused():
+    p = {"op": "prompt", "seq": 0, "parts": [words(3)]}
+    bad = [
+        [{"op": "generate", "seq": 0, "n": 2}],  # nothing sampled to draft from
+        [p, {"op": "rewind", "seq": 0, "to": "c0"}],  # no such checkpoint
+        # c1 lies past the rewind to c0: no longer a prefix of the sequence
+        [p, {"op": "save", "seq": 0, "name": "c0"}, p, {"op": "save", "seq": 0, "name": "c1"},
+         {"op": "rewind", "seq": 0, "to": "c0"}, p, {"op": "rewind", "seq": 0, "to": "c1"}],
+        [p, {"op": "save", "seq": 0, "name": "c0"}, {"op": "restore", "seq": 0, "name": "c0"},
+         {"op": "rewind", "seq": 0, "to": "c0"}],  # a restore brings another history
+        [{"op": "prompt", "seq": 0, "parts": [{"image": [2, 9]}]}],  # outside the grid limits
+        [{"op": "batch", "texts": [[0, words(9)], [1, words(8)]]}],  # 17 tokens > n_batch 16
+    ]
+    for steps in bad:
+        with pytest.raises(ScheduleError):
+            Schedule(2, steps).validate()
+    with pytest.raises(ScheduleError):
+        Schedule(1, [{"op": "batch", "texts": [[0, "tree "], [1, "blue "]]}]).validate()
+
+
+def test_a_refused_call_is_told_apart_by_the_batch_check():
+    def call(x: int, y: int, who: str = "spec") -> Call:
+        return Call("s", who, "common_speculative_process", 0, False,
+                    log=[f"... for sequence 0 is X = {x}", f"... a starting position of Y = {y}"])
+
+    assert isinstance(failed_call(call(1, 5)), DraftHole)
+    assert isinstance(failed_call(call(12, 5)), DraftAhead)
+    assert isinstance(failed_call(call(5, 5)), DraftAhead)
+    assert isinstance(failed_call(Call("s", "spec", "common_speculative_process", 0, False)), SpecFailed)
+    assert isinstance(failed_call(call(1, 5, who="target")), TargetFailed)
+
+
+# -- the search on the built variants ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    return tiny_models(tmp_path_factory.mktemp("tiny-models"))
+
+
+@pytest.fixture(scope="module")
+def fuzzed(variants, models, tmp_path_factory) -> dict[str, dict]:
+    assert set(VARIANTS) <= set(variants), f"built variants: {sorted(variants)}"
+    return search_variants(list(VARIANTS), models, examples=examples_from_env(), seed=seed_from_env(),
+                           parallel=2, work_dir=tmp_path_factory.mktemp("fuzz"))
+
+
+def _kinds(result: dict) -> dict[str, dict]:
+    assert "failures" in result, f"the search itself failed: {result}"
+    return {f["kind"]: f for f in result["failures"]}
+
+
+def _xy(failure: dict) -> tuple[int, int]:
+    text = "\n".join(failure["failing_call"]["log"])
+    return int(re.search(r"\bX = (\d+)", text).group(1)), int(re.search(r"\bY = (\d+)", text).group(1))
+
+
+def test_full_keeps_the_invariant(fuzzed):
+    r = fuzzed["full"]
+    assert _kinds(r) == {}, json.dumps(r["failures"], indent=1)
+    assert r["runs"] == r["examples"] == examples_from_env()
+    # the invariant's exceptions were exercised, not just its plain case
+    assert r["stats"]["image_lag"] > 0 and r["stats"]["free"] > 0 and r["stats"]["checks"] > 10 * r["runs"]
+    assert r["stats"]["starved_rounds"] == 0  # and every drafting round drafted
+
+
+def test_baseline_fails_at_the_image_hole(fuzzed):
+    hole = _kinds(fuzzed["baseline"]).get("draft-hole")
+    assert hole, fuzzed["baseline"]["failures"]
+    steps = hole["schedule"]["steps"]
+    assert any(isinstance(p, dict) for s in steps if s["op"] == "prompt" for p in s["parts"])
+    x, y = _xy(hole)
+    assert y > x + 1  # the text after the image starts past the draft's end
+
+
+def test_zero_fill_fails_when_the_draft_is_ahead_after_a_restore(fuzzed):
+    kinds = _kinds(fuzzed["zero-fill"])
+    assert "draft-hole" not in kinds  # the hole itself is fixed
+    ahead = kinds.get("draft-ahead")
+    assert ahead, fuzzed["zero-fill"]["failures"]
+    ops = [s["op"] for s in ahead["schedule"]["steps"]]
+    assert "restore" in ops and ops.index("restore") < len(ops) - 1
+    x, y = _xy(ahead)
+    assert y <= x  # the draft still holds the positions the target dropped
+
+
+@pytest.mark.parametrize("variant,kind", [("baseline", "draft-hole"), ("zero-fill", "draft-ahead")])
+def test_the_shrunk_schedule_replays_through_repro(fuzzed, variant, kind, tmp_path):
+    found = _kinds(fuzzed[variant])[kind]
+    path = Schedule.from_json(found["schedule"]).save(tmp_path / f"{variant}-{kind}.json")
+    report = tmp_path / "report.json"
+    proc = subprocess.run([sys.executable, "-m", "pyllama_dflash.repro", "--no-build", "--schedule", str(path),
+                           "--json", str(report)], check=False, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # full passes it
+    results = json.loads(report.read_text())["results"]
+    replayed = results[variant]
+    assert replayed["status"] == "FAIL" and replayed["kind"] == kind, replayed
+    # the same call fails, at the same positions
+    assert {k: replayed["failing_call"][k] for k in ("step", "api", "seq", "pos")} == \
+        {k: found["failing_call"][k] for k in ("step", "api", "seq", "pos")}
+    assert results["full"]["status"] == "PASS"
+    row = next(line for line in proc.stdout.splitlines() if line.startswith(path.name))
+    assert row.split()[-3:] == [results[v]["status"] for v in VARIANTS]
+
+
+def test_a_rewind_trims_both_memories_so_text_only_rewinds_pass_everywhere(variants, models, tmp_path):
+    # llama-server's rewind (checkpoint, then slot.mem.seq_rm on both memories) never leaves the
+    # draft ahead, unlike a target-only restore: even baseline passes where no image is involved
+    p = {"op": "prompt", "seq": 0, "parts": [words(4)]}
+    schedule = Schedule(2, [p, {"op": "save", "seq": 0, "name": "c0"}, {"op": "generate", "seq": 0, "n": 3},
+                            {"op": "rewind", "seq": 0, "to": "c0"}, {"op": "generate", "seq": 0, "n": 2},
+                            {"op": "batch", "texts": [[0, words(2)], [1, words(3)]]},
+                            {"op": "rewind", "seq": 0, "to": None}, p, {"op": "generate", "seq": 0, "n": 2}])
+    results = replay_variants(schedule, list(VARIANTS), models, work_dir=tmp_path)
+    for v in VARIANTS:
+        assert results[v]["status"] == "PASS", (v, results[v])
+        assert results[v]["drafted"] > 0
+
+
+_SESSION_REWIND = """
+import sys
+from pyllama_dflash import load
+from pyllama_dflash.scenarios.models import ModelSet
+from pyllama_dflash.scenarios.record import Record
+from pyllama_dflash.scenarios.session import Session, SessionConfig, replay_reference
+load("baseline")
+models, cfg, record = ModelSet.from_json(__import__("json").loads(sys.argv[1])), SessionConfig(), Record()
+with Session(models, cfg, record) as s:
+    s.prompt(0, "tree blue moon rock ")
+    ckpt = s.save_target(0)
+    s.generate(0, 4)
+    s.rewind(0, ckpt[1].n_past, ckpt)
+    assert s.target.pos_max(0) == s.draft.pos_max(0) == ckpt[1].n_past - 1
+    s.generate(0, 3)
+    s.rewind(0, 0)
+    assert s.target.pos_max(0) == s.draft.pos_max(0) == -1 and s.seqs[0].id_last is None
+    s.prompt(0, "fish lamp ")
+    s.generate(0, 2)
+    ops = s.ops
+assert replay_reference(models, cfg, ops) == record.generated, (replay_reference(models, cfg, ops), record.generated)
+print("ok")
+"""
+
+
+def test_session_rewind_and_its_reference_replay(variants, models):
+    proc = subprocess.run([sys.executable, "-c", _SESSION_REWIND, json.dumps(models.to_json())], check=False,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout[-2000:] + proc.stderr[-4000:]
