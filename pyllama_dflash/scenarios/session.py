@@ -193,19 +193,22 @@ class Session:
         r = 0
         while len(out) < n_tokens:
             r += 1
-            out.extend(self._round(seq, f"{step} round {r}"))
-        out = out[:n_tokens]
+            out.extend(self._round(seq, f"{step} round {r}", n_tokens - len(out)))
+        assert len(out) == n_tokens
         self.record.generated.setdefault(seq, []).extend(out)
         return out
 
-    def _round(self, seq: int, step: str) -> list[int]:
+    def _round(self, seq: int, step: str, n_left: int) -> list[int]:
         st = self.seqs[seq]
         pos0, id_last = st.n_past, st.id_last
         drafted: list[int] = []
-        if self.spec is not None:
-            drafted = self.spec.draft(seq, id_last, pos0)  # trims the noise block like llama-server
+        # like llama-server's get_n_draft_max: a round yields at most n_draft + 1 tokens, so draft
+        # no more than what is left to generate (a round with one token left does not draft)
+        n_draft = min(self.cfg.n_max, n_left - 1)
+        if self.spec is not None and n_draft > 0:
+            drafted = self.spec.draft(seq, id_last, pos0, n_max=n_draft)  # trims the noise block like llama-server
             lines = [str(x) for x in self.spec.last_log]
-            self.record.add(Call(step, "spec", "common_speculative_draft", seq, True, pos=(pos0, pos0 + self.cfg.n_max),
+            self.record.add(Call(step, "spec", "common_speculative_draft", seq, True, pos=(pos0, pos0 + n_draft),
                                  n=len(drafted), log=lines))
         verify = api.Batch.tokens([id_last, *drafted], pos0=pos0, seq_id=seq, logits="all")
         self._decode_target(verify, step, seq)
@@ -223,8 +226,9 @@ class Session:
                 self.record.add(Call(step, "target", "llama_memory_seq_rm", seq, False, pos=(st.n_past, -1)))
             if drafted:
                 self.spec.accept(seq, accepted)
-            self.record.rounds.append(Round(seq, pos0, len(drafted), accepted, st.image_pending))
-        st.image_pending = False
+            if n_draft > 0:
+                self.record.rounds.append(Round(seq, pos0, len(drafted), accepted, st.image_pending))
+                st.image_pending = False
         return new_tokens
 
     # -- request boundaries ----------------------------------------------------------------------
