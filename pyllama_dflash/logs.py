@@ -79,13 +79,16 @@ class LogRing:
             return self._next
 
     def lines(self, since: int = 0, min_level: int = logging.NOTSET, source: str | None = None) -> list[LogLine]:
+        # walk back from the newest line only as far as `since`: a Capture around every native
+        # call must cost what that call logged, not a scan of the whole ring
         with self._lock:
-            snapshot = list(self._lines)
-        return [
-            ln
-            for ln in snapshot
-            if ln.seq >= since and ln.level >= min_level and (source is None or ln.source == source)
-        ]
+            newer = []
+            for ln in reversed(self._lines):
+                if ln.seq < since:
+                    break
+                newer.append(ln)
+        newer.reverse()
+        return [ln for ln in newer if ln.level >= min_level and (source is None or ln.source == source)]
 
     def clear(self) -> None:
         with self._lock:
