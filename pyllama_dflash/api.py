@@ -31,7 +31,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -49,6 +49,7 @@ from pyllama_dflash._internals import (
     MtmdBitmap,
     MtmdChunks,
     MtmdContext,
+    NativeHandle,
     NativeCallError,
     PyllamaError,
     Runtime,
@@ -105,7 +106,30 @@ def _default_threads() -> int:
 # ---- models ----------------------------------------------------------------------------------
 
 
-class Model:
+class _Owner:
+    """Deterministic freeing for the API objects: ``close()`` or ``with``. Closing an object
+    first closes what was created over it (drafts, drivers, projectors); see _internals."""
+
+    _handle: NativeHandle
+
+    @property
+    def closed(self) -> bool:
+        return self._handle.closed
+
+    def close(self) -> None:
+        self._handle.close()
+
+    def __enter__(self: _O) -> _O:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_O = TypeVar("_O", bound=_Owner)
+
+
+class Model(_Owner):
     """A GGUF model. Bad paths and non-GGUF files raise ModelLoadError before native code runs."""
 
     def __init__(self, path: Path | str, n_gpu_layers: int = 0) -> None:
@@ -191,20 +215,6 @@ class Model:
         buf = ffi.new("char[]", 256)
         n = self._rt.lib.llama_token_to_piece(self._handle.vocab, token, buf, len(buf), 0, special)
         return ffi.unpack(buf, max(n, 0)).decode(errors="replace")
-
-    @property
-    def closed(self) -> bool:
-        return self._handle.closed
-
-    def close(self) -> None:
-        """Free the model and everything created over it."""
-        self._handle.close()
-
-    def __enter__(self) -> Model:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"Model({str(self.path)!r}, arch={self.arch!r}, n_embd={self.n_embd}, n_layer={self.n_layer})"
@@ -383,7 +393,7 @@ class Batch:
 # ---- contexts ----------------------------------------------------------------------------------
 
 
-class Context:
+class Context(_Owner):
     """A llama_context. Use :meth:`draft` for a draft context over a target."""
 
     def __init__(
@@ -654,20 +664,6 @@ class Context:
 
     # -- lifetime --
 
-    @property
-    def closed(self) -> bool:
-        return self._handle.closed
-
-    def close(self) -> None:
-        """Free the context and what depends on it (drafts over it, speculative drivers)."""
-        self._handle.close()
-
-    def __enter__(self) -> Context:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         kind = "draft " if self.is_draft else ""
         return f"<{kind}Context of {self.model.path.name}>"
@@ -676,7 +672,7 @@ class Context:
 # ---- speculative driver ------------------------------------------------------------------------
 
 
-class Speculative:
+class Speculative(_Owner):
     """libcommon's speculative driver of type draft-dflash over a target and a draft context.
 
     Create it before the target decodes anything: its constructor turns on layer-input
@@ -718,6 +714,7 @@ class Speculative:
         optional = {"n_max": n_max, "n_min": n_min, "p_min": p_min, "backend_sampling": backend_sampling}
         params.update({k: v for k, v in optional.items() if v is not None})
         self._driver = SpeculativeDriver(self._rt, target._handle, draft._handle, params)
+        self._handle = self._driver
         self.last_log: list[logs.LogLine] = []
 
     @property
@@ -827,18 +824,6 @@ class Speculative:
         lib = self._rt.lib
         self._run("pyllama_dflash_spec_accept", lambda: lib.pyllama_dflash_spec_accept(self._ptr(), seq_id, n_accepted))
 
-    @property
-    def closed(self) -> bool:
-        return self._driver.closed
-
-    def close(self) -> None:
-        self._driver.close()
-
-    def __enter__(self) -> Speculative:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 # ---- mtmd --------------------------------------------------------------------------------------
@@ -931,7 +916,7 @@ class Chunk:
         return f"Chunk({self.index}, {self.type}, n_tokens={self.n_tokens}, n_pos={self.n_pos}{extra})"
 
 
-class Chunks(Sequence[Chunk]):
+class Chunks(_Owner, Sequence[Chunk]):
     """The chunks of one tokenized prompt; valid until closed (or its projector is)."""
 
     def __init__(self, rt: Runtime, handle: MtmdChunks) -> None:
@@ -949,17 +934,9 @@ class Chunks(Sequence[Chunk]):
     def __iter__(self) -> Iterator[Chunk]:
         return iter(self._items)
 
-    def close(self) -> None:
-        self._handle.close()
-
-    def __enter__(self) -> Chunks:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
-class Projector:
+class Projector(_Owner):
     """An mtmd projector (mmproj GGUF) over a target model."""
 
     def __init__(
@@ -1120,15 +1097,3 @@ class Projector:
             raise NativeCallError("pyllama_dflash_spec_process_embd_view", state.shim_error, cap.lines)
         return ImageDecodeResult(rc=rc, n_past=int(new_n_past[0]), spec_results=state.spec_results, log=cap.lines)
 
-    @property
-    def closed(self) -> bool:
-        return self._handle.closed
-
-    def close(self) -> None:
-        self._handle.close()
-
-    def __enter__(self) -> Projector:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
