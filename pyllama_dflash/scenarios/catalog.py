@@ -50,33 +50,22 @@ class Scenario:
     n_seq: int = 1
 
 
-def s1(env: Env) -> None:
-    s = env.session()
-    m = env.marker(s)
-    s.prompt(0, f"Describe this picture {m} in a few words please", [env.images["small"]])
-    s.generate(0, N_GEN)
+def one_prompt(text: str, *images: str) -> Callable[[Env], None]:
+    """A scenario of one prompt (``{m}`` marks each image, named in env.images), then generation."""
+
+    def run(env: Env) -> None:
+        s = env.session()
+        s.prompt(0, text.format(m=env.marker(s)), [env.images[name] for name in images])
+        s.generate(0, N_GEN)
+
+    return run
 
 
-def s2(env: Env) -> None:
-    s = env.session()
-    m = env.marker(s)
-    s.prompt(0, f"{m} in a few words please", [env.images["small"]])
-    s.generate(0, N_GEN)
-
-
-def s3(env: Env) -> None:
-    s = env.session()
-    m = env.marker(s)
-    s.prompt(0, f"Describe this picture {m} in a few words please", [env.images["large"]])
-    s.generate(0, N_GEN)
-
-
-def s4(env: Env) -> None:
-    s = env.session()
-    m = env.marker(s)
-    s.prompt(0, f"Compare this picture {m} with this one {m} in a few words please",
-             [env.images["small"], env.images["small2"]])
-    s.generate(0, N_GEN)
+DESCRIBE = "Describe this picture {m} in a few words please"
+s1 = one_prompt(DESCRIBE, "small")
+s2 = one_prompt("{m} in a few words please", "small")
+s3 = one_prompt(DESCRIBE, "large")
+s4 = one_prompt("Compare this picture {m} with this one {m} in a few words please", "small", "small2")
 
 
 def s5(env: Env) -> None:
@@ -90,11 +79,7 @@ def s5(env: Env) -> None:
     s.generate(1, N_GEN, "seq 1 generate")
 
 
-def s6(env: Env) -> None:
-    s = env.session()
-    m = env.marker(s)
-    s.prompt(0, f"Describe this picture {m} in a few words please", [env.images["large"]])
-    s.generate(0, N_GEN)
+s6 = one_prompt(DESCRIBE, "large")  # with the sliding-window draft (see SCENARIOS)
 
 
 def s7(env: Env) -> None:
@@ -108,14 +93,8 @@ def s7(env: Env) -> None:
     s.generate(0, N_GEN, "request 2 generate")
 
 
-def s8(env: Env) -> None:
-    s = env.session()
-    s.prompt(0, "hello world and more text here to read")
-    s.generate(0, N_GEN)
-
-
-def s9(env: Env) -> None:
-    s1(env)
+s8 = one_prompt("hello world and more text here to read")
+s9 = s1  # with the M-RoPE draft (see SCENARIOS)
 
 
 def s10(env: Env) -> None:
@@ -129,17 +108,13 @@ def s10(env: Env) -> None:
     s = env.session()
     m = env.marker(s)
     s.prompt(0, "hello world", step="request 1 prompt")
-    earlier = env.session(speculative=False)  # the request that filled the cache entry
-    earlier.prompt(0, f"hello world look {m} at it", [env.images["small"]], "cached prompt (target)")
-    s.restore_target(0, earlier.save_target(0), "request 2 restores the cached prompt")
+    earlier = env.session(speculative=False)  # the earlier request whose slot was saved
+    earlier.prompt(0, f"hello world look {m} at it", [env.images["small"]], "saved slot (target)")
+    s.restore_target(0, earlier.save_target(0), "request 2 restores the saved slot")
     s.generate(0, N_GEN, "request 2 generate")
 
 
-def s11(env: Env) -> None:
-    s = env.session()
-    m = env.marker(s)
-    s.prompt(0, f"Describe this picture {m} in a few words please", [env.images["wide"]])
-    s.generate(0, N_GEN)
+s11 = one_prompt(DESCRIBE, "wide")
 
 
 SCENARIOS: dict[str, Scenario] = {sc.id: sc for sc in [
