@@ -98,7 +98,7 @@ def bench_overhead(rounds: int) -> dict:
     per_variant: dict[str, list[float]] = {"baseline": [], "full": []}
     for r in range(rounds):
         order = ("baseline", "full") if r % 2 == 0 else ("full", "baseline")
-        got = {v: worker(v, "spec_loop", {"n_tokens": 128, "repeats": 5})["tok_per_s"] for v in order}
+        got = {v: worker(v, "spec_loop", {"n_tokens": 128, "repeats": 7})["tok_per_s"] for v in order}
         med = {v: stats.summary(x)["median"] for v, x in got.items()}
         for v in med:
             per_variant[v].append(med[v])
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", help=f"comma-separated sections ({', '.join(SECTIONS)}); default: all")
     ap.add_argument("--cold-build", action="store_true", help="measure a real cold build (about 11 min on 2 cores)")
-    ap.add_argument("--rounds", type=int, default=10, help="interleaved rounds for the overhead ratio")
+    ap.add_argument("--rounds", type=int, default=16, help="interleaved rounds for the overhead ratio")
     ap.add_argument("--repeats", type=int, default=7, help="repeats per point of the fill curve")
     ap.add_argument("--json", type=Path, default=cache_root() / "bench" / "bench.json")
     ap.add_argument("--markdown", type=Path, help="also write the Markdown table here")

@@ -6,7 +6,7 @@ from __future__ import annotations
 def _s(x: float | None) -> str:
     if x is None:
         return "n/a"
-    return f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.1f} s"
+    return f"{x * 1e3:.2f} ms" if abs(x) < 1 else f"{x:.1f} s"
 
 
 def _figures(r: dict) -> list[tuple[str, str]]:
@@ -30,7 +30,7 @@ def _figures(r: dict) -> list[tuple[str, str]]:
     if "fill" in r:
         fit, fit_swa = r["fill"]["plain_draft"]["fit"], r["fill"]["swa_draft"]["fit"]
         rows.append(("draft fill per position (slope over h = 3..1024)",
-                     f"{fit['per_position_s'] * 1e6:.0f} µs (sliding-window draft: {fit_swa['per_position_s'] * 1e6:.0f} µs)"))
+                     f"{fit['per_position_s'] * 1e6:.1f} µs (sliding-window draft: {fit_swa['per_position_s'] * 1e6:.1f} µs)"))
     if "bindings" in r:
         rows += [(f"{p['rows']}-row embedding batch, n_embd {p['n_embd']}: numpy vs per-row loop (aim ≥ 50x)",
                   f"{p['ratio']:.0f}x ({_s(p['numpy_s'])} vs {_s(p['loop_s'])})") for p in r["bindings"]["points"]]
@@ -40,13 +40,15 @@ def _figures(r: dict) -> list[tuple[str, str]]:
 def _fill_table(fill: dict) -> list[str]:
     out = ["Draft fill for a hole of h positions (`full`), against the target's decode of the h x 3 image "
            "chunk that makes such a hole (medians):", "",
-           "| h | fill | per position | image encode | image decode | fill / decode | fill, sliding-window draft |",
-           "|---|---|---|---|---|---|---|"]
+           "| h | fill | per position | seen as extra process() time | image encode | image decode | "
+           "fill / decode | fill, sliding-window draft |",
+           "|---|---|---|---|---|---|---|---|"]
     swa = {p["hole"]: p for p in fill["swa_draft"]["points"]}
     for p in fill["plain_draft"]["points"]:
         q = swa.get(p["hole"])
-        out.append(f"| {p['hole']} | {_s(p['fill_s'])} | {p['per_position_us']:.0f} µs | {_s(p['image_encode_s'])} | "
-                   f"{_s(p['image_decode_s'])} | {p['fill_over_decode']:.3f} | {_s(q['fill_s']) if q else 'n/a'} |")
+        out.append(f"| {p['hole']} | {_s(p['fill_s'])} | {p['per_position_us']:.1f} µs | {_s(p['process_delta_s'])} | "
+                   f"{_s(p['image_encode_s'])} | {_s(p['image_decode_s'])} | {p['fill_over_decode']:.3f} | "
+                   f"{_s(q['fill_s']) if q else 'n/a'} |")
     return out
 
 
