@@ -10,6 +10,7 @@ Sections (``--only``):
             without it, the figures recorded in the existing manifests plus a live no-op)
   matrix    the repro matrix on the tiny models: wall time, share spent starting children
   overhead  text-only speculative loop, full vs baseline, tokens/s ratio with a bootstrap CI
+  instructions  the same loop under callgrind: instructions per generated token, full / baseline
   fill      the draft fill's cost for holes of 3..1024 positions vs the image chunk's decode
   bindings  a 4096-row numpy embedding batch through the bindings vs a per-row Python loop
 """
@@ -21,6 +22,8 @@ import datetime as dt
 import json
 import os
 import platform
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,7 +38,7 @@ from ..build.paths import cache_root
 from . import stats
 from .report import markdown
 
-SECTIONS = ("build", "matrix", "overhead", "fill", "bindings")
+SECTIONS = ("build", "matrix", "overhead", "instructions", "fill", "bindings")
 HOLES = (3, 6, 12, 24, 48, 96, 192, 384, 768, 1024)
 
 
@@ -108,6 +111,32 @@ def bench_overhead(rounds: int) -> dict:
             "ratios": pairs, "tok_per_s": {v: stats.summary(x) for v, x in per_variant.items()}}
 
 
+def _callgrind_ir(variant: str, n_tokens: int, out_dir: Path) -> int:
+    """Instructions executed by one spec_loop child under callgrind (a count, not a time)."""
+    out = out_dir / f"callgrind.{variant}.{n_tokens}"
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYLLAMA_DFLASH_THREADS": "1"}
+    proc = subprocess.run(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-m",
+         "pyllama_dflash.bench.worker", variant, "spec_loop", json.dumps({"n_tokens": n_tokens, "repeats": 1})],
+        capture_output=True, text=True, env=env, timeout=3600)
+    found = re.findall(r"Collected : (\d+)", proc.stderr)
+    if proc.returncode != 0 or not found:
+        raise RuntimeError(f"callgrind run of {variant} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    return int(found[-1])
+
+
+def bench_overhead_instructions(short: int = 32, long: int = 288) -> dict:
+    """The same loop counted in instructions: Ir(long) - Ir(short) is the cost of the extra tokens
+    alone (start-up and model loading cancel out), repeatable whatever else the machine does."""
+    if shutil.which("valgrind") is None:
+        return {"skipped": "valgrind not found"}
+    with tempfile.TemporaryDirectory(prefix="pyllama-dflash-callgrind-") as tmp:
+        ir = {v: {n: _callgrind_ir(v, n, Path(tmp)) for n in (short, long)} for v in ("baseline", "full")}
+    per_token = {v: (x[long] - x[short]) / (long - short) for v, x in ir.items()}
+    return {"tokens": [short, long], "instructions": ir, "per_token": per_token,
+            "ratio": per_token["full"] / per_token["baseline"]}
+
+
 def bench_fill(repeats: int) -> dict:
     out = {"plain_draft": worker("full", "fill_curve", {"holes": list(HOLES), "repeats": repeats}),
            "swa_draft": worker("full", "fill_curve", {"holes": list(HOLES), "repeats": repeats, "draft": "swa"})}
@@ -147,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
                       "backend": head.backend},
     }
     runners = {"build": lambda: bench_build(args.cold_build), "matrix": bench_matrix,
-               "overhead": lambda: bench_overhead(args.rounds), "fill": lambda: bench_fill(args.repeats),
+               "overhead": lambda: bench_overhead(args.rounds), "instructions": bench_overhead_instructions,
+               "fill": lambda: bench_fill(args.repeats),
                "bindings": bench_bindings}
     for section in only:
         t0 = time.monotonic()

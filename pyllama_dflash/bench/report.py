@@ -27,6 +27,10 @@ def _figures(r: dict) -> list[tuple[str, str]]:
         lo, hi = o["ratio_ci95"]
         rows.append((f"text-only speculative loop, tok/s `full` / `baseline` (aim 1.00 ± 0.02), {o['rounds']} rounds",
                      f"{o['ratio_median']:.3f} (95% CI {lo:.3f}-{hi:.3f})"))
+    if "instructions" in r and "ratio" in r["instructions"]:
+        x = r["instructions"]
+        rows.append(("the same loop under callgrind: instructions per token `full` / `baseline` "
+                     f"({x['per_token']['baseline'] / 1e6:.2f} M per token)", f"{x['ratio']:.4f}"))
     if "fill" in r:
         fit, fit_swa = r["fill"]["plain_draft"]["fit"], r["fill"]["swa_draft"]["fit"]
         rows.append(("draft fill per position (slope over h = 3..1024)",
