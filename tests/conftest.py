@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from pyllama_dflash import api, tiny
 from pyllama_dflash.build import BuildOptions, Manifest, build
 
 REPO = Path(__file__).resolve().parent.parent
@@ -26,3 +27,56 @@ def variants() -> dict[str, Manifest]:
 def pristine(variants) -> Path:
     """The pristine llama.cpp tree the variants were built from."""
     return Path(next(iter(variants.values())).data["source"]["path"])
+
+
+# ---- the baseline build in this process, and objects over the tiny models -------------------------
+
+
+@pytest.fixture(scope="session")
+def lib_dir(variants) -> Path:
+    """The baseline build's libraries, loaded here (one variant per process: same sonames);
+    other variants run in child processes."""
+    path = variants["baseline"].lib_dir
+    api.init(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory: pytest.TempPathFactory) -> tiny.TinyModels:
+    return tiny.write_models(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture
+def target_model(lib_dir: Path, models: tiny.TinyModels):
+    with api.Model(models.target) as model:
+        yield model
+
+
+@pytest.fixture
+def draft_model(lib_dir: Path, models: tiny.TinyModels):
+    with api.Model(models.draft) as model:
+        yield model
+
+
+@pytest.fixture
+def target(target_model: api.Model):
+    with api.Context(target_model, n_ctx=256, n_batch=64, n_ubatch=64) as ctx:
+        yield ctx
+
+
+@pytest.fixture
+def draft(draft_model: api.Model, target: api.Context):
+    with api.Context.draft(draft_model, target) as ctx:
+        yield ctx
+
+
+@pytest.fixture
+def spec(target: api.Context, draft: api.Context):
+    with api.Speculative(target, draft, n_max=3) as driver:
+        yield driver
+
+
+@pytest.fixture
+def projector(lib_dir: Path, models: tiny.TinyModels, target_model: api.Model):
+    with api.Projector(models.mmproj, target_model) as proj:
+        yield proj

@@ -31,19 +31,6 @@ PY = sys.executable
 
 
 @pytest.fixture(scope="module")
-def lib_dir(variants) -> Path:
-    """The baseline build (one variant per process; test_bindings loads the same one)."""
-    path = variants["baseline"].lib_dir
-    api.init(path)
-    return path
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> tiny.TinyModels:
-    return tiny.write_models(tmp_path_factory.mktemp("tiny"))
-
-
-@pytest.fixture(scope="module")
 def bad(tmp_path_factory: pytest.TempPathFactory, models: tiny.TinyModels) -> dict[str, Path]:
     """Broken GGUFs made from the tiny target, by name."""
     out = tmp_path_factory.mktemp("bad")
@@ -74,18 +61,6 @@ def _edited(src: Path, dst: Path, key: str, value: int) -> None:
     field.parts[field.data[0]][0] = value
     reader.data.flush()
     del reader
-
-
-@pytest.fixture
-def target_model(lib_dir: Path, models: tiny.TinyModels):
-    with api.Model(models.target) as model:
-        yield model
-
-
-@pytest.fixture
-def target(target_model: api.Model):
-    with api.Context(target_model, n_ctx=256, n_batch=64, n_ubatch=64) as ctx:
-        yield ctx
 
 
 def _run(args: list[str], env: dict | None = None, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:

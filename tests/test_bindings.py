@@ -18,56 +18,7 @@ from pyllama_dflash.tiny import image
 
 
 
-# ---- fixtures --------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def lib_dir(variants) -> Path:
-    """The baseline build's libraries (one variant per process: same sonames)."""
-    path = variants["baseline"].lib_dir
-    api.init(path)
-    return path
-
-
-@pytest.fixture(scope="session")
-def models(tmp_path_factory: pytest.TempPathFactory) -> tiny.TinyModels:
-    return tiny.write_models(tmp_path_factory.mktemp("tiny"))
-
-
-@pytest.fixture
-def target_model(lib_dir: Path, models: tiny.TinyModels):
-    with api.Model(models.target) as model:
-        yield model
-
-
-@pytest.fixture
-def draft_model(lib_dir: Path, models: tiny.TinyModels):
-    with api.Model(models.draft) as model:
-        yield model
-
-
-@pytest.fixture
-def target(target_model: api.Model):
-    with api.Context(target_model, n_ctx=256, n_batch=64, n_ubatch=64) as ctx:
-        yield ctx
-
-
-@pytest.fixture
-def draft(draft_model: api.Model, target: api.Context):
-    with api.Context.draft(draft_model, target) as ctx:
-        yield ctx
-
-
-@pytest.fixture
-def spec(target: api.Context, draft: api.Context):
-    with api.Speculative(target, draft, n_max=3) as driver:
-        yield driver
-
-
-@pytest.fixture
-def projector(lib_dir: Path, models: tiny.TinyModels, target_model: api.Model):
-    with api.Projector(models.mmproj, target_model) as proj:
-        yield proj
+# fixtures (lib_dir, models, target_model, draft_model, target, draft, spec, projector): conftest.py
 
 
 def _prompt(model: api.Model) -> np.ndarray:
