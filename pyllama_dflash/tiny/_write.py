@@ -100,3 +100,18 @@ def _stored_fingerprint(path: Path, g: Any) -> str | None:
 def stored_fingerprint(path: Path, gguf: Any = None) -> str | None:
     """The fingerprint stored in an existing generated file, or None."""
     return _stored_fingerprint(Path(path), gguf if gguf is not None else gguf_module())
+
+
+def add_text_hparams(w: Any, cfg: Any, n_layer: int) -> None:
+    """The size keys the target and the draft share (the draft's n_embd must equal the target's)."""
+    w.add_context_length(cfg.n_ctx)
+    w.add_embedding_length(cfg.n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(cfg.n_ff)
+    w.add_head_count(cfg.n_head)
+    w.add_head_count_kv(cfg.n_head_kv)
+    w.add_key_length(cfg.head_dim)
+    w.add_value_length(cfg.head_dim)
+    w.add_layer_norm_rms_eps(cfg.rms_eps)
+    w.add_rope_dimension_count(cfg.head_dim)
+    w.add_rope_freq_base(cfg.rope_freq_base)

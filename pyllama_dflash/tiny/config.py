@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 # bump when the bytes a generator writes change for the same config
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 
 # llama.cpp token types (gguf TokenType values)
 TOKEN_NORMAL = 1

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ._vocab import add_test_vocab
-from ._write import Weights, write_gguf
+from ._write import Weights, add_text_hparams, write_gguf
 from .config import TinyConfig, fingerprint
 
 ARCH = "dflash"
@@ -28,17 +28,7 @@ def build_draft(w: Any, cfg: TinyConfig, seed: int, *, mrope: bool = False,
                 swa: int | None = None) -> None:
     cfg.validate()
     w.add_name("pyllama-dflash tiny dflash draft")
-    w.add_context_length(cfg.n_ctx)
-    w.add_embedding_length(cfg.n_embd)  # must equal the target's
-    w.add_block_count(cfg.draft_n_layer)
-    w.add_feed_forward_length(cfg.n_ff)
-    w.add_head_count(cfg.n_head)
-    w.add_head_count_kv(cfg.n_head_kv)
-    w.add_key_length(cfg.head_dim)
-    w.add_value_length(cfg.head_dim)
-    w.add_layer_norm_rms_eps(cfg.rms_eps)
-    w.add_rope_dimension_count(cfg.head_dim)
-    w.add_rope_freq_base(cfg.rope_freq_base)
+    add_text_hparams(w, cfg, cfg.draft_n_layer)
     if mrope:
         w.add_rope_dimension_sections([cfg.head_dim // 2, 0, 0, 0])
     if swa is not None:

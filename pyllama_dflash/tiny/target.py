@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ._vocab import add_test_vocab
-from ._write import Weights, write_gguf
+from ._write import Weights, add_text_hparams, write_gguf
 from .config import TinyConfig, fingerprint
 
 ARCH = "qwen35"
@@ -21,18 +21,8 @@ STREAM = 1  # rng stream id of this file kind
 def build_target(w: Any, cfg: TinyConfig, seed: int) -> None:
     cfg.validate()
     w.add_name("pyllama-dflash tiny target")
-    w.add_context_length(cfg.n_ctx)
-    w.add_embedding_length(cfg.n_embd)
-    w.add_block_count(cfg.n_layer)
-    w.add_feed_forward_length(cfg.n_ff)
-    w.add_head_count(cfg.n_head)
-    w.add_head_count_kv(cfg.n_head_kv)
-    w.add_key_length(cfg.head_dim)
-    w.add_value_length(cfg.head_dim)
-    w.add_layer_norm_rms_eps(cfg.rms_eps)
-    w.add_rope_dimension_count(cfg.head_dim)
-    w.add_rope_dimension_sections(list(cfg.rope_sections))
-    w.add_rope_freq_base(cfg.rope_freq_base)
+    add_text_hparams(w, cfg, cfg.n_layer)
+    w.add_rope_dimension_sections(list(cfg.rope_sections))  # IMROPE: 4 position rows per token
     w.add_ssm_conv_kernel(cfg.ssm_conv_kernel)
     w.add_ssm_inner_size(cfg.ssm_inner_size)
     w.add_ssm_state_size(cfg.ssm_state_size)
