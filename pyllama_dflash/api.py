@@ -440,7 +440,6 @@ class Context(_Owner):
         }
         params.update({k: v for k, v in optional.items() if v is not None})
         self._handle = LlamaContext(self._rt, model._handle, params, _target._handle if _target else None)
-        self._kv_unified = bool(kv_unified if kv_unified is not None else self._rt.lib.llama_context_default_params().kv_unified)
         self._batch_ext: LlamaBatchExt | None = None
         self.n_decode_calls = 0  # decode/process/image calls made, successful or not
         self.last_log: list[logs.LogLine] = []  # what llama.cpp logged (warnings and up) during the last call
@@ -534,7 +533,7 @@ class Context(_Owner):
     @property
     def n_ctx_seq(self) -> int:
         """KV cells one sequence can hold (llama.cpp splits n_ctx between sequences unless kv_unified)."""
-        return self.n_ctx if self._kv_unified else self.n_ctx // max(1, self.n_seq_max)
+        return int(self._rt.lib.llama_n_ctx_seq(self._ptr()))
 
     @property
     def causal_attn(self) -> bool:
