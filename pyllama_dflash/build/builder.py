@@ -10,6 +10,7 @@ repeated build a no-op and lets any number of variants sit side by side.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import os
 import platform
@@ -45,21 +46,28 @@ class BuildOptions:
     extra: dict = field(default_factory=dict)
 
 
+@functools.lru_cache(maxsize=1)
 def native_hash() -> str:
+    """Hash of the native sources and bindings (read once per process: every manifest check needs it)."""
     from ..bindings import ffibuild  # imported late: the bindings import cffi
 
     parts = [(NATIVE_DIR / "CMakeLists.txt").read_bytes(), ffibuild.source_hash().encode()]
     return sha256_bytes(b"\0".join(parts))
 
 
-def expected_inputs(variant: str, patches_dir: Path | None = None) -> dict:
-    """What a usable build of ``variant`` must have been built from, as far as the package can
-    tell without resolving the source: the current patches and native sources."""
-    series = load_series(patches_dir or default_patches_dir())
+def series_inputs(series: Series, variant: str) -> dict:
+    """What a build of ``variant`` is made from, besides the source and toolchain: its patches
+    and the native sources."""
     return {
         "patches": [{"name": p.name, "sha256": p.sha256} for p in series.prefix(variant)],
         "native": native_hash(),
     }
+
+
+def expected_inputs(variant: str, patches_dir: Path | None = None) -> dict:
+    """What a usable build of ``variant`` must have been built from, as far as the package can
+    tell without resolving the source: the current patches and native sources."""
+    return series_inputs(load_series(patches_dir or default_patches_dir()), variant)
 
 
 @dataclass
@@ -79,20 +87,16 @@ class Plan:
         return manifests.variants_root() / f"{variant}-{self.build_key}"
 
     def inputs(self, variant: str) -> dict:
-        return {
-            "patches": [{"name": p.name, "sha256": p.sha256} for p in self.series.prefix(variant)],
-            "native": native_hash(),
-            "build_key": self.build_key,
-        }
+        return {**series_inputs(self.series, variant), "build_key": self.build_key}
 
     def manifest(self, variant: str) -> manifests.Manifest | None:
         m = manifests.read(self.variant_dir(variant) / manifests.MANIFEST)
         return m if m is not None and not m.problems(self.inputs(variant)) else None
 
 
-def plan(opts: BuildOptions, log=print) -> Plan:
+def plan(opts: BuildOptions, log=print, series: Series | None = None) -> Plan:
     tc = toolchain.select(opts.backend, opts.cuda_arch)  # first: a missing toolkit needs no download
-    series = load_series(opts.patches_dir or default_patches_dir())
+    series = series or load_series(opts.patches_dir or default_patches_dir())
     src = source.resolve(opts.llama_dir, allow_unpinned=opts.allow_unpinned, log=log)
     key_src = {"fingerprint": src.fingerprint, "pinned": src.pinned}
     if not src.pinned:
@@ -112,14 +116,15 @@ def build(variants: list[str], opts: BuildOptions | None = None) -> list[manifes
     """Build the named variants (``["all"]`` for every one); returns their manifests."""
     opts = opts or BuildOptions()
     # a misspelt variant fails here, before the source is resolved (and perhaps fetched)
-    resolve_variants(load_series(opts.patches_dir or default_patches_dir()), variants)
+    series = load_series(opts.patches_dir or default_patches_dir())
+    names = resolve_variants(series, variants)
     progress0 = Progress("build", quiet=opts.quiet)
     progress0.stage("verify", "resolving the llama.cpp source")
-    p = plan(opts, log=progress0.say)
+    p = plan(opts, log=progress0.say, series=series)
     progress0.say(f"source: {p.src.path} ({p.src.route}, {'pinned ' + pinned.RELEASE if p.src.pinned else 'UNPINNED'})")
     progress0.say(f"backend: {p.tc.backend}; build folder {p.work_dir}")
     results = []
-    for variant in resolve_variants(p.series, variants):
+    for variant in names:
         existing = p.manifest(variant)
         if existing is not None:
             progress0.say(f"{variant}: up to date ({existing.lib_dir})")
