@@ -712,24 +712,23 @@ class Speculative(_Owner):
         params: dict[str, Any] = {"n_seq": n_seq}
         optional = {"n_max": n_max, "n_min": n_min, "p_min": p_min, "backend_sampling": backend_sampling}
         params.update({k: v for k, v in optional.items() if v is not None})
-        self._driver = SpeculativeDriver(self._rt, target._handle, draft._handle, params)
-        self._handle = self._driver
+        self._handle = SpeculativeDriver(self._rt, target._handle, draft._handle, params)
         self.last_log: list[logs.LogLine] = []
 
     @property
     def n_max(self) -> int:
         """Max drafted tokens after libcommon clamped it to the draft's block size."""
-        return self._driver.check("spec_n_max", int(self._rt.lib.pyllama_dflash_spec_n_max(self._ptr())))
+        return self._handle.check("spec_n_max", int(self._rt.lib.pyllama_dflash_spec_n_max(self._ptr())))
 
     def _ptr(self) -> Any:
-        self._driver._require_open()
-        return self._driver.ptr
+        self._handle._require_open()
+        return self._handle.ptr
 
     def _run(self, call: str, fn: Callable[[], int]) -> int:
         with logs.Capture(min_level=logging.WARNING) as cap:
             rc = int(fn())
         self.last_log = cap.lines
-        return self._driver.check(call, rc, cap)
+        return self._handle.check(call, rc, cap)
 
     def process(self, batch: Batch) -> bool:
         """Hand the batch the target just decoded to the driver (token or embedding rows)."""
@@ -1078,7 +1077,7 @@ class Projector(_Owner):
                 f"fit in n_ctx {ctx.n_ctx_seq} per sequence: raise n_ctx or pass image_max_tokens to the Projector"
             )
         embd = self._encode(chunk)
-        state = ImageDecodeState(on_batch, speculative._driver if speculative is not None else None)
+        state = ImageDecodeState(on_batch, speculative._handle if speculative is not None else None)
         handle = ffi.new_handle(state)
         new_n_past = ffi.new("llama_pos *", n_past)
         with logs.Capture(min_level=logging.WARNING) as cap:
