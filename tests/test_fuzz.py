@@ -110,6 +110,17 @@ def test_full_keeps_the_invariant(fuzzed):
     # the invariant's exceptions were exercised, not just its plain case
     assert r["stats"]["image_lag"] > 0 and r["stats"]["free"] > 0 and r["stats"]["checks"] > 10 * r["runs"]
     assert r["stats"]["starved_rounds"] == 0  # and every drafting round drafted
+    # the drift oracle judged most of the runs (the others' reference, the twin on baseline, fails:
+    # a draft ahead of a restored target refuses the next rows there too)
+    assert r["stats"]["drift_checked"] > r["runs"] // 2, r["stats"]
+
+
+def test_zero_fill_drifts_from_the_reconverted_twin(fuzzed):
+    drift = _kinds(fuzzed["zero-fill"]).get("drift")
+    assert drift, fuzzed["zero-fill"]["failures"]
+    steps = drift["schedule"]["steps"]
+    assert any(isinstance(p, dict) for s in steps if s["op"] == "prompt" for p in s["parts"])  # after an image
+    assert "drafts differ from the reference" in drift["message"] and "reference [" in drift["message"]
 
 
 def test_baseline_fails_at_the_image_hole(fuzzed):
@@ -149,6 +160,18 @@ def test_the_shrunk_schedule_replays_through_repro(fuzzed, variant, kind, tmp_pa
     assert results["full"]["status"] == "PASS"
     row = next(line for line in proc.stdout.splitlines() if line.startswith(path.name))
     assert row.split()[-3:] == [results[v]["status"] for v in VARIANTS]
+
+
+def test_a_shrunk_drift_replays_through_repro_as_drift(fuzzed, tmp_path):
+    found = _kinds(fuzzed["zero-fill"])["drift"]
+    path = Schedule.from_json(found["schedule"]).save(tmp_path / "zero-fill-drift.json")
+    report = tmp_path / "report.json"
+    proc = subprocess.run([sys.executable, "-m", "pyllama_dflash.repro", "--no-build", "--schedule", str(path),
+                           "--json", str(report)], check=False, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # full drafts what the twin drafts
+    results = json.loads(report.read_text())["results"]
+    assert results["zero-fill"]["status"] == "DRIFT" and results["zero-fill"]["kind"] == "drift"
+    assert results["full"]["status"] == "PASS" and results["full"]["stats"]["drift_checked"] == 1
 
 
 def test_a_rewind_trims_both_memories_so_text_only_rewinds_pass_everywhere(variants, models, tmp_path):

@@ -178,6 +178,21 @@ def test_draft_variants(gguf, tmp_path):
         tiny.write_models(tmp_path / "bad", draft_swa=0)
 
 
+@pytest.mark.parametrize("swa", [None, 4])
+def test_the_reconverted_twin_has_the_same_tensors_byte_for_byte(gguf, tmp_path, swa):
+    """The drift oracle's reference is only honest if the twin is the legacy draft plus the
+    sections: every tensor equal in name, shape, type and bytes; the only key added is the sections."""
+    legacy = gguf.GGUFReader(tiny.write_models(tmp_path, draft_swa=swa).draft)
+    twin = gguf.GGUFReader(tiny.write_models(tmp_path, draft_swa=swa, draft_mrope=True).draft)
+    assert [t.name for t in legacy.tensors] == [t.name for t in twin.tensors]
+    for a, b in zip(legacy.tensors, twin.tensors):
+        assert (a.tensor_type, list(a.shape)) == (b.tensor_type, list(b.shape)), a.name
+        assert a.data.tobytes() == b.data.tobytes(), a.name
+    keys = lambda r: {k for k in r.fields if not k.startswith("GGUF.")}  # noqa: E731
+    assert keys(twin) - keys(legacy) == {"dflash.rope.dimension_sections"}
+    assert keys(legacy) - keys(twin) == set()
+
+
 def test_mmproj_keys_and_tensors(gguf, models):
     cfg = models.config
     f = _fields(gguf, models.mmproj)

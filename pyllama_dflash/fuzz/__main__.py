@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from ..build import BuildError
+from ..build.patchset import BASELINE
 from ..scenarios.models import tiny_models
 from .runner import examples_from_env, search_variants, seed_from_env
 from .schedule import Schedule
@@ -29,6 +30,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: $PYLLAMA_DFLASH_FUZZ_SEED or 0)")
     ap.add_argument("--max-steps", type=int, default=8, help="raw steps per schedule (a request is up to 4 steps)")
     ap.add_argument("--exact", action="store_true", help="also compare the output with decoding without the draft")
+    ap.add_argument("--no-drift", action="store_true",
+                    help="skip the drift oracle (each schedule also run on baseline with the draft's reconverted "
+                         "twin, whose drafts every completed run must equal)")
     ap.add_argument("--ignore", default="", metavar="KINDS",
                     help="comma-separated violation kinds that end a run without failing it (to look past a known one)")
     ap.add_argument("--out", type=Path, help="folder for the shrunk schedules (default: a new temporary folder)")
@@ -53,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     backend = args.backend if args.backend != "auto" else None
     try:
         variants = built_variants([v.strip() for v in args.variants.split(",")] if args.variants else ["all"], backend)
+        if not args.no_drift:
+            built_variants([BASELINE], backend)  # the drift oracle's reference runs on baseline
     except BuildError as e:
         print(f"fuzz: error: {e} (build it first: python build.py)", file=sys.stderr)
         return 2
@@ -64,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     results = search_variants(variants, tiny_models(), examples=examples, seed=seed, max_steps=args.max_steps,
                               exact=args.exact, ignore=tuple(k for k in args.ignore.split(",") if k),
-                              backend=backend, parallel=args.jobs, timeout_s=args.timeout)
+                              backend=backend, parallel=args.jobs, timeout_s=args.timeout, drift=not args.no_drift)
     broken = False
     for v in variants:
         r = results[v]

@@ -1,12 +1,14 @@
 """One variant in this process: ``python -m pyllama_dflash.fuzz.child JOB OUT``.
 
 JOB (JSON) says the mode: ``search`` runs the hypothesis loop (needs the test extra), ``replay``
-runs one schedule. The variants share sonames, so each gets a process of its own; the result
+runs one schedule; with ``drift`` every completed run is also checked against the drift
+oracle's reference (reference.py). The variants share sonames, so each gets a process of its own; the result
 goes to OUT as JSON.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from ..build.fsutil import atomic_write_json
 from ..scenarios.models import ModelSet
+from .reference import ReferenceProcess
 
 
 def run_job(job: dict) -> dict:
@@ -28,19 +31,24 @@ def run_job(job: dict) -> dict:
     load(job["variant"], backend=job.get("backend"))
     models = ModelSet.from_json(job["models"])
     config = job.get("config") or {}
-    if job["mode"] == "search":
-        from .search import search
-
-        result = search(models, examples=job["examples"], seed_=job.get("seed", 0),
-                        max_steps=job.get("max_steps", 8), exact=job.get("exact", False), config=config,
-                        ignore=frozenset(job.get("ignore", ()))).to_json()
-    elif job["mode"] == "replay":
-        from .execute import execute
-        from .schedule import Schedule
-
-        result = execute(Schedule.from_json(job["schedule"]), models, config, exact=job.get("exact", True)).to_json()
-    else:
+    if job["mode"] not in ("search", "replay"):
         raise ValueError(f"unknown mode {job['mode']!r}")
+    with contextlib.ExitStack() as stack:
+        reference = None
+        if job.get("drift"):  # the drift oracle: baseline with the reconverted twin, in a child of its own
+            reference = stack.enter_context(ReferenceProcess(models, config, job.get("backend"))).drafts
+        if job["mode"] == "search":
+            from .search import search
+
+            result = search(models, examples=job["examples"], seed_=job.get("seed", 0),
+                            max_steps=job.get("max_steps", 8), exact=job.get("exact", False), config=config,
+                            ignore=frozenset(job.get("ignore", ())), reference=reference).to_json()
+        else:
+            from .execute import execute
+            from .schedule import Schedule
+
+            result = execute(Schedule.from_json(job["schedule"]), models, config, exact=job.get("exact", True),
+                             reference=reference).to_json()
     result["variant"] = job["variant"]
     result["total_s"] = round(time.monotonic() - t0, 3)
     return result

@@ -7,16 +7,18 @@ schedule file works without the test extra.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
+from typing import Callable
 
 import numpy as np
 
+from ..scenarios.drift import COMPARABLE, compare, drafts
 from ..scenarios.models import ModelSet
 from ..scenarios.record import Record, StopScenario
 from ..scenarios.session import SeqState, Session, SessionConfig
 from ..tiny import image as tiny_image
-from .invariant import CheckedRecord, OutputDiffers, Violation
+from .invariant import CheckedRecord, DraftDrift, OutputDiffers, Violation
 from .schedule import Schedule, Step, image_px
 
 Saved = tuple[bytes, SeqState]
@@ -24,7 +26,7 @@ Saved = tuple[bytes, SeqState]
 
 @dataclass
 class Outcome:
-    status: str  # PASS | DEGRADED (a drafting round drafted nothing) | FAIL (the invariant broke)
+    status: str  # PASS | DEGRADED (a drafting round drafted nothing) | FAIL (the invariant broke) | DRIFT
     violation: Violation | None = None
     record: Record = field(default_factory=Record)
     stats: dict[str, int] = field(default_factory=dict)
@@ -40,6 +42,7 @@ class Outcome:
             "calls": len(self.record.calls),
             "rounds": len(self.record.rounds),
             "drafted": sum(r.drafted for r in self.record.rounds),
+            "drafts": drafts([asdict(r) for r in self.record.rounds]),
             "stats": self.stats,
             "wall_s": round(self.wall_s, 3),
         }
@@ -50,33 +53,59 @@ def _image(w: int, h: int) -> np.ndarray:
     return tiny_image.rgb(w, h, 0)
 
 
-def execute(schedule: Schedule, models: ModelSet, config: dict | None = None, *, exact: bool = False) -> Outcome:
+def execute(schedule: Schedule, models: ModelSet, config: dict | None = None, *, exact: bool = False,
+            reference: Callable[[Schedule], dict] | None = None, check: bool = True) -> Outcome:
     """Run the schedule; a broken invariant ends the run (as llama-server drops the slot) and is returned.
 
     With exact, a run that completed is replayed without the draft, and the generated tokens
-    must be equal (drafted tokens are only kept where the target agrees).
+    must be equal (drafted tokens are only kept where the target agrees). With a reference
+    (see reference.py), a run that completed must also draft what the reference drafted for
+    the same schedule, round by round. Without check, only the calls' results are recorded
+    (a failing call ends the run as FAIL): what the reference itself runs.
     """
     t0 = time.monotonic()
     cfg = SessionConfig(**{**(config or {}), "n_seq": schedule.n_seq})
-    record = CheckedRecord()
+    record = CheckedRecord() if check else Record()
     violation = None
     run = _Run()
     with Session(models, cfg, record) as session:
-        record.bind(session)
+        if check:
+            record.bind(session)
         try:
-            _run_steps(session, schedule.steps, record, run)
+            _run_steps(session, schedule.steps, record if check else None, run)
         except Violation as v:
             violation = v
-    stats = dict(record.stats)
+        except StopScenario as e:
+            if check:
+                raise
+            violation = Violation(str(e), e.call)
+    stats = dict(getattr(record, "stats", {}))
     if violation is None and exact:
         violation = _compare(schedule, models, cfg, run, stats)
+    if violation is None and reference is not None and record.status() == "PASS":
+        violation = _drift(record, reference(schedule), stats)
     if violation is not None:
         violation.schedule = schedule.to_json()
-    status = "FAIL" if violation else record.status()
+    status = ("DRIFT" if isinstance(violation, DraftDrift) else "FAIL") if violation else record.status()
     # not part of the invariant, but worth counting: a round that drafted nothing although every
     # call succeeded (the noise block was refused: DEGRADED in the scenario table)
     stats["starved_rounds"] = len(record.starved_rounds)
     return Outcome(status, violation, record, stats, time.monotonic() - t0)
+
+
+def _drift(record: Record, reference: dict, stats: dict) -> Violation | None:
+    """The drafts against the reference's; a reference that could not run them judges nothing."""
+    if reference["status"] not in COMPARABLE:
+        stats["no_reference"] = stats.get("no_reference", 0) + 1
+        return None
+    stats["drift_checked"] = stats.get("drift_checked", 0) + 1
+    found = compare(drafts([asdict(r) for r in record.rounds]), drafts(reference["rounds"]))
+    if found is not None and found.behind_only:
+        # the documented exception: draft() met a draft behind the target (a target-only
+        # restore) and filled it for the noise block alone; counted, not a violation
+        stats["drift_behind_only"] = stats.get("drift_behind_only", 0) + 1
+        return None
+    return DraftDrift(found.summary()) if found else None
 
 
 @dataclass

@@ -9,8 +9,11 @@ After every call of the schedule:
        draft.pos_max(s) == target.pos_max(s)
 
    checked wherever the driver has just handled s, i.e. after a ``process()`` that carried s,
-   after a ``draft()`` for s (which llama-server and the harness follow by trimming the draft's
-   noise block back to the target's end), after an image chunk of s, and after every step.
+   after an image chunk of s, and after every step. A ``draft()`` for s (which llama-server and
+   the harness follow by trimming the draft's noise block back to the target's end) leaves the
+   draft's memory where it was: checked too, against what held before it (see below);
+3. where a reference is given (see execute.py), the drafts equal the reference's: the same
+   schedule on baseline with the draft's reconverted twin drafts the same tokens in every round.
 
 Three exceptions, each because nothing can fail there:
 
@@ -21,13 +24,14 @@ Three exceptions, each because nothing can fail there:
   fills [P, next) and the equality holds again. An image whose last sub-batch is one row
   (not pinned) is injected at P, so the equality holds right after it.
 - **After a target-only restore.** ``restore`` puts a saved state into the target alone (a
-  cached prompt whose draft part did not load): until the driver next handles s, the draft
-  may end anywhere, ahead or behind. The next ``process()``/``draft()`` must realign it.
+  cached prompt whose draft part did not load): until ``process()`` next handles s, the draft
+  may end anywhere, ahead or behind. A ``draft()`` in between fills a draft that is behind for
+  its noise block only and removes the fill again, as the twin, which needs no fill, would
+  end: the draft stays behind until ``process()`` realigns it.
 - **An empty draft memory.** llama.cpp's batch check is skipped for a sequence with no cells,
-  so an empty draft accepts any next position and cannot make a call fail; 0002's
-  ``align_draft`` leaves it empty on purpose (a zero-filled prefix would carry no more than
-  nothing). It happens when a state is restored into a sequence whose draft holds nothing.
-  These checks are counted (``empty_draft``), not hidden.
+  so an empty draft accepts any next position and cannot make a call fail; the fix leaves it
+  empty on purpose, as its twin's would be. It happens when a state is restored into a
+  sequence whose draft holds nothing. These checks are counted (``empty_draft``), not hidden.
 
 A call that fails raises the matching :class:`Violation` subclass at once; each subclass is a
 separate bug to hypothesis, so each is shrunk on its own.
@@ -87,6 +91,10 @@ class OutputDiffers(Violation):
     kind = "output-differs"  # the greedy output differs from decoding without the draft
 
 
+class DraftDrift(Violation):
+    kind = "drift"  # every call succeeded and the output is exact, but the drafts differ from the reference
+
+
 def failed_call(call: Call) -> Violation:
     """The violation a failing call stands for; for the driver, told apart by the batch check's X and Y."""
     if call.who != "spec":
@@ -129,7 +137,8 @@ class CheckedRecord(Record):
                 for seq in self._seqs(call.seq):
                     self._handled(seq)
         elif call.who == "spec" and call.api == "common_speculative_draft":
-            self._handled(call.seq)
+            # draft() leaves the memory as it was: a restored or lagging sequence stays so
+            self.check(call.seq)
         elif call.api == "mtmd_helper_decode_image_chunk":
             lo, hi, n = self.sub_batch.pop(call.seq)
             if n > 1 and lo == hi:  # pinned: process() skipped it

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Callable
 
 try:
     from builtins import BaseExceptionGroup  # Python >= 3.11
@@ -43,11 +44,14 @@ class SearchResult:
 
 
 def search(models: ModelSet, *, examples: int, seed_: int = 0, max_steps: int = 8, exact: bool = False,
-           config: dict | None = None, ignore: frozenset[str] = frozenset()) -> SearchResult:
+           config: dict | None = None, ignore: frozenset[str] = frozenset(),
+           reference: Callable[[Schedule], dict] | None = None) -> SearchResult:
     """Run up to `examples` schedules (and the shrinking of what fails).
 
     Kinds in ignore end a run as llama-server would (the slot is dropped) but do not fail it:
     hypothesis stops looking soon after its first bug, so a kind already known can hide others.
+    With a reference (the drift oracle, see reference.py) every completed run is also compared
+    round by round with what the reconverted twin drafts on baseline.
     """
     result = SearchResult(examples)
     t0 = time.monotonic()
@@ -61,7 +65,7 @@ def search(models: ModelSet, *, examples: int, seed_: int = 0, max_steps: int = 
         result.runs += 1
         result.steps_run += len(schedule.steps)
         try:
-            out = execute(schedule, models, config, exact=exact)
+            out = execute(schedule, models, config, exact=exact, reference=reference)
         except Exception as e:  # a harness error: keep the schedule that caused it
             e.schedule = schedule.to_json()  # type: ignore[attr-defined]
             raise
@@ -80,17 +84,18 @@ def search(models: ModelSet, *, examples: int, seed_: int = 0, max_steps: int = 
             result.failures.append(_failure(exc))
     for failure in result.failures:
         if failure["kind"] != "error" and failure["schedule"]:
-            _minimize(failure, models, config, exact, result)
+            _minimize(failure, models, config, exact, result, reference)
     result.wall_s = time.monotonic() - t0
     return result
 
 
-def _minimize(failure: dict, models: ModelSet, config: dict | None, exact: bool, result: SearchResult) -> None:
+def _minimize(failure: dict, models: ModelSet, config: dict | None, exact: bool, result: SearchResult,
+              reference: Callable[[Schedule], dict] | None) -> None:
     """Hypothesis's shrunk schedule, then minimize()'s pass on its steps; the failure is the final run's."""
     last: list[Violation] = []
 
     def fails(candidate: Schedule) -> bool:
-        out = execute(candidate, models, config, exact=exact)
+        out = execute(candidate, models, config, exact=exact, reference=reference)
         if out.violation is not None and out.violation.kind == failure["kind"]:
             last[:] = [out.violation]
             return True

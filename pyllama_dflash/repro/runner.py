@@ -15,8 +15,12 @@ from pathlib import Path
 
 from ..api import THREADS_ENV
 from ..build.fsutil import atomic_write_json
+from ..build.patchset import BASELINE
+from ..scenarios.drift import judge
 from ..scenarios.models import ModelSet
 from ..scenarios.record import CRASH, ERROR
+
+REFERENCE = f"{BASELINE}+twin"  # the drift oracle's column: baseline with the draft's reconverted twin
 
 
 @dataclass
@@ -29,15 +33,21 @@ class Job:
     check_exact: bool = True
     timeout_s: float = 300.0
     threads: int = 1  # per context; run_matrix sets cores // parallel children
+    twin: bool = False  # run the draft's reconverted twin instead (the drift reference)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(scenario, column): the column is the variant, or ``<variant>+twin`` for a reference run."""
+        return self.scenario, self.variant + ("+twin" if self.twin else "")
 
 
 def run_child(job: Job, work_dir: Path) -> dict:
     """Run one job in a fresh interpreter; a native crash becomes a CRASH result, not ours."""
-    name = f"{job.scenario}-{job.variant}"
+    name = "-".join(job.key)
     job_file, out_file, log_file = (work_dir / f"{name}.{ext}" for ext in ("job.json", "result.json", "log"))
     atomic_write_json(job_file, {
         "scenario": job.scenario, "variant": job.variant, "models": job.models.to_json(),
-        "config": job.config, "backend": job.backend, "check_exact": job.check_exact,
+        "config": job.config, "backend": job.backend, "check_exact": job.check_exact, "twin": job.twin,
     })
     cmd = [sys.executable, "-m", "pyllama_dflash.scenarios.child", str(job_file), str(out_file)]
     t0 = time.monotonic()
@@ -77,11 +87,34 @@ def _tail(path: Path, n: int = 12) -> list[str]:
 
 
 def run_matrix(jobs: list[Job], parallel: int, work_dir: Path | None = None) -> dict[tuple[str, str], dict]:
+    """Every job in a child of its own, ``parallel`` at once; the results keyed by :attr:`Job.key`."""
     work = work_dir or Path(tempfile.mkdtemp(prefix="pyllama-dflash-repro-"))
     work.mkdir(parents=True, exist_ok=True)
     share = max(1, (os.cpu_count() or 1) // max(1, parallel))
     for j in jobs:
         j.threads = share
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        futures = {(j.scenario, j.variant): pool.submit(run_child, j, work) for j in jobs}
+        futures = {j.key: pool.submit(run_child, j, work) for j in jobs}
         return {key: f.result() for key, f in futures.items()}
+
+
+def run_table(scenarios: list[str], variants: list[str], models: ModelSet, config: dict, *, parallel: int,
+              drift: bool = True, work_dir: Path | None = None, **job_options) -> dict[str, dict[str, dict]]:
+    """The matrix as ``table[scenario][variant]``; with drift, every run judged by the drift oracle.
+
+    With drift, each scenario also runs once on baseline with the draft's reconverted twin (the
+    reference, in column :data:`REFERENCE`), and every variant's drafts are compared with it
+    (:func:`pyllama_dflash.scenarios.drift.judge`). ``job_options`` go to every :class:`Job`.
+    """
+    jobs = [Job(sid, v, models, config, **job_options) for sid in scenarios for v in variants]
+    if drift:
+        jobs += [Job(sid, BASELINE, models, config, twin=True, **job_options) for sid in scenarios]
+    results = run_matrix(jobs, parallel, work_dir)
+    table = {sid: {v: results[(sid, v)] for v in variants} for sid in scenarios}
+    if drift:
+        for sid, row in table.items():
+            reference = results[(sid, REFERENCE)]
+            for v in variants:
+                judge(row[v], reference)
+            row[REFERENCE] = reference
+    return table

@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 
 from .models import ModelSet, large_image, small_image
-from .record import DEGRADED, FAIL, PASS, Record
+from .record import DEGRADED, DRIFT, FAIL, PASS, Record
 from .session import Session, SessionConfig
 
 N_GEN = 6  # tokens generated after each prompt: two or more drafting rounds
@@ -137,7 +137,9 @@ SCENARIOS: dict[str, Scenario] = {sc.id: sc for sc in [
              "an 11x3 image (33 rows) in sub-batches of 16, 16 and 1: the 1-row tail is not skipped as pinned", s11),
 ]}
 
-# What each variant must do (the test suite asserts this table).
+# What each variant must do (the test suite asserts this table). Every run that completes is also
+# judged by the drift oracle (drift.py): its drafts against the same scenario's on baseline with the
+# draft's reconverted twin. DRIFT ranks between PASS and DEGRADED.
 EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
     # S2 is not a control on baseline after all: mtmd wraps a qwen2vl image in <|vision_start|> ...
     # <|vision_end|>, so even an image-first prompt puts one text row (position 0) in the draft
@@ -145,8 +147,19 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
     # check is skipped only for an empty memory, which no prompt through mtmd_tokenize reaches.
     "baseline": {"S1": (FAIL,), "S2": (FAIL,), "S3": (FAIL,), "S4": (FAIL,), "S5": (FAIL,), "S6": (FAIL,),
                  "S7": (FAIL,), "S8": (PASS,), "S9": (PASS,), "S10": (FAIL,), "S11": (FAIL,)},
-    "zero-fill": {"S1": (PASS,), "S2": (PASS,), "S3": (PASS,), "S4": (PASS,), "S5": (PASS,), "S6": (PASS,),
-                  "S7": (FAIL,), "S8": (PASS,), "S9": (PASS,), "S10": (DEGRADED,),
-                  "S11": (PASS,)},
+    # The seed's zero-fill ends every FAIL that the hole caused, but its zero rows stay in the
+    # draft's memory and every later noise block attends to them: the drafts drift, and on S9 it
+    # fills an M-RoPE draft that needed nothing. Two image scenarios show no drift on the tiny
+    # models, for different reasons (measured, not assumed):
+    # - S6: the draft's window (4) is shorter than the text that follows the 6-position hole, so
+    #   the zero rows are outside every later noise block's window, as if removed.
+    # - S5: the tiny draft drafts one repeated token per sequence there ([60] and [68]); the
+    #   zero rows do not move its argmax. The oracle can only see what the drafts show.
+    "zero-fill": {"S1": (DRIFT,), "S2": (DRIFT,), "S3": (DRIFT,), "S4": (DRIFT,), "S5": (PASS,), "S6": (PASS,),
+                  "S7": (FAIL,), "S8": (PASS,), "S9": (DRIFT,), "S10": (DEGRADED,), "S11": (DRIFT,)},
+    # S7's reference fails too (the twin's memory is ahead of the restored target as well), so
+    # S7 is judged by its calls and output only. S10 is the draft()-side case: the fill exists only
+    # for the noise block's decode, which attends to it, so its first round may drift in principle;
+    # on the tiny models it drafts what the twin drafts (measured: 0 of 5 rounds differ).
     "full": {sid: (PASS,) for sid in ("S1", "S2", "S3", "S4", "S5", "S6", "S7", "S8", "S9", "S10", "S11")},
 }

@@ -1,7 +1,8 @@
 """Run one scenario on one variant, in this process: ``python -m pyllama_dflash.scenarios.child JOB OUT``.
 
-JOB is a JSON file naming the variant, the scenario, the models and the session config; the
-result is written to OUT as JSON. The parent runs each job in a fresh process, so a variant
+JOB is a JSON file naming the variant, the scenario, the models, the session config and whether
+to run the scenario's draft or its reconverted twin (``twin``, the drift reference); the result
+is written to OUT as JSON. The parent runs each job in a fresh process, so a variant
 that aborts or segfaults takes only its own child down (reported as CRASH), and each
 variant's libraries (same sonames) load into a process of their own.
 """
@@ -19,6 +20,7 @@ import numpy as np
 
 from ..build.fsutil import atomic_write_json
 from .catalog import SCENARIOS, Env
+from .drift import drafts
 from .models import ModelSet, large_image, small_image, wide_image
 from .record import ERROR, Record, StopScenario
 from .session import SessionConfig, replay_reference
@@ -40,9 +42,11 @@ def run_job(job: dict) -> dict:
     t_init = time.monotonic() - t0
     scenario = SCENARIOS[job["scenario"]]
     models = ModelSet.from_json(job["models"])
-    draft = {"plain": models.draft, "mrope": models.draft_mrope, "swa": models.draft_swa}[scenario.draft]
+    twin = bool(job.get("twin"))
+    draft = models.draft_for(scenario.draft, twin=twin)
     if draft is None:
-        return {"status": "SKIP", "reason": f"no {scenario.draft} draft for these models", "calls": []}
+        what = f"reconverted twin of the {scenario.draft} draft" if twin else f"{scenario.draft} draft"
+        return {"status": "SKIP", "reason": f"no {what} for these models", "calls": []}
     models = models.with_draft(draft)
     cfg = SessionConfig(**{**job.get("config", {}), "n_seq": scenario.n_seq})
     images = images_for(models)
@@ -62,6 +66,7 @@ def run_job(job: dict) -> dict:
         "first_failure": stopped.summary() if stopped else None,
         "calls": [c.to_json() for c in record.calls],
         "rounds": [asdict(r) for r in record.rounds],
+        "drafts": drafts([asdict(r) for r in record.rounds]),
         "drafted_after_image": record.drafted_after_image(),
         "generated": {str(k): v for k, v in record.generated.items()},
         "exact": None,

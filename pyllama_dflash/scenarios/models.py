@@ -16,6 +16,7 @@ SMALL_IMAGE_PX = 84  # 3 x 3 = 9 tokens, 3 positions
 LARGE_IMAGE_PX = 168  # 6 x 6 = 36 tokens (more than n_batch), 6 positions
 WIDE_IMAGE_PX = (308, 84)  # 11 x 3 = 33 tokens: with n_batch 16 the last sub-batch is one row
 SWA_WINDOW = 4  # the sliding-window draft's window: smaller than the large image's hole
+DRAFT_KINDS = ("plain", "mrope", "swa")
 
 
 @dataclass(frozen=True)
@@ -23,16 +24,32 @@ class ModelSet:
     target: Path
     draft: Path
     mmproj: Path | None
-    # alternative drafts for the control scenarios (None when not available, e.g. real models)
+    # alternative drafts for the control scenarios (None when not available, e.g. real models).
+    # draft_mrope is also the plain draft's reconverted twin: the same tensors with the
+    # rope.dimension_sections that llama.cpp's converter now writes (the drift oracle's reference)
     draft_mrope: Path | None = None
     draft_swa: Path | None = None
     swa_window: int | None = None
     image_files: tuple[Path, ...] = ()  # real images, encoded files (PNG/JPEG) read by mtmd
     real: bool = False
     extra: dict = field(default_factory=dict)
+    draft_swa_mrope: Path | None = None  # the sliding-window draft's reconverted twin
 
     def with_draft(self, draft: Path) -> ModelSet:
         return replace(self, draft=draft)
+
+    def draft_for(self, kind: str, *, twin: bool = False) -> Path | None:
+        """The draft of a kind (plain | mrope | swa), or with twin its reconverted twin.
+
+        An M-RoPE draft is its own twin. None where the set has no such file.
+        """
+        if kind not in DRAFT_KINDS:
+            raise ValueError(f"unknown draft kind {kind!r} (known: {', '.join(DRAFT_KINDS)})")
+        if kind == "mrope":
+            return self.draft_mrope
+        if kind == "swa":
+            return self.draft_swa_mrope if twin else self.draft_swa
+        return self.draft_mrope if twin else self.draft
 
     def to_json(self) -> dict:
         return {
@@ -40,6 +57,7 @@ class ModelSet:
             "mmproj": str(self.mmproj) if self.mmproj else None,
             "draft_mrope": str(self.draft_mrope) if self.draft_mrope else None,
             "draft_swa": str(self.draft_swa) if self.draft_swa else None,
+            "draft_swa_mrope": str(self.draft_swa_mrope) if self.draft_swa_mrope else None,
             "swa_window": self.swa_window,
             "image_files": [str(p) for p in self.image_files],
             "real": self.real,
@@ -49,16 +67,20 @@ class ModelSet:
     def from_json(cls, d: dict) -> ModelSet:
         p = lambda v: Path(v) if v else None  # noqa: E731
         return cls(Path(d["target"]), Path(d["draft"]), p(d["mmproj"]), p(d["draft_mrope"]), p(d["draft_swa"]),
-                   d.get("swa_window"), tuple(Path(x) for x in d.get("image_files", ())), d.get("real", False))
+                   d.get("swa_window"), tuple(Path(x) for x in d.get("image_files", ())), d.get("real", False),
+                   draft_swa_mrope=p(d.get("draft_swa_mrope")))
 
 
 def tiny_models(out_dir: Path | None = None, seed: int = 0) -> ModelSet:
-    """Write (or reuse) the tiny target, its drafts (plain, M-RoPE, sliding-window) and projector."""
+    """Write (or reuse) the tiny target, its drafts (plain, M-RoPE, sliding-window, and the
+    sliding-window draft's M-RoPE twin) and projector."""
     out = Path(out_dir) if out_dir else cache_root() / "tiny" / f"seed{seed}"
     plain = tiny.write_models(out, seed=seed)
     mrope = tiny.write_models(out, seed=seed, draft_mrope=True)
     swa = tiny.write_models(out, seed=seed, draft_swa=SWA_WINDOW)
-    return ModelSet(plain.target, plain.draft, plain.mmproj, mrope.draft, swa.draft, SWA_WINDOW)
+    swa_mrope = tiny.write_models(out, seed=seed, draft_mrope=True, draft_swa=SWA_WINDOW)
+    return ModelSet(plain.target, plain.draft, plain.mmproj, mrope.draft, swa.draft, SWA_WINDOW,
+                    draft_swa_mrope=swa_mrope.draft)
 
 
 def small_image(seed: int = 0) -> np.ndarray:

@@ -9,7 +9,11 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-PASS, DEGRADED, FAIL, CRASH, ERROR = "PASS", "DEGRADED", "FAIL", "CRASH", "ERROR"
+PASS, DRIFT, DEGRADED, FAIL, CRASH, ERROR = "PASS", "DRIFT", "DEGRADED", "FAIL", "CRASH", "ERROR"
+SKIP = "SKIP"
+# from best to worst: DRIFT = every call succeeded and the output is exact, but the draft drafted
+# otherwise than its reference (see drift.py); DEGRADED = a round drafted nothing where it should
+RANK = {PASS: 0, SKIP: 0, DRIFT: 1, DEGRADED: 2, FAIL: 3, CRASH: 4, ERROR: 5}
 
 # the log lines worth quoting next to a failing rc (the batch check, the driver's own report)
 _POSITION = re.compile(r"\b[XY] = \d+")
@@ -54,6 +58,10 @@ class Round:
     drafted: int
     accepted: int
     after_image: bool  # the first round after an image chunk of this sequence
+    tokens: list[int] = field(default_factory=list)  # what the draft drafted (len == drafted)
+    # the draft's memory ended before pos0 - 1 when drafting started (not empty): the target's
+    # state was restored without the draft's, and draft() met the hole before process() did
+    draft_behind: bool = False
 
 
 class StopScenario(Exception):

@@ -205,7 +205,9 @@ class Session:
         # like llama-server's get_n_draft_max: a round yields at most n_draft + 1 tokens, so draft
         # no more than what is left to generate (a round with one token left does not draft)
         n_draft = min(self.cfg.n_max, n_left - 1)
+        behind = False
         if self.spec is not None and n_draft > 0:
+            behind = 0 <= self.draft.pos_max(seq) < pos0 - 1
             drafted = self.spec.draft(seq, id_last, pos0, n_max=n_draft)  # trims the noise block like llama-server
             lines = [str(x) for x in self.spec.last_log]
             self.record.add(Call(step, "spec", "common_speculative_draft", seq, True, pos=(pos0, pos0 + n_draft),
@@ -227,7 +229,7 @@ class Session:
             if drafted:
                 self.spec.accept(seq, accepted)
             if n_draft > 0:
-                self.record.rounds.append(Round(seq, pos0, len(drafted), accepted, st.image_pending))
+                self.record.rounds.append(Round(seq, pos0, len(drafted), accepted, st.image_pending, list(drafted), behind))
                 st.image_pending = False
         return new_tokens
 

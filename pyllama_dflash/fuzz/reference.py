@@ -1,0 +1,98 @@
+"""The drift oracle's reference for schedules: baseline with the reconverted twin, in a process of its own.
+
+The variants share sonames, so the fuzzer's process (one variant loaded) cannot also run
+baseline. :class:`ReferenceProcess` keeps one child with baseline loaded for a whole search and
+asks it, schedule by schedule, what the twin drafts: one JSON line each way over its stdin and
+stdout. ``python -m pyllama_dflash.fuzz.reference MODELS_JSON CONFIG_JSON [BACKEND]`` is that
+child; its native logs go to stderr, which the parent keeps in a file and quotes if it dies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+from ..build.patchset import BASELINE
+from ..scenarios.models import ModelSet
+from .schedule import Schedule
+
+
+class ReferenceDied(RuntimeError):
+    """The reference child exited or answered nonsense: a harness error, not a verdict on a variant."""
+
+
+class ReferenceProcess:
+    """``drafts(schedule)`` -> {"status", "rounds"}: what the twin drafts on baseline."""
+
+    def __init__(self, models: ModelSet, config: dict | None = None, backend: str | None = None) -> None:
+        twin = models.draft_for("plain", twin=True)
+        if twin is None:
+            raise ValueError(f"no reconverted twin of the draft {models.draft} to take the reference from")
+        self.models = models.with_draft(twin)
+        self._log = tempfile.NamedTemporaryFile(prefix="pyllama-dflash-reference-", suffix=".log", delete=False)
+        cmd = [sys.executable, "-m", "pyllama_dflash.fuzz.reference", json.dumps(self.models.to_json()),
+               json.dumps(config or {}), backend or ""]
+        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+                                      text=True, env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+
+    def drafts(self, schedule: Schedule) -> dict:
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        try:
+            self._proc.stdin.write(json.dumps(schedule.to_json()) + "\n")
+            self._proc.stdin.flush()
+            line = self._proc.stdout.readline()
+            return json.loads(line)
+        except (OSError, ValueError) as e:
+            raise ReferenceDied(f"the reference process ({BASELINE} + twin) stopped answering "
+                                f"(exit {self._proc.poll()}): {e}; last log lines:\n{self._tail()}") from None
+
+    def _tail(self, n: int = 12) -> str:
+        self._log.flush()
+        return "\n".join(Path(self._log.name).read_text(errors="replace").splitlines()[-n:])
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            assert self._proc.stdin is not None
+            self._proc.stdin.close()
+            try:
+                self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._log.close()
+        Path(self._log.name).unlink(missing_ok=True)
+
+    def __enter__(self) -> ReferenceProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def main(argv: list[str]) -> int:
+    from .. import api, load
+    from .execute import execute
+
+    os.environ.setdefault(api.THREADS_ENV, "1")
+    models, config = ModelSet.from_json(json.loads(argv[0])), json.loads(argv[1])
+    load(BASELINE, backend=(argv[2] if len(argv) > 2 else "") or None)
+    # the protocol gets a descriptor of its own; anything else written to fd 1 (native code
+    # included) goes to stderr, so it cannot break a reply
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    for line in sys.stdin:
+        outcome = execute(Schedule.from_json(json.loads(line)), models, config, check=False)
+        out.write(json.dumps({"status": outcome.status,
+                              "rounds": [asdict(r) for r in outcome.record.rounds]}) + "\n")
+        out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

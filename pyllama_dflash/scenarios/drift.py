@@ -1,0 +1,97 @@
+"""The drift oracle: what a run drafted, against what its reference drafted.
+
+The reference of a run is the same schedule on ``baseline`` with the draft's reconverted twin:
+the same tensors plus the ``rope.dimension_sections [head_dim/2, 0, 0, 0]`` that llama.cpp's
+converter now writes for a DFlash draft of an M-RoPE target. The twin accepts the position jump
+after an image as it is, so on the unpatched tree it never meets the hole. A fixed legacy draft
+must draft exactly what the twin drafts, round by round; an M-RoPE draft is its own twin, so
+the same comparison says that the fix leaves it as it was.
+
+A run whose calls all succeeded and whose output is exact, but whose drafts differ, is
+``DRIFT``. A run that is already worse (``DEGRADED``, ``FAIL``, ...) keeps its status; the
+comparison is still reported for a ``DEGRADED`` one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from .record import DEGRADED, DRIFT, PASS
+
+COMPARABLE = (PASS, DEGRADED)  # statuses whose rounds ran to the end of the schedule
+
+
+@dataclass(frozen=True)
+class Drift:
+    round: int  # 1-based index of the first round that differs
+    seq: int
+    pos0: int
+    run: list[int]  # what the run drafted there
+    reference: list[int]  # what the reference drafted there
+    differing: int  # rounds that differ, out of
+    total: int  # the rounds of the longer of the two
+    # every differing round began with the draft behind the target (see Round.draft_behind):
+    # draft() had to fill the hole for its noise block, which then attended to the zero rows
+    behind_only: bool = False
+
+    def summary(self) -> str:
+        why = " (only where draft() met a draft behind the target)" if self.behind_only else ""
+        return (f"drafts differ from the reference in {self.differing}/{self.total} rounds{why}; first in round "
+                f"{self.round} (seq {self.seq} at pos {self.pos0}): drafted {self.run}, reference {self.reference}")
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+_COMPARED = ("seq", "pos0", "tokens")
+
+
+def drafts(rounds: list[dict]) -> list[dict]:
+    """The drafting rounds of a result, reduced to what the oracle compares (and whether the
+    draft was behind when the round began)."""
+    return [{"seq": r["seq"], "pos0": r["pos0"], "tokens": list(r.get("tokens", [])),
+             "behind": bool(r.get("draft_behind", False))} for r in rounds]
+
+
+def compare(run: list[dict], reference: list[dict]) -> Drift | None:
+    """None when both drafted the same tokens at the same positions in every round."""
+    total = max(len(run), len(reference))
+    missing = {"seq": -1, "pos0": -1, "tokens": [], "behind": False}
+    pairs = [(run[i] if i < len(run) else missing, reference[i] if i < len(reference) else missing)
+             for i in range(total)]
+    differ = [i for i, (a, b) in enumerate(pairs) if any(a[k] != b[k] for k in _COMPARED)]
+    if not differ:
+        return None
+    first = differ[0]
+    a, b = pairs[first]
+    where = a if a["seq"] >= 0 else b
+    behind_only = all(pairs[i][0]["behind"] for i in differ)
+    return Drift(first + 1, where["seq"], where["pos0"], a["tokens"], b["tokens"], len(differ), total, behind_only)
+
+
+def judge(result: dict, reference: dict | None) -> dict:
+    """Add the drift verdict to a run's result (in place) from its reference run's result.
+
+    The result gains ``drafts``, ``reference`` (the reference's status and drafts, or why there
+    is none) and ``drift`` (None, or where the drafts first differ).
+    """
+    result["drafts"] = drafts(result.get("rounds", []))
+    result["drift"] = None
+    if reference is None:
+        result["reference"] = {"status": None, "note": "no reference run (no twin draft for these models)"}
+        return result
+    ref_status = reference.get("status")
+    result["reference"] = {"status": ref_status, "drafts": drafts(reference.get("rounds", []))}
+    if ref_status not in COMPARABLE:
+        result["reference"]["note"] = (f"the reference itself is {ref_status}: "
+                                       f"{reference.get('first_failure') or 'no drafts to compare'}")
+        return result
+    if result.get("status") not in COMPARABLE:
+        return result
+    drift = compare(result["drafts"], result["reference"]["drafts"])
+    if drift is not None:
+        result["drift"] = drift.to_json()
+        if result["status"] == PASS:
+            result["status"] = DRIFT
+            result["first_failure"] = drift.summary()
+    return result
