@@ -1,0 +1,73 @@
+"""``python -m pyllama_dflash.upgrade DRAFT [-o OUT | --in-place] [--check] [--target TARGET]``.
+
+Exit codes: ``--check`` gives 1 when the draft is (or may be) affected, 0 when not; upgrading
+gives 0 (written or nothing to do); any error gives 2 with one ``error: ...`` line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .draft import DraftUpgradeError, inspect, upgrade
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m pyllama_dflash.upgrade",
+        description="Add dflash.rope.dimension_sections = [head_dim/2, 0, 0, 0] to a legacy DFlash draft "
+                    "for an M-RoPE target, as llama.cpp b11434's converter writes it. The input is never "
+                    "modified (unless --in-place, which replaces it atomically).",
+    )
+    p.add_argument("draft", type=Path, metavar="DRAFT", help="the DFlash draft GGUF")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("-o", "--out", type=Path, metavar="OUT",
+                       help="write the upgraded draft here (default: DRAFT-mrope.gguf beside it)")
+    where.add_argument("--in-place", action="store_true", help="replace DRAFT itself, atomically")
+    p.add_argument("--check", action="store_true",
+                   help="only say whether the draft is affected: exit 1 if so, 0 if not")
+    p.add_argument("--target", type=Path, metavar="TARGET",
+                   help="the target GGUF; the draft needs sections only if it uses M-RoPE")
+    return p
+
+
+def check(draft: Path, target: Path | None) -> tuple[int, str]:
+    """The --check verdict: (exit code, one human line)."""
+    info = inspect(draft, target)
+    if not info.is_dflash:
+        found = repr(info.architecture) if info.architecture is not None else "missing"
+        raise DraftUpgradeError(draft, f"not a DFlash draft (general.architecture is {found})")
+    if info.has_sections:
+        return 0, f"{draft}: not affected: already has rope.dimension_sections {list(info.sections or ())}"
+    adds = list(info.sections_to_write or ())
+    if target is None:
+        return 1, f"{draft}: no sections; affected if its target uses M-RoPE (upgrade would add {adds})"
+    if info.affected:
+        return 1, f"{draft}: affected: no rope.dimension_sections and target {target} uses M-RoPE (upgrade adds {adds})"
+    return 0, f"{draft}: not affected: no rope.dimension_sections, but target {target} does not use M-RoPE"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.check:
+            if args.out is not None or args.in_place:
+                raise DraftUpgradeError(args.draft, "--check writes nothing; drop -o/--in-place")
+            code, line = check(args.draft, args.target)
+            print(line)
+            return code
+        result = upgrade(args.draft, args.out, args.in_place, target=args.target)
+        print(result.reason)
+        return 0
+    except DraftUpgradeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,252 @@
+"""Tell whether a DFlash draft lacks M-RoPE sections, and add them the way b11434's converter does.
+
+A draft converted for an M-RoPE target (one with ``{arch}.rope.dimension_sections``, e.g.
+qwen35) by llama.cpp b11434 carries ``dflash.rope.dimension_sections = [head_dim // 2, 0, 0, 0]``
+(``conversion/qwen.py``, ``DFlashModel.set_gguf_parameters``). Drafts converted before lack it;
+llama-server then breaks on images. Adding that one key, and touching nothing else, turns such a
+legacy draft into its reconverted twin.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .gguf_stream import CHUNK_SIZE, GGUFError, GGUFFile, ValueType, make_kv, read_gguf, write_with_kvs
+
+try:
+    from pyllama_dflash._internals import PyllamaError
+
+    _ERROR_BASES: tuple[type[Exception], ...] = (PyllamaError, ValueError)
+except ImportError:  # an install without the bindings' dependencies: still a ValueError
+    _ERROR_BASES = (ValueError,)
+
+DFLASH_ARCH = "dflash"
+SECTIONS_KEY = f"{DFLASH_ARCH}.rope.dimension_sections"
+KEY_LENGTH_KEY = f"{DFLASH_ARCH}.attention.key_length"
+EMBEDDING_KEY = f"{DFLASH_ARCH}.embedding_length"
+HEAD_COUNT_KEY = f"{DFLASH_ARCH}.attention.head_count"
+
+
+class DraftUpgradeError(*_ERROR_BASES):  # type: ignore[misc]
+    """A draft (or target) cannot be inspected or upgraded; names the file and the reason."""
+
+    def __init__(self, path: Path | str, reason: str) -> None:
+        self.path = Path(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.path, self.reason))
+
+
+@dataclass(frozen=True)
+class DraftInfo:
+    """What a draft (and, if given, its target) say about the M-RoPE sections."""
+
+    path: Path
+    architecture: str | None
+    is_dflash: bool
+    sections: tuple[int, ...] | None  # the draft's own rope.dimension_sections, if any
+    sections_to_write: tuple[int, ...] | None  # what upgrade() would add (None: nothing to add)
+    target: Path | None
+    target_mrope: bool | None  # None when no target was given
+
+    @property
+    def has_sections(self) -> bool:
+        return self.sections is not None
+
+    @property
+    def affected(self) -> bool:
+        """True only when known: a DFlash draft without sections for an M-RoPE target."""
+        return self.is_dflash and not self.has_sections and self.target_mrope is True
+
+
+@dataclass(frozen=True)
+class UpgradeResult:
+    """What :func:`upgrade` did; ``written`` is False for a no-op (and ``out`` is then None)."""
+
+    draft: Path
+    out: Path | None
+    written: bool
+    sections: tuple[int, ...] | None  # the sections added, or the ones already there
+    reason: str  # one human line
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def _read(path: Path) -> GGUFFile:
+    try:
+        return read_gguf(path)
+    except GGUFError as exc:
+        raise DraftUpgradeError(path, exc.reason) from None
+    except OSError as exc:
+        raise DraftUpgradeError(path, f"cannot read: {exc.strerror or exc}") from None
+
+
+def _int(g: GGUFFile, key: str) -> int | None:
+    v = g.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise DraftUpgradeError(g.path, f"{key} is {v!r}, expected an integer")
+    return v
+
+
+def converter_sections(g: GGUFFile) -> tuple[int, int, int, int]:
+    """``[head_dim // 2, 0, 0, 0]`` as the converter writes it; head_dim from key_length, else
+    embedding_length // head_count (the converter's ``head_dim or hidden_size // n_heads``)."""
+    head_dim = _int(g, KEY_LENGTH_KEY)
+    if head_dim is None:
+        n_embd, n_head = _int(g, EMBEDDING_KEY), _int(g, HEAD_COUNT_KEY)
+        if n_embd is None or not n_head:
+            raise DraftUpgradeError(g.path, f"cannot tell the head size: no {KEY_LENGTH_KEY}, and "
+                                            f"{EMBEDDING_KEY} / {HEAD_COUNT_KEY} are missing or zero")
+        head_dim = n_embd // n_head
+    if head_dim < 2:
+        raise DraftUpgradeError(g.path, f"head size {head_dim} is too small for rope sections")
+    return (head_dim // 2, 0, 0, 0)
+
+
+def _sections(g: GGUFFile) -> tuple[int, ...] | None:
+    v = g.get(SECTIONS_KEY)
+    return None if v is None else tuple(v)
+
+
+def target_uses_mrope(target: Path | str) -> bool:
+    """Whether the target GGUF has ``{arch}.rope.dimension_sections`` (arch: its architecture)."""
+    g = _read(Path(target))
+    if g.architecture is None:
+        raise DraftUpgradeError(g.path, "no general.architecture: cannot tell whether it uses M-RoPE")
+    return f"{g.architecture}.rope.dimension_sections" in g
+
+
+def inspect(draft: Path | str, target: Path | str | None = None) -> DraftInfo:
+    """Read the draft's (and target's) metadata only; never reads tensor data, writes nothing."""
+    g = _read(Path(draft))
+    is_dflash = g.architecture == DFLASH_ARCH
+    sections = _sections(g) if is_dflash else None
+    to_write = converter_sections(g) if is_dflash and sections is None else None
+    mrope = target_uses_mrope(target) if target is not None else None
+    return DraftInfo(g.path, g.architecture, is_dflash, sections, to_write,
+                     Path(target) if target is not None else None, mrope)
+
+
+def default_output(draft: Path | str) -> Path:
+    """Where upgrade() writes when given neither out nor in_place: ``NAME-mrope.gguf`` beside it."""
+    p = Path(draft)
+    return p.with_name(f"{p.stem}-mrope{p.suffix or '.gguf'}")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)  # hard links
+    except OSError:
+        return False
+
+
+def upgrade(draft: Path | str, out: Path | str | None = None, in_place: bool = False, *,
+            target: Path | str | None = None, chunk_size: int = CHUNK_SIZE) -> UpgradeResult:
+    """Write the draft with ``dflash.rope.dimension_sections`` added; the input is never modified.
+
+    ``out`` defaults to :func:`default_output`; ``in_place=True`` replaces the draft itself
+    (atomically: a temp file beside it, then ``os.replace``). An ``out`` that is the draft is
+    refused without ``in_place``. A draft that already has sections, or (when ``target`` is given)
+    whose target does not use M-RoPE, is a no-op that writes nothing and says why.
+    """
+    draft = Path(draft)
+    g = _read(draft)
+    if g.architecture != DFLASH_ARCH:
+        found = repr(g.architecture) if g.architecture is not None else "missing"
+        raise DraftUpgradeError(draft, f"not a DFlash draft (general.architecture is {found})")
+
+    if in_place:
+        if out is not None and not _same_file(draft, Path(out)):
+            raise DraftUpgradeError(draft, f"in_place and a different output {out} were both given")
+        dest = draft.resolve()  # through a symlink: replace the file, not the link
+    else:
+        dest = Path(out) if out is not None else default_output(draft)
+        if dest.exists() and _same_file(draft, dest):
+            raise DraftUpgradeError(draft, f"output {dest} is the input file; pass in_place=True "
+                                           "(--in-place) to replace it")
+
+    existing = _sections(g)
+    if existing is not None:
+        return UpgradeResult(draft, None, False, existing,
+                             f"{draft}: already has rope.dimension_sections {list(existing)}: nothing to do")
+    sections = converter_sections(g)
+    if target is not None and not target_uses_mrope(target):
+        return UpgradeResult(draft, None, False, None,
+                             f"{draft}: target {target} does not use M-RoPE, so the draft needs no "
+                             "rope.dimension_sections: nothing to do")
+
+    _write_atomic(g, dest, sections, keep_mode=in_place, chunk_size=chunk_size)
+    verb = "replaced" if in_place else "wrote"
+    return UpgradeResult(draft, dest, True, sections,
+                         f"{verb} {dest}: added {SECTIONS_KEY} = {list(sections)}")
+
+
+def _write_atomic(g: GGUFFile, dest: Path, sections: Sequence[int], *, keep_mode: bool,
+                  chunk_size: int) -> None:
+    """Temp file in dest's directory, checked, then renamed: no half-written file is ever seen."""
+    if not dest.parent.is_dir():
+        raise DraftUpgradeError(dest, "output directory does not exist")
+    kv = make_kv(SECTIONS_KEY, ValueType.ARRAY, list(sections), ValueType.INT32)
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    except OSError as exc:
+        raise DraftUpgradeError(dest, f"cannot create a temporary file: {exc.strerror or exc}") from None
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write_with_kvs(g, f, [kv], chunk_size=chunk_size)
+            f.flush()
+            os.fsync(f.fileno())
+        if keep_mode:
+            os.chmod(tmp, g.path.stat().st_mode & 0o7777)
+        else:  # mkstemp makes 0600; give the mode a plain open() would (umask applied)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+        check = read_gguf(tmp)  # the output must parse and cover its tensors
+        if check.get(SECTIONS_KEY) != list(sections) or len(check.tensors) != len(g.tensors):
+            raise DraftUpgradeError(dest, "the written file does not read back as expected")
+        os.replace(tmp, dest)
+    except GGUFError as exc:
+        tmp.unlink(missing_ok=True)
+        raise DraftUpgradeError(dest if exc.path == tmp else exc.path, exc.reason) from None
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise DraftUpgradeError(dest, f"cannot write: {exc.strerror or exc}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def reconverted_twin(draft: Path | str, cache_dir: Path | str) -> Path:
+    """The draft's reconverted twin: the draft itself when it has sections, else an upgraded copy
+    in cache_dir (made once per draft file, keyed by its path, size and mtime; written atomically).
+
+    The drift oracle runs the twin on baseline as the reference for the draft.
+    """
+    import hashlib
+
+    draft = Path(draft).resolve()
+    info = inspect(draft)
+    if not info.is_dflash:
+        raise DraftUpgradeError(draft, f"not a DFlash draft (general.architecture is {info.architecture!r})")
+    if info.has_sections:
+        return draft
+    st = draft.stat()
+    key = hashlib.sha256(f"{draft}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:12]
+    out = Path(cache_dir) / f"{draft.stem}-twin-{key}.gguf"
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        upgrade(draft, out)
+    return out
