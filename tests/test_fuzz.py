@@ -12,6 +12,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -172,6 +173,23 @@ def test_a_shrunk_drift_replays_through_repro_as_drift(fuzzed, tmp_path):
     results = json.loads(report.read_text())["results"]
     assert results["zero-fill"]["status"] == "DRIFT" and results["zero-fill"]["kind"] == "drift"
     assert results["full"]["status"] == "PASS" and results["full"]["stats"]["drift_checked"] == 1
+
+
+DRIFT_SCHEDULES = sorted((Path(__file__).parent / "data" / "schedules").glob("drift-*.json"))
+
+
+@pytest.mark.parametrize("path", DRIFT_SCHEDULES, ids=lambda p: p.stem)
+def test_the_drift_schedules_drift_on_zero_fill_and_not_on_full(variants, models, path, tmp_path):
+    """The drafting-exactness schedules (one image; two images and two turns; two sequences): the
+    seed's zero-fill drafts otherwise than the twin on baseline, the fix drafts exactly the same,
+    and so does the twin itself under the fix (it needs no fill and gets none)."""
+    schedule = Schedule.load(path)
+    for draft in (models.draft, models.draft_mrope):
+        results = replay_variants(schedule, list(VARIANTS), models.with_draft(draft), work_dir=tmp_path / draft.stem)
+        zf, full = results["zero-fill"], results["full"]
+        assert zf["status"] == "DRIFT" and "drafts differ from the reference" in zf["first_failure"], zf
+        assert full["status"] == "PASS" and full["stats"]["drift_checked"] == 1, full
+        assert full["drafted"] > 0
 
 
 def test_a_rewind_trims_both_memories_so_text_only_rewinds_pass_everywhere(variants, models, tmp_path):
