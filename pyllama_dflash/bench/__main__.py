@@ -8,10 +8,12 @@ Sections (``--only``):
   build     cold build of the first variant, extra cost of each further one, no-op rebuild
             (a real cold build in a temporary cache with --cold-build, ~11 min on 2 cores;
             without it, the figures recorded in the existing manifests plus a live no-op)
-  matrix    the repro matrix on the tiny models: wall time, share spent starting children
+  matrix    the repro matrix on the tiny models, drift references included: wall time, share
+            spent starting children
   overhead  text-only speculative loop, full vs baseline, tokens/s ratio with a bootstrap CI
   instructions  the same loop under callgrind: instructions per generated token, full / baseline
-  fill      the draft fill's cost for holes of 3..1024 positions vs the image chunk's decode
+  fill      the draft fill's cost, with the removal of the filled positions, for holes of
+            3..1024 positions vs the image chunk's decode
   bindings  a 4096-row numpy embedding batch through the bindings vs a per-row Python loop
 """
 
@@ -79,20 +81,21 @@ def bench_build(cold: bool) -> dict:
 
 
 def bench_matrix() -> dict:
-    from ..repro.runner import Job, run_matrix
+    """The matrix as repro runs it: every scenario on every variant plus its drift reference."""
+    from ..repro.runner import run_table
     from ..scenarios.catalog import SCENARIOS
     from ..scenarios.models import tiny_models
 
     variants = [m.variant for m in build(["all"], BuildOptions(quiet=True))]
     models = tiny_models()
-    jobs = [Job(s, v, models, {"n_batch": 16, "n_ubatch": 16}) for s in SCENARIOS for v in variants]
     t0 = time.monotonic()
-    results = run_matrix(jobs, os.cpu_count() or 2)
+    table = run_table(list(SCENARIOS), variants, models, {"n_batch": 16, "n_ubatch": 16}, parallel=os.cpu_count() or 2)
     wall = time.monotonic() - t0
-    child_wall = sum(r["wall_s"] for r in results.values())
-    inside = sum(r.get("timings", {}).get("total_s", 0.0) for r in results.values())
-    return {"runs": len(jobs), "wall_s": wall, "child_wall_s": child_wall, "child_work_s": inside,
-            "startup_share": (child_wall - inside) / child_wall if child_wall else None}
+    results = [r for row in table.values() for r in row.values()]
+    child_wall = sum(r["wall_s"] for r in results)
+    inside = sum(r.get("timings", {}).get("total_s", 0.0) for r in results)
+    return {"runs": len(results), "references": len(table), "wall_s": wall, "child_wall_s": child_wall,
+            "child_work_s": inside, "startup_share": (child_wall - inside) / child_wall if child_wall else None}
 
 
 def bench_overhead(rounds: int) -> dict:
@@ -143,7 +146,7 @@ def bench_fill(repeats: int) -> dict:
     for curve in out.values():
         # the per-position cost as the slope of a least-squares line: steadier than any one point
         h = [p["hole"] for p in curve["points"]]
-        t = [p["fill_s"] for p in curve["points"]]
+        t = [p["fill_remove_s"] for p in curve["points"]]
         slope, intercept = np.polyfit(h, t, 1)
         curve["fit"] = {"per_position_s": float(slope), "intercept_s": float(intercept)}
     return out

@@ -20,7 +20,8 @@ def _figures(r: dict) -> list[tuple[str, str]]:
             rows.append(("build: second variant / first (aim < 0.25)", f"{b['ratio_second_to_first']:.3f}"))
     if "matrix" in r:
         x = r["matrix"]
-        rows.append((f"repro matrix on the tiny models: {x['runs']} runs, wall time (aim < 30 s)", _s(x["wall_s"])))
+        refs = f", {x['references']} of them drift references" if x.get("references") else ""
+        rows.append((f"repro matrix on the tiny models: {x['runs']} runs{refs}, wall time (aim < 30 s)", _s(x["wall_s"])))
         rows.append(("repro matrix: share of child time spent starting up", f"{100 * x['startup_share']:.0f}%"))
     if "overhead" in r:
         o = r["overhead"]
@@ -33,7 +34,7 @@ def _figures(r: dict) -> list[tuple[str, str]]:
                      f"({x['per_token']['baseline'] / 1e6:.2f} M per token)", f"{x['ratio']:.4f}"))
     if "fill" in r:
         fit, fit_swa = r["fill"]["plain_draft"]["fit"], r["fill"]["swa_draft"]["fit"]
-        rows.append(("draft fill per position (slope over h = 3..1024)",
+        rows.append(("draft fill and removal per position (slope over h = 3..1024)",
                      f"{fit['per_position_s'] * 1e6:.1f} µs (sliding-window draft: {fit_swa['per_position_s'] * 1e6:.1f} µs)"))
     if "bindings" in r:
         rows += [(f"{p['rows']}-row embedding batch, n_embd {p['n_embd']}: numpy vs per-row loop (aim ≥ 50x)",
@@ -42,17 +43,17 @@ def _figures(r: dict) -> list[tuple[str, str]]:
 
 
 def _fill_table(fill: dict) -> list[str]:
-    out = ["Draft fill for a hole of h positions (`full`), against the target's decode of the h x 3 image "
-           "chunk that makes such a hole (medians):", "",
-           "| h | fill | per position | seen as extra process() time | image encode | image decode | "
-           "fill / decode | fill, sliding-window draft |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = ["Draft fill and removal for a hole of h positions (`full`), against the target's decode of the "
+           "h x 3 image chunk that makes such a hole (medians):", "",
+           "| h | fill | removal | per position | seen as extra process() time | image encode | image decode | "
+           "(fill + removal) / decode | fill + removal, sliding-window draft |",
+           "|---|---|---|---|---|---|---|---|---|"]
     swa = {p["hole"]: p for p in fill["swa_draft"]["points"]}
     for p in fill["plain_draft"]["points"]:
         q = swa.get(p["hole"])
-        out.append(f"| {p['hole']} | {_s(p['fill_s'])} | {p['per_position_us']:.1f} µs | {_s(p['process_delta_s'])} | "
-                   f"{_s(p['image_encode_s'])} | {_s(p['image_decode_s'])} | {p['fill_over_decode']:.3f} | "
-                   f"{_s(q['fill_s']) if q else 'n/a'} |")
+        out.append(f"| {p['hole']} | {_s(p['fill_s'])} | {_s(p['remove_s'])} | {p['per_position_us']:.1f} µs | "
+                   f"{_s(p['process_delta_s'])} | {_s(p['image_encode_s'])} | {_s(p['image_decode_s'])} | "
+                   f"{p['fill_over_decode']:.3f} | {_s(q['fill_remove_s']) if q else 'n/a'} |")
     return out
 
 

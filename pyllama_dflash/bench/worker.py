@@ -52,8 +52,9 @@ def _contexts(models: ModelSet, draft_path, n_ctx: int, n_batch: int):
 
 
 def fill_curve(args: dict) -> dict:
-    """Time of the draft fill for holes of h positions against the target's decode of the image
-    chunk that makes such a hole (an h x 3 grid), on the patched variant."""
+    """Time of the draft fill and the removal of the filled positions for holes of h positions,
+    against the target's decode of the image chunk that makes such a hole (an h x 3 grid), on the
+    patched variant."""
     models = tiny_models()
     draft_path = models.draft_swa if args.get("draft") == "swa" else models.draft
     holes, repeats = args["holes"], args.get("repeats", 5)
@@ -96,9 +97,10 @@ def fill_curve(args: dict) -> dict:
     width = draft.decode_embd_width  # target layers x n_embd: the fused feature rows DFlash injects
     n_ubatch = draft.n_ubatch
 
-    def fill_direct(hole: int) -> float:
-        """What the patch's inject_zero_rows does, timed alone: llama_process on the draft with
-        rows of zero features at the missing positions, n_ubatch rows at a time."""
+    def fill_direct(hole: int) -> tuple[float, float]:
+        """What the patch's prepare_draft/remove_filled do around the rows after a hole, timed
+        alone: llama_process on the draft with rows of zero features at the missing positions,
+        n_ubatch rows at a time, then llama_memory_seq_rm of them. Returns (fill, removal)."""
         draft.clear()
         k = len(prefix)
         assert draft.process(api.Batch.embeddings(np.zeros((k, width), np.float32), np.arange(k)[None])) == 0
@@ -107,18 +109,26 @@ def fill_curve(args: dict) -> dict:
             n = min(n_ubatch, hole - off)
             rows = api.Batch.embeddings(np.zeros((n, width), np.float32), np.arange(k + off, k + off + n)[None])
             assert draft.process(rows) == 0
-        return time.perf_counter() - t0
+        t1 = time.perf_counter()
+        assert draft.seq_rm(0, k, k + hole)
+        t2 = time.perf_counter()
+        assert draft.pos_max(0) == k - 1
+        return t1 - t0, t2 - t1
 
     base = _median(lambda: process_after(0), repeats)
     for h in holes:
-        fill = _median(lambda: fill_direct(h), repeats)
-        # cross-check: the same fill seen from outside, as the extra time of process() after a hole
+        fills, removals = zip(*(fill_direct(h) for _ in range(repeats)))
+        fill, removal = float(np.median(fills)), float(np.median(removals))
+        both = fill + removal
+        # cross-check: fill, injection and removal seen from outside, as the extra time of
+        # process() after a hole
         delta = _median(lambda: process_after(h), repeats) - base
         encs, alls = zip(*(image_decode(h) for _ in range(max(1, repeats // 2))))
         enc, total = float(np.median(encs)), float(np.median(alls))
-        out.append({"hole": h, "fill_s": fill, "process_delta_s": delta, "per_position_us": 1e6 * fill / h,
+        out.append({"hole": h, "fill_s": fill, "remove_s": removal, "fill_remove_s": both,
+                    "process_delta_s": delta, "per_position_us": 1e6 * both / h,
                     "image_encode_s": enc, "image_decode_s": max(total - enc, 0.0), "image_total_s": total,
-                    "fill_over_decode": fill / max(total - enc, 1e-9), "fill_over_total": fill / total})
+                    "fill_over_decode": both / max(total - enc, 1e-9), "fill_over_total": both / total})
     for obj in (projector, spec, draft, target, dm, tm):
         obj.close()
     return {"no_hole_process_s": base, "points": out}
