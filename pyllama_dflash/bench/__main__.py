@@ -26,6 +26,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -39,6 +40,10 @@ from ..build.fsutil import atomic_write_bytes, atomic_write_json
 from ..build.paths import cache_root
 from . import stats
 from .report import markdown
+
+class SectionUnavailable(RuntimeError):
+    """A section that cannot run on this machine; the message says why in one line."""
+
 
 SECTIONS = ("build", "matrix", "overhead", "instructions", "fill", "bindings")
 HOLES = (3, 6, 12, 24, 48, 96, 192, 384, 768, 1024)
@@ -123,16 +128,25 @@ def _callgrind_ir(variant: str, n_tokens: int, out_dir: Path) -> int:
          "pyllama_dflash.bench.worker", variant, "spec_loop", json.dumps({"n_tokens": n_tokens, "repeats": 1})],
         capture_output=True, text=True, env=env, timeout=3600)
     found = re.findall(r"Collected : (\d+)", proc.stderr)
+    if proc.returncode == -signal.SIGILL:
+        raise SectionUnavailable(
+            "valgrind cannot execute an instruction of this native build (SIGILL; valgrind "
+            f"{_valgrind_version()} lacks some of the CPU features -march=native enabled here)")
     if proc.returncode != 0 or not found:
         raise RuntimeError(f"callgrind run of {variant} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
     return int(found[-1])
+
+
+def _valgrind_version() -> str:
+    proc = subprocess.run(["valgrind", "--version"], capture_output=True, text=True)
+    return proc.stdout.strip().removeprefix("valgrind-") or "?"
 
 
 def bench_overhead_instructions(short: int = 32, long: int = 288) -> dict:
     """The same loop counted in instructions: Ir(long) - Ir(short) is the cost of the extra tokens
     alone (start-up and model loading cancel out), repeatable whatever else the machine does."""
     if shutil.which("valgrind") is None:
-        return {"skipped": "valgrind not found"}
+        raise SectionUnavailable("valgrind not found (install it to count instructions)")
     with tempfile.TemporaryDirectory(prefix="pyllama-dflash-callgrind-") as tmp:
         ir = {v: {n: _callgrind_ir(v, n, Path(tmp)) for n in (short, long)} for v in ("baseline", "full")}
     per_token = {v: (x[long] - x[short]) / (long - short) for v, x in ir.items()}
@@ -185,7 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     for section in only:
         t0 = time.monotonic()
         print(f"bench: {section} ...", file=sys.stderr, flush=True)
-        report[section] = runners[section]()
+        try:
+            report[section] = runners[section]()
+        except SectionUnavailable as e:  # one line, and the other sections still run
+            report[section] = {"skipped": str(e)}
+            print(f"bench: {section} cannot run here: {e}", file=sys.stderr, flush=True)
+            continue
         print(f"bench: {section} done in {time.monotonic() - t0:.0f}s", file=sys.stderr, flush=True)
     atomic_write_json(args.json, report)
     table = markdown(report)

@@ -28,11 +28,13 @@ def _figures(r: dict) -> list[tuple[str, str]]:
         lo, hi = o["ratio_ci95"]
         rows.append((f"text-only speculative loop, tok/s `full` / `baseline` (aim 1.00 ± 0.02), {o['rounds']} rounds",
                      f"{o['ratio_median']:.3f} (95% CI {lo:.3f}-{hi:.3f})"))
+    rows += [(f"section `{name}`", f"not measured: {sec['skipped']}") for name, sec in r.items()
+             if isinstance(sec, dict) and "skipped" in sec]
     if "instructions" in r and "ratio" in r["instructions"]:
         x = r["instructions"]
         rows.append(("the same loop under callgrind: instructions per token `full` / `baseline` "
                      f"({x['per_token']['baseline'] / 1e6:.2f} M per token)", f"{x['ratio']:.4f}"))
-    if "fill" in r:
+    if "fill" in r and "plain_draft" in r["fill"]:
         fit, fit_swa = r["fill"]["plain_draft"]["fit"], r["fill"]["swa_draft"]["fit"]
         rows.append(("draft fill and removal per position (slope over h = 3..1024)",
                      f"{fit['per_position_s'] * 1e6:.1f} µs (sliding-window draft: {fit_swa['per_position_s'] * 1e6:.1f} µs)"))
@@ -63,6 +65,6 @@ def markdown(r: dict) -> str:
            f"llama.cpp {lc['release']} ({(lc['commit'] or '')[:7]}), {lc['backend']} build.", "",
            "| figure | value |", "|---|---|"]
     out += [f"| {k} | {v} |" for k, v in _figures(r)]
-    if "fill" in r:
+    if "fill" in r and "plain_draft" in r["fill"]:
         out += ["", *_fill_table(r["fill"])]
     return "\n".join(out) + "\n"
