@@ -393,3 +393,14 @@ def test_bad_inputs_write_nothing_outside_the_cache(
     assert _snapshot(checkout) == before
     for d in (home, cwd, tmp, empty_cache):
         assert sorted(str(p.relative_to(d)) for p in d.rglob("*")) == [], f"{d.name} was written"
+
+
+def test_repro_draft_that_is_no_draft_gets_a_clear_error(variants, models, tmp_path):
+    """--draft alone swaps the tiny plain draft; a missing file or a GGUF that is not a DFlash draft
+    is named, and nothing is run."""
+    for draft, expected in ((tmp_path / "nope.gguf", "no such file"),
+                            (models.target, "not a DFlash draft (general.architecture is 'qwen35')")):
+        proc = _run([PY, "-m", "pyllama_dflash.repro", "--no-build", "--draft", str(draft)])
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "repro: error: --draft" in proc.stderr and str(draft) in proc.stderr and expected in proc.stderr, \
+            proc.stderr
