@@ -5,7 +5,7 @@
     python build.py --list               # what is built
     python build.py --check              # dry-run the patch series
 
-The logic lives in pyllama_dflash.build so that ``pip install .`` can run it too.
+The logic lives in pyllama_dflash.llamabuild so that ``pip install .`` can run it too.
 """
 
 import sys
@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pyllama_dflash.build.cli import main  # noqa: E402
+from pyllama_dflash.llamabuild.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -19,10 +19,10 @@ HERE = Path(__file__).resolve().parent
 class build_py_and_variants(build_py):
     def run(self):
         super().run()
-        if getattr(self, "editable_mode", False) or os.environ.get("PYLLAMA_DFLASH_SKIP_BUILD"):
+        if getattr(self, "editable_mode", False) or os.environ.get("PYLLAMA_DFLASH_SKIP_BUILD")  # pyllama_dflash.env.SKIP_BUILD_ENV:
             return
         sys.path.insert(0, str(HERE))
-        from pyllama_dflash.build import BuildError, BuildOptions, build
+        from pyllama_dflash.llamabuild import BuildError, BuildOptions, build
 
         try:
             build(["all"], BuildOptions(patches_dir=HERE / "patches"))

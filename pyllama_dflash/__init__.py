@@ -17,8 +17,8 @@ def load(variant: str = "full", *, backend: str | None = None, patches_dir=None)
     variants share sonames, so a process holds one variant; run others in child processes.
     """
     from . import api
-    from .build.builder import expected_inputs
-    from .build.manifest import find
+    from .llamabuild.builder import expected_inputs
+    from .llamabuild.manifest import find
 
     manifest = find(variant, backend=backend, expected_inputs=expected_inputs(variant, patches_dir))
     api.init(manifest.lib_dir)

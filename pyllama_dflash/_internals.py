@@ -23,57 +23,18 @@ from typing import Any
 import numpy as np
 
 from pyllama_dflash import logs
+from pyllama_dflash.bindings.callbacks import native_callback
 from pyllama_dflash.bindings.ffi import load_module
+from pyllama_dflash.env import LIB_DIR_ENV
+from pyllama_dflash.errors import (
+    ClosedError,
+    ModelLoadError,
+    NativeCallError,
+    PyllamaError,
+    check_error,
+)
 
-LIB_DIR_ENV = "PYLLAMA_DFLASH_LIB_DIR"
 GGUF_MAGIC = b"GGUF"
-
-
-# ---- errors ------------------------------------------------------------------------------
-
-
-class PyllamaError(Exception):
-    """Base of every error raised by pyllama_dflash."""
-
-
-class ModelLoadError(PyllamaError):
-    """A model or projector file could not be loaded; names the path and the reason."""
-
-    def __init__(self, path: Path | str, reason: str) -> None:
-        self.path = Path(path)
-        self.reason = reason
-        super().__init__(f"cannot load {self.path}: {reason}")
-
-    def __reduce__(self) -> tuple:  # picklable, so a guarded child can send it back (guard.py)
-        return (type(self), (self.path, self.reason))
-
-
-class ContextError(PyllamaError):
-    """A context (or a draft context) could not be created, or was refused before creation."""
-
-
-class IncompatibleModelsError(ContextError, ValueError):
-    """Draft and target (or projector and target) do not fit together."""
-
-
-class NativeCallError(PyllamaError):
-    """A native call failed in a way that is not a plain return code (shim error, NULL result)."""
-
-    def __init__(self, call: str, message: str, log_lines: list[logs.LogLine] | None = None) -> None:
-        self.call = call
-        self.message = message
-        self.log_lines = log_lines or []
-        detail = f"{call}: {message}"
-        if self.log_lines:
-            detail += "\n" + logs.format_lines(self.log_lines)
-        super().__init__(detail)
-
-    def __reduce__(self) -> tuple:  # picklable, so a guarded child can send it back (guard.py)
-        return (type(self), (self.call, self.message, self.log_lines))
-
-
-class ClosedError(PyllamaError):
-    """The native object was already freed."""
 
 
 # ---- runtime: the loaded module, once per process -----------------------------------------
@@ -395,8 +356,8 @@ class SpeculativeDriver(NativeHandle):
 
     def check(self, call: str, rc: int, cap: logs.Capture | None = None) -> int:
         """rc of a shim call, or NativeCallError when it is PYLLAMA_DFLASH_ERROR."""
-        if rc == self.rt.lib.PYLLAMA_DFLASH_ERROR:
-            raise NativeCallError(call, self.rt.shim_error(), cap.errors if cap else None)
+        ok = rc != self.rt.lib.PYLLAMA_DFLASH_ERROR
+        check_error(call, ok, "" if ok else self.rt.shim_error(), cap.errors if cap else None)
         return rc
 
 
@@ -495,24 +456,23 @@ def install_image_callback(rt: Runtime, make_view: Callable[[Any, Any], Any]) ->
         return
     ffi, lib = rt.ffi, rt.lib
 
-    @ffi.def_extern(name="pyllama_dflash_on_image_batch")
+    def keep_error(exc: BaseException, _batch: Any, user_data: Any) -> None:
+        ffi.from_handle(user_data).error = exc  # re-raised by the caller once C has returned
+
+    @native_callback(ffi, "pyllama_dflash_on_image_batch", error_result=1, on_error=keep_error)
     def _on_image_batch(batch: Any, user_data: Any) -> int:
         state: ImageDecodeState = ffi.from_handle(user_data)
-        try:
-            if state.on_batch is not None:
-                state.on_batch(make_view(ffi, batch))
-            if state.driver is not None:
-                # the same hand-over llama-server does from its own callback
-                rc = int(lib.pyllama_dflash_spec_process_embd_view(state.driver.ptr, batch))
-                state.spec_results.append(rc)
-                if rc == lib.PYLLAMA_DFLASH_ERROR:
-                    state.shim_error = rt.shim_error()
-                    return 1
-                if rc == lib.PYLLAMA_DFLASH_FALSE:
-                    return 1  # llama-server: `common_speculative_process(...) ? 0 : 1`
-            return 0
-        except BaseException as exc:  # noqa: BLE001 - re-raised by the caller after C returns
-            state.error = exc
-            return 1
+        if state.on_batch is not None:
+            state.on_batch(make_view(ffi, batch))
+        if state.driver is not None:
+            # the same hand-over llama-server does from its own callback
+            rc = int(lib.pyllama_dflash_spec_process_embd_view(state.driver.ptr, batch))
+            state.spec_results.append(rc)
+            if rc == lib.PYLLAMA_DFLASH_ERROR:
+                state.shim_error = rt.shim_error()
+                return 1
+            if rc == lib.PYLLAMA_DFLASH_FALSE:
+                return 1  # llama-server: `common_speculative_process(...) ? 0 : 1`
+        return 0
 
     _callbacks_installed.add(id(rt.ffi))

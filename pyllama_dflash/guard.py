@@ -5,11 +5,14 @@ signal rather than an error code; in-process, that kills the interpreter. What t
 cheaply in Python it checks first (see ``api``); for the rest, these run the call in a fresh
 interpreter that loads the same variant, so the caller gets an exception instead:
 
-* :func:`check_model` (used by ``api.Model.load_checked``): ``llama_model_load_from_file`` on a
-  file nobody vouched for. The loader asserts on some hyperparameters (``block_count`` above
-  ``LLAMA_MAX_LAYERS``) and divides by others (``full_attention_interval`` 0 is a SIGFPE).
-* :func:`check_projector` (used by ``api.Projector.load_checked``): ``mtmd_init_from_file``.
+* :func:`check_load`: a loader on a file nobody vouched for. ``api.Model.load_checked`` and
+  ``api.Projector.load_checked`` pass their probe (``llama_model_load_from_file``,
+  ``mtmd_init_from_file``): the model loader asserts on some hyperparameters (``block_count``
+  above ``LLAMA_MAX_LAYERS``) and divides by others (``full_attention_interval`` 0 is a SIGFPE).
 * :func:`run_in_child`: any module-level function, e.g. a whole decode loop on untrusted input.
+
+The probes live next to the loaders they guard, so imports run one way: ``api`` imports this
+module, never the reverse. The child process itself is started by ``pyllama_dflash.child``.
 
 The child's result (or exception) comes back pickled; a child that dies raises
 :class:`NativeAbort` with the ``GGML_ASSERT`` line (or the last lines it wrote) and the signal.
@@ -21,9 +24,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import re
-import signal
-import subprocess
 import sys
 import tempfile
 import traceback
@@ -31,47 +31,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pyllama_dflash._internals import LIB_DIR_ENV, ModelLoadError, PyllamaError
+from . import child
+from ._internals import check_gguf_file, runtime
+from .bindings.ffi import loaded_lib_dir
+from .env import LIB_DIR_ENV
+from .errors import ChildError, ModelLoadError, NativeAbort, PyllamaError
 
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 600.0
 _PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
-# the lines worth quoting from a dead child's stderr, best first
-_FATAL = tuple(re.compile(p) for p in (
-    r"GGML_ASSERT|GGML_ABORT", r"terminate called|what\(\):", r"Fatal Python error", r"(?i)\berror\b"))
-
-
-class NativeAbort(PyllamaError):
-    """A guarded call killed its child process (GGML_ASSERT, GGML_ABORT, a signal) or timed out."""
-
-    def __init__(self, call: str, how: str, lines: list[str]) -> None:
-        self.call = call
-        self.how = how  # "SIGABRT", "exit 3", "timed out after 60s"
-        self.lines = lines  # the child's stderr lines that say why (GGML_ASSERT first)
-        self.reason = _short(lines[0]) if lines else "no message"
-        if how.startswith("timed out"):
-            super().__init__(f"{call}: the child process running it {how} (last output: {self.reason})")
-        else:
-            super().__init__(f"{call}: llama.cpp aborted the child process running it ({how}): {self.reason}")
-
-    def __reduce__(self) -> tuple:
-        return (type(self), (self.call, self.how, self.lines))
-
-
-class ChildError(PyllamaError):
-    """An exception raised in the child that could not be sent back as itself."""
-
-
-def _short(line: str) -> str:
-    """``/long/staged/llama.cpp/src/x.cpp:12: GGML_ASSERT(c) failed`` -> ``GGML_ASSERT(c) failed at src/x.cpp:12``."""
-    m = re.match(r"^(?P<file>\S*?(?P<rel>(?:src|ggml|common|tools|include)/\S+?)):(?P<line>\d+): (?P<msg>.*)$", line.strip())
-    return f"{m['msg']} at {m['rel']}:{m['line']}" if m else line.strip()
 
 
 def _loaded_lib_dir() -> Path | None:
-    from pyllama_dflash.bindings.ffi import loaded_lib_dir
-
     found = loaded_lib_dir()
     if found is None and os.environ.get(LIB_DIR_ENV):
         found = Path(os.environ[LIB_DIR_ENV])
@@ -99,87 +71,31 @@ def run_in_child(
         raise PyllamaError(f"{name}: no variant loaded to run it with: call pyllama_dflash.load(...) first")
     blob = pickle.dumps((fn, args, kwargs))
     with tempfile.TemporaryDirectory(prefix="pyllama-dflash-guard-") as tmp:
-        payload, result, err = Path(tmp) / "payload", Path(tmp) / "result", Path(tmp) / "stderr"
+        payload, result, log = Path(tmp) / "payload", Path(tmp) / "result", Path(tmp) / "output"
         payload.write_bytes(pickle.dumps((list(sys.path), str(libs), blob)))
-        env = dict(os.environ)
-        # a child that dies cannot clean its temporary files up: they go where ours are removed
-        env["TMPDIR"] = str(Path(tmp) / "tmp")
         (Path(tmp) / "tmp").mkdir()
-        env.setdefault("GGML_NO_BACKTRACE", "1")  # else ggml attaches gdb before it aborts: slow and noisy
-        env["PYTHONFAULTHANDLER"] = "1"  # a fatal signal then names itself and the Python call it hit
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
-        with open(err, "wb") as err_fh:
-            proc = subprocess.Popen([sys.executable, "-m", "pyllama_dflash.guard", str(payload), str(result)],
-                                    stdin=subprocess.DEVNULL, stdout=err_fh, stderr=subprocess.STDOUT, env=env)
-            try:
-                rc = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                raise NativeAbort(name, f"timed out after {timeout:g}s", _why(err)) from None
-            except BaseException:
-                proc.kill()
-                proc.wait()
-                raise
-        if rc == 0 and result.is_file():
+        env = {
+            # a child that dies cannot clean its temporary files up: they go where ours are removed
+            "TMPDIR": str(Path(tmp) / "tmp"),
+            "PYTHONPATH": os.pathsep.join(p for p in (_PACKAGE_PARENT, os.environ.get("PYTHONPATH")) if p),
+        }
+        done = child.run([sys.executable, "-m", "pyllama_dflash.guard", str(payload), str(result)], log=log,
+                         timeout=timeout, env=env)
+        if done.rc == 0 and result.is_file():
             kind, value = pickle.loads(result.read_bytes())
             if kind == "ok":
                 return value
             raise value
-        how = f"{signal.Signals(-rc).name}" if rc < 0 and -rc in signal.valid_signals() else f"exit {rc}"
-        raise NativeAbort(name, how, _why(err))
+        raise NativeAbort(name, done.how, done.why())
 
 
-def _why(stderr_file: Path, n_tail: int = 8) -> list[str]:
-    try:
-        lines = [ln for ln in stderr_file.read_text(errors="replace").splitlines() if ln.strip()]
-    except FileNotFoundError:
-        return []
-    fatal = [ln for pattern in _FATAL for ln in lines if pattern.search(ln)]
-    fatal = list(dict.fromkeys(fatal))[:3]
-    return fatal + [ln for ln in lines[-n_tail:] if ln not in fatal]
-
-
-# ---- the guarded loads --------------------------------------------------------------------------
-
-
-def _probe_model(path: str, n_gpu_layers: int) -> dict:
-    from pyllama_dflash import api
-
-    with api.Model(path, n_gpu_layers=n_gpu_layers) as m:
-        return {"arch": m.arch, "n_embd": m.n_embd, "n_layer": m.n_layer, "n_vocab": m.n_vocab}
-
-
-def _probe_projector(path: str, model_path: str, n_gpu_layers: int) -> bool:
-    from pyllama_dflash import api
-
-    with api.Model(model_path, n_gpu_layers=n_gpu_layers) as m, api.Projector(path, m):
-        return True
-
-
-def check_model(path: Path | str, n_gpu_layers: int = 0, timeout: float | None = DEFAULT_TIMEOUT_S) -> dict:
-    """Load ``path`` in a child first; ModelLoadError names the file and why, even when llama.cpp
-    aborted. Returns what the child saw (arch, n_embd, n_layer, n_vocab)."""
-    from pyllama_dflash._internals import check_gguf_file
-
-    check_gguf_file(Path(path))  # the cheap refusals need no child
-    try:
-        return run_in_child(_probe_model, str(path), n_gpu_layers, call=f"llama_model_load_from_file({path})",
-                            timeout=timeout)
-    except NativeAbort as exc:
-        raise ModelLoadError(path, f"llama.cpp aborted while loading it ({exc.how}, in a child process): "
-                                   f"{exc.reason}") from exc
-
-
-def check_projector(path: Path | str, model_path: Path | str, n_gpu_layers: int = 0,
-                    timeout: float | None = DEFAULT_TIMEOUT_S) -> None:
-    """Load the projector ``path`` over ``model_path`` in a child first (see :func:`check_model`)."""
-    from pyllama_dflash._internals import check_gguf_file
-
+def check_load(probe: Callable[..., T], path: Path | str, *args: Any, call: str,
+               timeout: float | None = DEFAULT_TIMEOUT_S) -> T:
+    """``probe(str(path), *args)`` in a child first: ModelLoadError names the file and why, even when
+    llama.cpp aborted. The cheap refusals (no file, not a GGUF) need no child."""
     check_gguf_file(Path(path))
     try:
-        run_in_child(_probe_projector, str(path), str(model_path), n_gpu_layers,
-                     call=f"mtmd_init_from_file({path})", timeout=timeout)
+        return run_in_child(probe, str(path), *args, call=call, timeout=timeout)
     except NativeAbort as exc:
         raise ModelLoadError(path, f"llama.cpp aborted while loading it ({exc.how}, in a child process): "
                                    f"{exc.reason}") from exc
@@ -192,9 +108,7 @@ def _child(payload: Path, result: Path) -> int:
     sys_path, lib_dir, blob = pickle.loads(payload.read_bytes())
     sys.path[:] = [p for p in sys_path if p] + [p for p in sys.path if p not in sys_path]
     try:
-        from pyllama_dflash import api
-
-        api.init(lib_dir)
+        runtime(lib_dir)
         fn, args, kwargs = pickle.loads(blob)
         out: tuple[str, Any] = ("ok", fn(*args, **kwargs))
     except BaseException as exc:  # noqa: BLE001 - every exception goes back to the caller

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .bindings.callbacks import native_callback
+
 LOGGER_PREFIX = "pyllama_dflash"
 SOURCES = ("llama", "mtmd", "common")
 
@@ -200,20 +202,14 @@ def install(ffi: Any, lib: Any) -> None:
         llama_joiner = _state.joiners["llama"]
         mtmd_joiner = _state.joiners["mtmd"]
 
-        # Callbacks must never raise into C; cffi would print and return garbage otherwise.
-        @ffi.def_extern(name="pyllama_dflash_on_llama_log")
+        # a log line that cannot be read is dropped: never worth a crash
+        @native_callback(ffi, "pyllama_dflash_on_llama_log")
         def _on_llama_log(level: int, text: Any, _user_data: Any) -> None:
-            try:
-                llama_joiner.feed(int(level), ffi.string(text).decode(errors="replace"))
-            except Exception:  # noqa: BLE001 - a log line is never worth a crash
-                pass
+            llama_joiner.feed(int(level), ffi.string(text).decode(errors="replace"))
 
-        @ffi.def_extern(name="pyllama_dflash_on_mtmd_log")
+        @native_callback(ffi, "pyllama_dflash_on_mtmd_log")
         def _on_mtmd_log(level: int, text: Any, _user_data: Any) -> None:
-            try:
-                mtmd_joiner.feed(int(level), ffi.string(text).decode(errors="replace"))
-            except Exception:  # noqa: BLE001
-                pass
+            mtmd_joiner.feed(int(level), ffi.string(text).decode(errors="replace"))
 
         lib.llama_log_set(lib.pyllama_dflash_on_llama_log, ffi.NULL)
         lib.mtmd_helper_log_set(lib.pyllama_dflash_on_mtmd_log, ffi.NULL)

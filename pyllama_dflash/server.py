@@ -6,7 +6,7 @@ DFlash draft (``-md ... --spec-type draft-dflash``), on a free loopback port. It
 for ``/health``, keeps the server's log in a file and stops it (SIGTERM, then SIGKILL
 after a timeout)::
 
-    from pyllama_dflash.build import find
+    from pyllama_dflash.llamabuild import find
     from pyllama_dflash.server import ServerOptions, serve
 
     with serve(find("full"), models, ServerOptions(n_parallel=2)) as srv:
@@ -38,7 +38,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from .build.manifest import Manifest, find
+from .errors import ServerError
+from .llamabuild.manifest import Manifest, find
 
 __all__ = [
     "Response", "ServerError", "ServerModels", "ServerOptions", "ServerProcess",
@@ -54,17 +55,6 @@ class ServerModels(Protocol):
     target: Path
     draft: Path
     mmproj: Path | None
-
-
-class ServerError(RuntimeError):
-    """The server died, never became healthy, or could not be stopped; carries the log tail."""
-
-    def __init__(self, message: str, log_tail: str = "", log_path: Path | None = None):
-        self.log_tail = log_tail
-        self.log_path = log_path
-        where = f"\nlog: {log_path}" if log_path else ""
-        tail = f"\n--- last lines of the server log ---\n{log_tail}" if log_tail else ""
-        super().__init__(message + where + tail)
 
 
 @dataclass(frozen=True)

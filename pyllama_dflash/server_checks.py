@@ -44,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .build.manifest import Manifest
+from .llamabuild.manifest import Manifest
 from .server import (
     Response,
     ServerError,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pyllama_dflash import api, tiny
-from pyllama_dflash.build import BuildOptions, Manifest, build
+from pyllama_dflash.llamabuild import BuildOptions, Manifest, build
 
 REPO = Path(__file__).resolve().parent.parent
 

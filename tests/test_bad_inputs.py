@@ -19,8 +19,8 @@ import pytest
 
 import pyllama_dflash
 from pyllama_dflash import api, guard, tiny
-from pyllama_dflash.build import PatchError, VariantNotBuilt
-from pyllama_dflash.build.paths import CACHE_ENV, cache_root
+from pyllama_dflash.llamabuild import PatchError, VariantNotBuilt
+from pyllama_dflash.paths import CACHE_ENV, cache_root
 from pyllama_dflash.tiny import image
 
 REPO = Path(__file__).resolve().parent.parent

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from pyllama_dflash.build import manifest as manifest_mod
-from pyllama_dflash.build import pinned, toolchain
-from pyllama_dflash.build.fsutil import file_lock, sha256_file
-from pyllama_dflash.build.paths import cache_root
-from pyllama_dflash.build.patchset import apply_series, load_series
-from pyllama_dflash.build.stage import Stage
+from pyllama_dflash.llamabuild import manifest as manifest_mod
+from pyllama_dflash.llamabuild import pinned, toolchain
+from pyllama_dflash.files import file_lock, sha256_file
+from pyllama_dflash.paths import cache_root
+from pyllama_dflash.llamabuild.patchset import apply_series, load_series
+from pyllama_dflash.llamabuild.stage import Stage
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"

@@ -27,11 +27,11 @@ from pathlib import Path
 import pytest
 
 import pyllama_dflash
-from pyllama_dflash.build import VariantNotBuilt
-from pyllama_dflash.build import manifest as manifests
-from pyllama_dflash.build.fsutil import file_lock, sha256_file
-from pyllama_dflash.build.paths import cache_root
-from pyllama_dflash.build.stage import Stage
+from pyllama_dflash.llamabuild import VariantNotBuilt
+from pyllama_dflash.llamabuild import manifest as manifests
+from pyllama_dflash.files import file_lock, sha256_file
+from pyllama_dflash.paths import cache_root
+from pyllama_dflash.llamabuild.stage import Stage
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"

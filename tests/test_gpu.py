@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from pyllama_dflash.build import VariantNotBuilt, find
-from pyllama_dflash.build.toolchain import nvidia_gpu_present
+from pyllama_dflash.llamabuild import VariantNotBuilt, find
+from pyllama_dflash.llamabuild.toolchain import nvidia_gpu_present
 from pyllama_dflash.repro.runner import Job, run_matrix
 from pyllama_dflash.scenarios.catalog import EXPECTED, SCENARIOS
 from pyllama_dflash.scenarios.models import tiny_models

@@ -14,7 +14,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from pyllama_dflash.build.patchset import load_series
+from pyllama_dflash.llamabuild.patchset import load_series
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from pyllama_dflash.build.errors import PatchError
-from pyllama_dflash.build.patchset import BASELINE, apply_file_patch, load_series, parse_patch
+from pyllama_dflash.errors import PatchError
+from pyllama_dflash.llamabuild.patchset import BASELINE, apply_file_patch, load_series, parse_patch
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).resolve().parent.parent

@@ -1,7 +1,7 @@
 """Tiny GGUF generators and the synthetic PNG: pure Python, no llama.cpp build needed.
 
 The GGUF tests need a llama.cpp gguf-py (with DFlash support): from
-$PYLLAMA_DFLASH_GGUF_PY or pyllama_dflash.build.source.pristine_tree(); they
+$PYLLAMA_DFLASH_GGUF_PY or pyllama_dflash.llamabuild.source.pristine_tree(); they
 skip with the reason when none is available.
 """
 

@@ -35,11 +35,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..build import BuildOptions, build
-from ..build.fsutil import atomic_write_bytes, atomic_write_json
-from ..build.paths import cache_root
+from ..env import CACHE_ENV, THREADS_ENV
+from ..files import atomic_write_bytes, atomic_write_json
+from ..llamabuild import BuildOptions, build
+from ..paths import cache_root
 from . import stats
 from .report import markdown
+
 
 class SectionUnavailable(RuntimeError):
     """A section that cannot run on this machine; the message says why in one line."""
@@ -63,7 +65,7 @@ def bench_build(cold: bool) -> dict:
         # a fresh cache, the already-fetched pristine tree: the compile alone is measured
         src = build(["baseline"], BuildOptions(quiet=True))[0].data["source"]["path"]
         with tempfile.TemporaryDirectory(prefix="pyllama-dflash-coldbuild-") as tmp:
-            env = {**os.environ, "PYLLAMA_DFLASH_CACHE": tmp}
+            env = {**os.environ, CACHE_ENV: tmp}
             times = {}
             for name, args in (("baseline", ["--variant", "baseline"]), ("zero-fill", ["--variant", "zero-fill"]),
                                ("full", ["--variant", "full"]), ("no-op", ["--variant", "all"])):
@@ -122,7 +124,7 @@ def bench_overhead(rounds: int) -> dict:
 def _callgrind_ir(variant: str, n_tokens: int, out_dir: Path) -> int:
     """Instructions executed by one spec_loop child under callgrind (a count, not a time)."""
     out = out_dir / f"callgrind.{variant}.{n_tokens}"
-    env = {**os.environ, "PYTHONHASHSEED": "0", "PYLLAMA_DFLASH_THREADS": "1"}
+    env = {**os.environ, "PYTHONHASHSEED": "0", THREADS_ENV: "1"}
     proc = subprocess.run(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-m",
          "pyllama_dflash.bench.worker", variant, "spec_loop", json.dumps({"n_tokens": n_tokens, "repeats": 1})],

@@ -16,11 +16,7 @@ from typing import Any
 
 from pyllama_dflash.bindings import drift
 from pyllama_dflash.bindings.ffibuild import MODULE_NAME
-
-
-class BindingLoadError(RuntimeError):
-    """The compiled module is missing, unloadable, or from another variant than the one loaded."""
-
+from pyllama_dflash.errors import BindingLoadError
 
 _lock = threading.Lock()
 _loaded: tuple[Path, ModuleType] | None = None

@@ -14,8 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..build import BuildError
-from ..build.patchset import BASELINE
+from ..llamabuild import BuildError
+from ..llamabuild.patchset import BASELINE
 from ..scenarios.models import tiny_models
 from .runner import examples_from_env, search_variants, seed_from_env
 from .schedule import Schedule
@@ -44,9 +44,9 @@ def parser() -> argparse.ArgumentParser:
 
 def built_variants(names: list[str], backend: str | None) -> list[str]:
     """The named variants (["all"]: the series), each of which must be built already."""
-    from ..build import builder, manifest
-    from ..build.patchset import load_series
-    from ..build.paths import default_patches_dir
+    from ..llamabuild import builder, manifest
+    from ..llamabuild.patchset import load_series
+    from ..paths import default_patches_dir
 
     series = load_series(default_patches_dir())
     return [manifest.find(n, backend=backend).variant for n in builder.resolve_variants(series, names)]

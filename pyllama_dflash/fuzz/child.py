@@ -9,14 +9,11 @@ goes to OUT as JSON.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import time
-import traceback
-from pathlib import Path
 
-from ..build.fsutil import atomic_write_json
+from ..child import job_main
 from ..scenarios.models import ModelSet
 from .reference import ReferenceProcess
 
@@ -55,13 +52,7 @@ def run_job(job: dict) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    job = json.loads(Path(argv[0]).read_text())
-    try:
-        result = run_job(job)
-    except Exception as e:  # noqa: BLE001 - a refused schedule or a harness error: not a verdict on the variant
-        result = {"status": "ERROR", "first_failure": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
-    atomic_write_json(Path(argv[1]), result)
-    return 0
+    return job_main(argv, run_job)
 
 
 if __name__ == "__main__":

@@ -17,13 +17,10 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from ..build.patchset import BASELINE
+from ..errors import ReferenceDied
+from ..llamabuild.patchset import BASELINE
 from ..scenarios.models import ModelSet
 from .schedule import Schedule
-
-
-class ReferenceDied(RuntimeError):
-    """The reference child exited or answered nonsense: a harness error, not a verdict on a variant."""
 
 
 class ReferenceProcess:

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
-import sys
 import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..build.fsutil import atomic_write_json
+from .. import child
+from ..env import FUZZ_EXAMPLES_ENV, FUZZ_SEED_ENV
 from ..scenarios.models import ModelSet
 from .schedule import Schedule
 
@@ -22,44 +18,16 @@ CONFIG = {"n_batch": 16, "n_ubatch": 16}
 
 
 def examples_from_env() -> int:
-    return int(os.environ.get("PYLLAMA_DFLASH_FUZZ_EXAMPLES") or DEFAULT_EXAMPLES)
+    return int(os.environ.get(FUZZ_EXAMPLES_ENV) or DEFAULT_EXAMPLES)
 
 
 def seed_from_env() -> int:
-    return int(os.environ.get("PYLLAMA_DFLASH_FUZZ_SEED") or DEFAULT_SEED)
+    return int(os.environ.get(FUZZ_SEED_ENV) or DEFAULT_SEED)
 
 
 def run_child(job: dict, work_dir: Path, name: str, timeout_s: float) -> dict:
     """Run one job in a fresh interpreter; a native crash becomes a CRASH result."""
-    job_file, out_file, log_file = (work_dir / f"{name}.{ext}" for ext in ("job.json", "result.json", "log"))
-    atomic_write_json(job_file, job)
-    cmd = [sys.executable, "-m", "pyllama_dflash.fuzz.child", str(job_file), str(out_file)]
-    t0 = time.monotonic()
-    with open(log_file, "wb") as log:
-        try:
-            rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s, check=False,
-                                env={**os.environ, "PYTHONFAULTHANDLER": "1"}).returncode
-        except subprocess.TimeoutExpired:
-            rc = None
-    base = {"log": str(log_file), "wall_s": round(time.monotonic() - t0, 3)}
-    if rc is None:
-        return {**base, "status": "CRASH", "first_failure": f"timed out after {timeout_s:.0f}s"}
-    if rc < 0:
-        sig = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
-        return {**base, "status": "CRASH", "signal": sig, "first_failure": f"child killed by {sig}",
-                "log_tail": _tail(log_file)}
-    try:
-        return {**json.loads(out_file.read_text()), **base}
-    except (FileNotFoundError, ValueError):
-        return {**base, "status": "CRASH" if rc else "ERROR", "first_failure": f"child exited {rc} without a result",
-                "log_tail": _tail(log_file)}
-
-
-def _tail(path: Path, n: int = 12) -> list[str]:
-    try:
-        return path.read_text(errors="replace").splitlines()[-n:]
-    except FileNotFoundError:
-        return []
+    return child.run_job("pyllama_dflash.fuzz.child", job, work_dir, name, timeout=timeout_s)
 
 
 def _parallel(jobs: dict[str, dict], parallel: int, work_dir: Path | None, timeout_s: float) -> dict[str, dict]:

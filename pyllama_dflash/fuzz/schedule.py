@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import ScheduleError
+
 FORMAT = "pyllama-dflash-schedule"
 VERSION = 1
 
@@ -51,10 +53,6 @@ WORDS = ("tree", "blue", "moon", "rock", "fish", "lamp", "wind", "gold", "ship",
          "door", "rain", "salt", "wolf", "leaf", "star")
 
 Step = dict[str, Any]
-
-
-class ScheduleError(ValueError):
-    """A schedule that llama-server could not produce (or that does not parse)."""
 
 
 def words(n: int, offset: int = 0) -> str:

@@ -14,10 +14,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ..build import BuildError, BuildOptions, build
-from ..build.fsutil import atomic_write_json
-from ..build.patchset import BASELINE
-from ..build.paths import cache_root
+from ..files import atomic_write_json
+from ..llamabuild import BuildError, BuildOptions, build
+from ..llamabuild.patchset import BASELINE
+from ..paths import cache_root
 from ..scenarios.catalog import EXPECTED, SCENARIOS
 from ..scenarios.models import ModelSet, tiny_models
 from ..scenarios.record import CRASH, DRIFT, ERROR, FAIL, PASS, SKIP
@@ -168,9 +168,9 @@ def _manifests(args: argparse.Namespace, names: list[str]):
 
 def _find_built(args: argparse.Namespace, names: list[str]):
     """The built variants, found through their manifests alone (nothing resolved or fetched)."""
-    from ..build import builder, manifest
-    from ..build.patchset import load_series
-    from ..build.paths import default_patches_dir
+    from ..llamabuild import builder, manifest
+    from ..llamabuild.patchset import load_series
+    from ..paths import default_patches_dir
 
     names = builder.resolve_variants(load_series(default_patches_dir()), names)
     return [manifest.find(n, backend=args.backend, expected_inputs=builder.expected_inputs(n)) for n in names]

@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
-import sys
 import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..api import THREADS_ENV
-from ..build.fsutil import atomic_write_json
-from ..build.patchset import BASELINE
+from .. import child
+from ..env import THREADS_ENV
+from ..llamabuild.patchset import BASELINE
 from ..scenarios.drift import judge
 from ..scenarios.models import ModelSet
-from ..scenarios.record import CRASH, ERROR
 
 REFERENCE = f"{BASELINE}+twin"  # the drift oracle's column: baseline with the draft's reconverted twin
 
@@ -43,47 +37,12 @@ class Job:
 
 def run_child(job: Job, work_dir: Path) -> dict:
     """Run one job in a fresh interpreter; a native crash becomes a CRASH result, not ours."""
-    name = "-".join(job.key)
-    job_file, out_file, log_file = (work_dir / f"{name}.{ext}" for ext in ("job.json", "result.json", "log"))
-    atomic_write_json(job_file, {
-        "scenario": job.scenario, "variant": job.variant, "models": job.models.to_json(),
-        "config": job.config, "backend": job.backend, "check_exact": job.check_exact, "twin": job.twin,
-    })
-    cmd = [sys.executable, "-m", "pyllama_dflash.scenarios.child", str(job_file), str(out_file)]
-    t0 = time.monotonic()
+    spec = {"scenario": job.scenario, "variant": job.variant, "models": job.models.to_json(), "config": job.config,
+            "backend": job.backend, "check_exact": job.check_exact, "twin": job.twin}
     # children share the cores: each context gets its share of threads, not all of them
-    env = {**os.environ, "PYTHONFAULTHANDLER": "1", THREADS_ENV: os.environ.get(THREADS_ENV, str(job.threads))}
-    with open(log_file, "wb") as log:
-        try:
-            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=job.timeout_s, env=env)
-            rc = proc.returncode
-        except subprocess.TimeoutExpired:
-            rc = None
-    wall = round(time.monotonic() - t0, 3)
-    tail = _tail(log_file)
-    if rc is None:
-        return {"status": CRASH, "first_failure": f"timed out after {job.timeout_s:.0f}s", "calls": [],
-                "log": str(log_file), "log_tail": tail, "wall_s": wall}
-    if rc < 0:
-        sig = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
-        return {"status": CRASH, "signal": sig, "first_failure": f"child killed by {sig}", "calls": [],
-                "log": str(log_file), "log_tail": tail, "wall_s": wall}
-    try:
-        result = json.loads(out_file.read_text())
-    except (FileNotFoundError, ValueError):
-        return {"status": CRASH if rc else ERROR, "first_failure": f"child exited {rc} without a result",
-                "calls": [], "log": str(log_file), "log_tail": tail, "wall_s": wall}
-    result.update({"log": str(log_file), "wall_s": wall})
-    if result["status"] in (ERROR,):
-        result["log_tail"] = tail
-    return result
-
-
-def _tail(path: Path, n: int = 12) -> list[str]:
-    try:
-        return path.read_text(errors="replace").splitlines()[-n:]
-    except FileNotFoundError:
-        return []
+    threads = os.environ.get(THREADS_ENV, str(job.threads))
+    return child.run_job("pyllama_dflash.scenarios.child", spec, work_dir, "-".join(job.key), timeout=job.timeout_s,
+                         env={THREADS_ENV: threads})
 
 
 def run_matrix(jobs: list[Job], parallel: int, work_dir: Path | None = None) -> dict[tuple[str, str], dict]:

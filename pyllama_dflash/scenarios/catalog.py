@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from .models import ModelSet, large_image, small_image
+from .models import ModelSet
 from .record import DEGRADED, DRIFT, FAIL, PASS, Record
 from .session import Session, SessionConfig
 

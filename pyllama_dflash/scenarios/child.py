@@ -9,20 +9,17 @@ variant's libraries (same sonames) load into a process of their own.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
-import traceback
 from dataclasses import asdict
-from pathlib import Path
 
 import numpy as np
 
-from ..build.fsutil import atomic_write_json
+from ..child import job_main
 from .catalog import SCENARIOS, Env
 from .drift import drafts
 from .models import ModelSet, large_image, small_image, wide_image
-from .record import ERROR, Record, StopScenario
+from .record import Record, StopScenario
 from .session import SessionConfig, replay_reference
 
 
@@ -85,15 +82,7 @@ def run_job(job: dict) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    job_path, out_path = Path(argv[0]), Path(argv[1])
-    job = json.loads(job_path.read_text())
-    try:
-        result = run_job(job)
-    except Exception as e:  # a Python-level error in the harness or a refused input: not a verdict
-        result = {"status": ERROR, "first_failure": f"{type(e).__name__}: {e}", "calls": [],
-                  "traceback": traceback.format_exc()}
-    atomic_write_json(out_path, result)
-    return 0
+    return job_main(argv, run_job)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import tiny
-from ..build.paths import cache_root
+from ..paths import cache_root
 from ..tiny import image as tiny_image
 
 # pixel sizes the tiny qwen2vl projector turns into these grids (28 px per merged token)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-PASS, DRIFT, DEGRADED, FAIL, CRASH, ERROR = "PASS", "DRIFT", "DEGRADED", "FAIL", "CRASH", "ERROR"
+from ..child import CRASH, ERROR
+
+PASS, DRIFT, DEGRADED, FAIL = "PASS", "DRIFT", "DEGRADED", "FAIL"
 SKIP = "SKIP"
 # from best to worst: DRIFT = every call succeeded and the output is exact, but the draft drafted
 # otherwise than its reference (see drift.py); DEGRADED = a round drafted nothing where it should

@@ -21,13 +21,10 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-ENV_VAR = "PYLLAMA_DFLASH_GGUF_PY"
+from ..env import GGUF_PY_ENV as ENV_VAR
+from ..errors import GgufUnavailable
 
 _cache: dict[Path, ModuleType] = {}
-
-
-class GgufUnavailable(RuntimeError):
-    """No usable gguf-py with DFlash support could be found."""
 
 
 def _default_gguf_py() -> Path:
@@ -35,11 +32,11 @@ def _default_gguf_py() -> Path:
     if env:
         return Path(env)
     try:
-        from pyllama_dflash.build.source import pristine_tree  # type: ignore[import-not-found]
+        from pyllama_dflash.llamabuild.source import pristine_tree  # type: ignore[import-not-found]
     except ImportError as exc:
         raise GgufUnavailable(
             f"no gguf-py given: pass tree=, set {ENV_VAR} to a llama.cpp gguf-py directory, "
-            f"or provide pyllama_dflash.build.source.pristine_tree() ({exc})"
+            f"or provide pyllama_dflash.llamabuild.source.pristine_tree() ({exc})"
         ) from exc
     try:
         tree = Path(pristine_tree())

@@ -5,8 +5,15 @@ key added, tensor data streamed unchanged). CLI: ``python -m pyllama_dflash.upgr
 """
 
 from .draft import (
-    SECTIONS_KEY, DraftInfo, DraftUpgradeError, UpgradeResult, default_output, inspect,
-    reconverted_twin, target_uses_mrope, upgrade,
+    SECTIONS_KEY,
+    DraftInfo,
+    DraftUpgradeError,
+    UpgradeResult,
+    default_output,
+    inspect,
+    reconverted_twin,
+    target_uses_mrope,
+    upgrade,
 )
 
 __all__ = [

@@ -15,32 +15,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .gguf_stream import CHUNK_SIZE, GGUFError, GGUFFile, ValueType, make_kv, read_gguf, write_with_kvs
-
-try:
-    from pyllama_dflash._internals import PyllamaError
-
-    _ERROR_BASES: tuple[type[Exception], ...] = (PyllamaError, ValueError)
-except ImportError:  # an install without the bindings' dependencies: still a ValueError
-    _ERROR_BASES = (ValueError,)
+from ..errors import DraftUpgradeError
+from .gguf_stream import (
+    CHUNK_SIZE,
+    GGUFError,
+    GGUFFile,
+    ValueType,
+    make_kv,
+    read_gguf,
+    write_with_kvs,
+)
 
 DFLASH_ARCH = "dflash"
 SECTIONS_KEY = f"{DFLASH_ARCH}.rope.dimension_sections"
 KEY_LENGTH_KEY = f"{DFLASH_ARCH}.attention.key_length"
 EMBEDDING_KEY = f"{DFLASH_ARCH}.embedding_length"
 HEAD_COUNT_KEY = f"{DFLASH_ARCH}.attention.head_count"
-
-
-class DraftUpgradeError(*_ERROR_BASES):  # type: ignore[misc]
-    """A draft (or target) cannot be inspected or upgraded; names the file and the reason."""
-
-    def __init__(self, path: Path | str, reason: str) -> None:
-        self.path = Path(path)
-        self.reason = reason
-        super().__init__(f"{self.path}: {reason}")
-
-    def __reduce__(self) -> tuple:
-        return (type(self), (self.path, self.reason))
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ..errors import GGUFError
+
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
@@ -95,18 +97,6 @@ GGML_TYPES: dict[int, tuple[str, int, int]] = {
     41: ("Q1_0", 128, 2 + 16),
     42: ("Q2_0", 64, 2 + 16),
 }
-
-
-class GGUFError(ValueError):
-    """The file is not a GGUF this module can read; names the file and the reason."""
-
-    def __init__(self, path: Path | str, reason: str) -> None:
-        self.path = Path(path)
-        self.reason = reason
-        super().__init__(f"{self.path}: {reason}")
-
-    def __reduce__(self) -> tuple:
-        return (type(self), (self.path, self.reason))
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import PatchError
-from .fsutil import sha256_bytes
+from ..errors import PatchError
+from ..files import sha256_bytes
 
 BASELINE = "baseline"
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")

@@ -7,9 +7,9 @@ import sys
 import time
 from pathlib import Path
 
+from ..errors import BuildError
 from . import builder
 from . import manifest as manifests
-from .errors import BuildError
 from .patchset import check_series
 
 

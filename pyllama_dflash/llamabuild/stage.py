@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from .fsutil import atomic_write_bytes, atomic_write_json, sha256_bytes
+from ..files import atomic_write_bytes, atomic_write_json, sha256_bytes
 
 _FARM_MARKER = ".pyllama-dflash-farm"
 _STATE = ".pyllama-dflash-stage.json"

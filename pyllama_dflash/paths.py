@@ -5,14 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parent.parent
+PACKAGE_DIR = Path(__file__).resolve().parent
 # Present in a checkout (and an editable install); absent from an installed wheel,
 # which carries the patch series inside the package instead (see pyproject.toml).
 REPO_DIR = PACKAGE_DIR.parent
 NATIVE_DIR = PACKAGE_DIR / "native"
 
-CACHE_ENV = "PYLLAMA_DFLASH_CACHE"
-PATCHES_ENV = "PYLLAMA_DFLASH_PATCHES"
+from .env import CACHE_ENV, PATCHES_ENV
 
 
 def cache_root() -> Path:

@@ -19,13 +19,20 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import BuildError
+from ..files import (
+    atomic_write_bytes,
+    atomic_write_json,
+    file_lock,
+    replace_dir,
+    sha256_bytes,
+    stable_hash,
+)
+from ..paths import NATIVE_DIR, cache_root, default_patches_dir
 from . import manifest as manifests
 from . import pinned, source, toolchain
 from .cmake import run_logged
-from .errors import BuildError
-from .fsutil import atomic_write_bytes, atomic_write_json, file_lock, replace_dir, sha256_bytes, stable_hash
 from .patchset import Series, apply_series, load_series
-from .paths import NATIVE_DIR, cache_root, default_patches_dir
 from .progress import Progress
 from .stage import Stage
 

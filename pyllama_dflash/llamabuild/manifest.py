@@ -12,8 +12,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import VariantNotBuilt
-from .paths import cache_root
+from ..env import BACKEND_ENV
+from ..errors import VariantNotBuilt
+from ..paths import cache_root
 
 MANIFEST = "manifest.json"
 SCHEMA = 1
@@ -90,7 +91,7 @@ def all_manifests() -> list[Manifest]:
 
 def find(variant: str, *, backend: str | None = None, expected_inputs: dict | None = None) -> Manifest:
     """The newest valid build of ``variant`` (optionally for one backend)."""
-    backend = backend or os.environ.get("PYLLAMA_DFLASH_BACKEND") or None
+    backend = backend or os.environ.get(BACKEND_ENV) or None
     if backend == "auto":
         backend = None
     candidates, rejected = [], []

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ..errors import SourceError
+from ..files import file_lock, sha256_file
+from ..paths import REPO_DIR, cache_root, vendor_dir
 from . import pinned
-from .errors import SourceError
-from .fsutil import file_lock, sha256_file
-from .paths import REPO_DIR, cache_root, vendor_dir
 
 LLAMA_DIR_ENV = "LLAMA_CPP_DIR"
 Log = Callable[[str], None]

@@ -1,7 +1,13 @@
 """The build system: pinned source -> staged, patched tree -> CMake build -> manifests."""
 
+from ..errors import (
+    BuildError,
+    PatchError,
+    SourceError,
+    ToolchainError,
+    VariantNotBuilt,
+)
 from .builder import BuildOptions, build, plan
-from .errors import BuildError, PatchError, SourceError, ToolchainError, VariantNotBuilt
 from .manifest import Manifest, find
 
 __all__ = [

@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .errors import BuildError
+from ..errors import BuildError
 from .progress import Progress
 
 _NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]\s+(.*)")

@@ -10,9 +10,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ToolchainError
+from ..env import BACKEND_ENV
+from ..errors import ToolchainError
 
-BACKEND_ENV = "PYLLAMA_DFLASH_BACKEND"
 BACKENDS = ("auto", "cpu", "cuda")
 
 

@@ -1,0 +1,77 @@
+"""The friendly API: models, contexts, numpy batches, the DFlash speculative driver and mtmd.
+
+Every call that llama.cpp answers with a return code returns that code (the harness asserts on
+it); errors that are not return codes raise a :class:`PyllamaError`. Inputs that would make
+llama.cpp abort the process (a GGML_ASSERT) are checked here first and raise ``ValueError`` or a
+:class:`ContextError` instead, and so are inputs it would accept silently into a corrupt state
+(negative or repeated positions, a draft with another vocab). What cannot be checked cheaply has a
+guarded path that runs the native call in a child process (``pyllama_dflash.guard``):
+:meth:`Model.load_checked` and :meth:`Projector.load_checked` for untrusted files, and
+``guard.run_in_child`` for anything else.
+
+Typical use::
+
+    init(lib_dir)
+    with Model(target_path) as tgt_model, Model(draft_path) as dft_model:
+        target = Context(tgt_model, n_ctx=256, n_batch=64, n_ubatch=64)
+        draft = Context.draft(dft_model, target)
+        spec = Speculative(target, draft)          # before the target decodes anything
+        batch = Batch.tokens(tgt_model.tokenize("hello"), pos0=0)
+        assert target.decode(batch) == 0
+        assert spec.process(batch)
+
+Objects free their native side on ``close()``/``with``; closing a model or a target first
+closes whatever depends on it (drafts, the speculative driver, projectors).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .._internals import Runtime, runtime
+from ..errors import (
+    ClosedError,
+    ContextError,
+    IncompatibleModelsError,
+    ModelLoadError,
+    NativeCallError,
+    PyllamaError,
+)
+from ._base import THREADS_ENV
+from .batch import Batch
+from .context import Context
+from .model import Model
+from .mtmd import Chunk, Chunks, ImageBatch, ImageDecodeResult, Projector
+from .speculative import Speculative
+
+__all__ = [
+    "THREADS_ENV",
+    "Batch",
+    "Chunk",
+    "Chunks",
+    "ClosedError",
+    "Context",
+    "ContextError",
+    "ImageBatch",
+    "ImageDecodeResult",
+    "IncompatibleModelsError",
+    "Model",
+    "ModelLoadError",
+    "NativeCallError",
+    "Projector",
+    "PyllamaError",
+    "Speculative",
+    "init",
+    "system_info",
+]
+
+
+def init(lib_dir: Path | str | None = None) -> Runtime:
+    """Load the native libraries from lib_dir (else $PYLLAMA_DFLASH_LIB_DIR) once per process."""
+    return runtime(lib_dir)
+
+
+def system_info() -> str:
+    rt = runtime()
+    return rt.string(rt.lib.llama_print_system_info())
+

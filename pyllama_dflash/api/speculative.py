@@ -1,0 +1,170 @@
+"""``Speculative``: libcommon's speculative driver (draft-dflash) over a target and a draft context."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import logs
+from .._internals import (
+    SpeculativeDriver,
+    runtime,
+)
+from ..errors import (
+    ContextError,
+    IncompatibleModelsError,
+)
+from ._base import _Owner
+from .batch import Batch, _seq_ids
+from .context import Context
+
+
+class Speculative(_Owner):
+    """libcommon's speculative driver of type draft-dflash over a target and a draft context.
+
+    Create it before the target decodes anything: its constructor turns on layer-input
+    extraction on the target and non-causal attention on the draft. ``process*`` return what
+    ``common_speculative_process`` answered (False is what makes llama-server answer HTTP 500);
+    the log lines of the last call are in ``last_log``.
+    """
+
+    def __init__(
+        self,
+        target: Context,
+        draft: Context,
+        n_seq: int = 1,
+        n_max: int | None = None,
+        n_min: int | None = None,
+        p_min: float | None = None,
+        backend_sampling: bool | None = None,
+    ) -> None:
+        if draft.target is not target:
+            raise ContextError("the draft context was not created over this target (use Context.draft(model, target))")
+        if target.n_decode_calls or any(target.pos_max(s) >= 0 for s in range(min(n_seq, target.n_seq_max))):
+            raise ContextError(
+                "create Speculative before the target decodes anything: DFlash turns on the extraction of the "
+                "target's layer inputs in its constructor"
+            )
+        if not draft.model.target_layer_ids:
+            raise IncompatibleModelsError(f"{draft.model.path} has no target_layer_ids: not a DFlash draft")
+        block = draft.model.dflash_block_size
+        if draft.n_ubatch < block:
+            # the noise block is decoded non-causally, in one ubatch: llama.cpp asserts on it
+            raise ContextError(
+                f"draft context n_ubatch {draft.n_ubatch} < the draft's block size {block}: DFlash decodes its "
+                f"noise block of {block} rows in one non-causal ubatch (llama.cpp would abort); use n_ubatch >= {block}"
+            )
+        self._rt = runtime()
+        self.target = target
+        self.draft_ctx = draft
+        params: dict[str, Any] = {"n_seq": n_seq}
+        optional = {"n_max": n_max, "n_min": n_min, "p_min": p_min, "backend_sampling": backend_sampling}
+        params.update({k: v for k, v in optional.items() if v is not None})
+        self._handle = SpeculativeDriver(self._rt, target._handle, draft._handle, params)
+        self.last_log: list[logs.LogLine] = []
+
+    @property
+    def n_max(self) -> int:
+        """Max drafted tokens after libcommon clamped it to the draft's block size."""
+        return self._handle.check("spec_n_max", int(self._rt.lib.pyllama_dflash_spec_n_max(self._ptr())))
+
+    def _run(self, call: str, fn: Callable[[], int]) -> int:
+        """A shim call: its log captured (libcommon's included), a shim error raised (see _internals)."""
+        rc, cap = self._logged(lambda: int(fn()), poll_common=True)
+        return self._handle.check(call, rc, cap)
+
+    def process(self, batch: Batch) -> bool:
+        """Hand the batch the target just decoded to the driver (token or embedding rows)."""
+        if batch.kind == "tokens":
+            return self.process_tokens(batch.token_ids, batch.pos[0], batch.seq_id, batch.logits)
+        return self.process_embd(batch.embd, batch.pos, batch.seq_id)
+
+    def process_tokens(
+        self,
+        tokens: np.ndarray | Sequence[int],
+        pos: np.ndarray | Sequence[int],
+        seq_id: int | Sequence[int] | np.ndarray = 0,
+        output: np.ndarray | Sequence[bool] | None = None,
+    ) -> bool:
+        tok = np.ascontiguousarray(tokens, dtype=np.int32).reshape(-1)
+        n = tok.shape[0]
+        positions = np.ascontiguousarray(pos, dtype=np.int32).reshape(-1)
+        if positions.shape != (n,):
+            raise ValueError(f"process_tokens: {positions.shape[0]} positions for {n} tokens")
+        seqs = _seq_ids(seq_id, n)
+        out = np.zeros(n, dtype=np.int8) if output is None else np.ascontiguousarray(output, dtype=np.int8)
+        ffi, lib = self._rt.ffi, self._rt.lib
+        rc = self._run(
+            "pyllama_dflash_spec_process_tokens",
+            lambda: lib.pyllama_dflash_spec_process_tokens(
+                self._ptr(), n, ffi.from_buffer("llama_token[]", tok), ffi.from_buffer("llama_pos[]", positions),
+                ffi.from_buffer("llama_seq_id[]", seqs), ffi.from_buffer("int8_t[]", out),
+            ),
+        )
+        return rc == lib.PYLLAMA_DFLASH_TRUE
+
+    def process_embd(
+        self,
+        embd: np.ndarray,
+        pos: np.ndarray,
+        seq_id: int | Sequence[int] | np.ndarray = 0,
+    ) -> bool:
+        rows = np.ascontiguousarray(embd, dtype=np.float32)
+        if rows.ndim != 2:
+            raise ValueError(f"process_embd: embd must be [n_tokens, n_embd], got {rows.shape}")
+        n, n_embd = rows.shape
+        positions = np.ascontiguousarray(pos, dtype=np.int32)
+        if positions.ndim == 1:
+            positions = positions.reshape(1, -1)
+        if positions.shape[1] != n or not 1 <= positions.shape[0] <= 4:
+            raise ValueError(f"process_embd: pos must be [n_pos (1..4), {n}], got {positions.shape}")
+        seqs = _seq_ids(seq_id, n)
+        ffi, lib = self._rt.ffi, self._rt.lib
+        rc = self._run(
+            "pyllama_dflash_spec_process_embd",
+            lambda: lib.pyllama_dflash_spec_process_embd(
+                self._ptr(), n, ffi.from_buffer("float[]", rows), n_embd,
+                ffi.from_buffer("llama_pos[]", positions), positions.shape[0], ffi.from_buffer("llama_seq_id[]", seqs),
+            ),
+        )
+        return rc == lib.PYLLAMA_DFLASH_TRUE
+
+    def begin(self, seq_id: int, prompt: Sequence[int] | np.ndarray) -> None:
+        """Start a generation for seq_id with its prompt tokens."""
+        toks = np.ascontiguousarray(prompt, dtype=np.int32).reshape(-1)
+        ffi, lib = self._rt.ffi, self._rt.lib
+        self._run(
+            "pyllama_dflash_spec_begin",
+            lambda: lib.pyllama_dflash_spec_begin(self._ptr(), seq_id, ffi.from_buffer("llama_token[]", toks), toks.shape[0]),
+        )
+
+    def draft(
+        self, seq_id: int, id_last: int, pos0: int, n_max: int | None = None, trim_draft: bool = True
+    ) -> list[int]:
+        """Draft tokens for seq_id following id_last, whose position is pos0.
+
+        DFlash decodes its noise block [id_last, mask...] at pos0.. into the draft's memory and
+        leaves it there; with trim_draft (llama-server does the same after drafting) the draft's
+        memory is cut back to the target's last position, so the next process() lines up.
+        """
+        ffi, lib = self._rt.ffi, self._rt.lib
+        cap = max(self.n_max, n_max or 0, 1)
+        out = ffi.new("llama_token[]", cap)
+        n = self._run(
+            "pyllama_dflash_spec_draft",
+            lambda: lib.pyllama_dflash_spec_draft(self._ptr(), seq_id, id_last, pos0, n_max or 0, out, cap),
+        )
+        if trim_draft:
+            self.draft_ctx.seq_rm(seq_id, self.target.pos_max(seq_id) + 1, -1)
+        return [int(out[i]) for i in range(min(n, cap))]
+
+    def accept(self, seq_id: int, n_accepted: int) -> None:
+        """Tell the driver how many drafted tokens the target accepted."""
+        if not 0 <= n_accepted <= 0xFFFF:
+            raise ValueError(f"n_accepted {n_accepted} out of range")
+        lib = self._rt.lib
+        self._run("pyllama_dflash_spec_accept", lambda: lib.pyllama_dflash_spec_accept(self._ptr(), seq_id, n_accepted))
+
+

@@ -1,0 +1,146 @@
+"""Work in a child process: one place for starting it, its timeout, and what a crash looks like.
+
+The variants share sonames, so a process holds one variant, and llama.cpp answers some inputs
+with ``abort()``: the harness runs such work in a fresh interpreter. Every runner (the scenario
+matrix, the fuzzer, the benchmark workers, the guarded native calls) goes through :func:`run`,
+and the JSON jobs through :func:`run_job` on the parent side and :func:`job_main` on the child's.
+A child that dies is reported, never fatal to the parent: its signal by name, the native assert
+line it printed (``GGML_ASSERT``/``GGML_ABORT``) and its last log lines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .files import atomic_write_json
+
+CRASH, ERROR = "CRASH", "ERROR"  # a child that died or timed out; a Python error inside a child
+
+# the lines worth quoting from a dead child's output, best first
+_FATAL = tuple(re.compile(p) for p in (
+    r"GGML_ASSERT|GGML_ABORT", r"terminate called|what\(\):", r"Fatal Python error", r"(?i)\berror\b"))
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How a child ended. ``rc`` is None when it ran past its timeout and was killed."""
+
+    rc: int | None
+    wall_s: float
+    log: Path  # its stdout and stderr together
+    timeout_s: float | None
+
+    @property
+    def signal(self) -> str | None:
+        if self.rc is None or self.rc >= 0:
+            return None
+        return signal.Signals(-self.rc).name if -self.rc in signal.valid_signals() else str(-self.rc)
+
+    @property
+    def died(self) -> bool:
+        return self.rc is None or self.rc < 0
+
+    @property
+    def how(self) -> str:
+        """``SIGABRT``, ``exit 3`` or ``timed out after 60s``."""
+        if self.rc is None:
+            return f"timed out after {self.timeout_s:g}s"
+        return self.signal or f"exit {self.rc}"
+
+    def tail(self, n: int = 12) -> list[str]:
+        try:
+            return self.log.read_text(errors="replace").splitlines()[-n:]
+        except FileNotFoundError:
+            return []
+
+    def why(self, n_tail: int = 8) -> list[str]:
+        """The lines that say why it died: the native assert (and the like) first, then the tail."""
+        lines = [ln for ln in self.tail(100_000) if ln.strip()]
+        fatal = list(dict.fromkeys(ln for pattern in _FATAL for ln in lines if pattern.search(ln)))[:3]
+        return fatal + [ln for ln in lines[-n_tail:] if ln not in fatal]
+
+    def crash(self) -> dict:
+        """The result of a child that produced none: CRASH (died, timed out) or ERROR (exited)."""
+        why = self.why()
+        fatal = next((ln.strip() for ln in why if _FATAL[0].search(ln)), None)
+        if self.rc is None:
+            first = f"timed out after {self.timeout_s:.0f}s"
+        elif self.rc < 0:
+            first = f"child killed by {self.signal}" + (f": {fatal}" if fatal else "")
+        else:
+            first = f"child exited {self.rc} without a result" + (f": {fatal}" if fatal else "")
+        out = {"status": CRASH if self.rc is None or self.rc != 0 else ERROR, "first_failure": first, "calls": [],
+               "log": str(self.log), "log_tail": self.tail(), "wall_s": round(self.wall_s, 3)}
+        if self.signal:
+            out["signal"] = self.signal
+        return out
+
+
+def run(cmd: list[str], *, log: Path, timeout: float | None, env: dict[str, str] | None = None) -> Finished:
+    """Run cmd with its output in log; kill it at the timeout. Never raises for how the child ended."""
+    merged = {**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})}
+    # else ggml attaches gdb to itself before it aborts: slow and noisy
+    merged.setdefault("GGML_NO_BACKTRACE", "1")
+    t0 = time.monotonic()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=merged)
+        try:
+            rc: int | None = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            rc = None
+        except BaseException:  # Ctrl-C in the parent: the child goes too
+            proc.kill()
+            proc.wait()
+            raise
+    return Finished(rc, time.monotonic() - t0, log, timeout)
+
+
+def run_job(module: str, job: dict, work_dir: Path, name: str, *, timeout: float | None,
+            env: dict[str, str] | None = None) -> dict:
+    """``python -m module JOB OUT`` in a child: the job goes in as JSON, the result comes back as JSON.
+
+    The result gains ``log`` and ``wall_s``; a child that leaves no result gives :meth:`Finished.crash`.
+    """
+    job_file, out_file, log_file = (work_dir / f"{name}.{ext}" for ext in ("job.json", "result.json", "log"))
+    atomic_write_json(job_file, job)
+    out_file.unlink(missing_ok=True)
+    done = run([sys.executable, "-m", module, str(job_file), str(out_file)], log=log_file, timeout=timeout, env=env)
+    if done.died:
+        return done.crash()
+    try:
+        result = json.loads(out_file.read_text())
+    except (FileNotFoundError, ValueError):
+        return done.crash()
+    result.update({"log": str(log_file), "wall_s": round(done.wall_s, 3)})
+    if result.get("status") == ERROR:
+        result["log_tail"] = done.tail()
+    return result
+
+
+def job_main(argv: list[str], run_one: Callable[[dict], dict]) -> int:
+    """The child side of :func:`run_job`: ``argv`` is [JOB, OUT].
+
+    An exception in run_one (a refused input, a harness error) is not a verdict: the result is
+    ERROR with its traceback. The result is written atomically, so the parent never reads half.
+    """
+    job_path, out_path = Path(argv[0]), Path(argv[1])
+    job = json.loads(job_path.read_text())
+    try:
+        result = run_one(job)
+    except Exception as e:  # noqa: BLE001 - reported to the parent as ERROR, with the traceback
+        result = {"status": ERROR, "first_failure": f"{type(e).__name__}: {e}", "calls": [],
+                  "traceback": traceback.format_exc()}
+    atomic_write_json(out_path, result)
+    return 0

@@ -1,0 +1,27 @@
+"""Every environment variable pyllama_dflash reads, in one place, with what it does.
+
+Modules import the names from here; nothing else spells ``PYLLAMA_DFLASH_*``.
+"""
+
+from __future__ import annotations
+
+import os
+
+CACHE_ENV = "PYLLAMA_DFLASH_CACHE"  # the build cache (default: $XDG_CACHE_HOME/pyllama-dflash)
+PATCHES_ENV = "PYLLAMA_DFLASH_PATCHES"  # another patch series folder (default: the checkout's patches/)
+BACKEND_ENV = "PYLLAMA_DFLASH_BACKEND"  # auto | cpu | cuda: the backend builds and loads use
+LIB_DIR_ENV = "PYLLAMA_DFLASH_LIB_DIR"  # a variant's library folder, for a process that did not load() one
+THREADS_ENV = "PYLLAMA_DFLASH_THREADS"  # threads per context (runners that start several children set it)
+GGUF_PY_ENV = "PYLLAMA_DFLASH_GGUF_PY"  # a llama.cpp gguf-py folder for the tiny models (default: the pinned tree's)
+FUZZ_EXAMPLES_ENV = "PYLLAMA_DFLASH_FUZZ_EXAMPLES"  # fuzzer examples per variant (default 50)
+FUZZ_SEED_ENV = "PYLLAMA_DFLASH_FUZZ_SEED"  # fuzzer seed (default 0, so CI is deterministic)
+JOBS_ENV = "PYLLAMA_DFLASH_JOBS"  # parallel compile jobs for the test suite's builds
+SKIP_BUILD_ENV = "PYLLAMA_DFLASH_SKIP_BUILD"  # `pip install .` without building the variants
+
+ALL = (CACHE_ENV, PATCHES_ENV, BACKEND_ENV, LIB_DIR_ENV, THREADS_ENV, GGUF_PY_ENV, FUZZ_EXAMPLES_ENV,
+       FUZZ_SEED_ENV, JOBS_ENV, SKIP_BUILD_ENV)
+
+
+def get(name: str) -> str | None:
+    """The variable's value, None when unset or empty."""
+    return os.environ.get(name) or None
