@@ -1,9 +1,9 @@
 """pyllama-dflash: reproduce, fix and regression-test llama.cpp's DFlash image hole.
 
-Layers, bottom up: ``build`` (pinned source, patches, side-by-side builds and their
-manifests), ``bindings`` (cffi, one compiled module per variant), the owning
-wrappers and API (``Model``, ``Context``, ``Batch``, ``Speculative``, ``Projector``),
-``tiny`` (generated GGUF models) and the scenarios run by ``python -m pyllama_dflash.repro``.
+Layers, bottom up: ``llamabuild`` (pinned source, patches, side-by-side builds and their
+manifests), ``bindings`` (cffi, one compiled module per variant), the owning wrappers and
+``api`` (``Model``, ``Context``, ``Batch``, ``Speculative``, ``Projector``), ``tiny`` (generated
+GGUF models), the scenarios and the fuzzer, run by ``pyllama-dflash repro`` and ``fuzz``.
 """
 
 __version__ = "0.1.0"
@@ -17,9 +17,8 @@ def load(variant: str = "full", *, backend: str | None = None, patches_dir=None)
     variants share sonames, so a process holds one variant; run others in child processes.
     """
     from . import api
-    from .llamabuild.builder import expected_inputs
-    from .llamabuild.manifest import find
+    from .llamabuild import find_built
 
-    manifest = find(variant, backend=backend, expected_inputs=expected_inputs(variant, patches_dir))
+    (manifest,) = find_built([variant], backend=backend, patches_dir=patches_dir)
     api.init(manifest.lib_dir)
     return manifest

@@ -33,25 +33,44 @@ def stable_hash(obj: Any, length: int = 12) -> str:
     return sha256_bytes(text.encode())[:length]
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write through a temporary file in the same folder and rename it into place.
+@contextlib.contextmanager
+def atomic_path(path: Path, *, mode: int | None = None) -> Iterator[Path]:
+    """A temporary path in path's folder, renamed onto path when the block ends without error.
 
-    A reader sees the old file or the new one, never half of one; an interrupted
-    write leaves at most a stray temporary file, never a truncated target. Writing a
-    new inode also breaks any hard link the old path had (the staged tree relies on it).
+    The one mechanism behind every file this package writes for others to read. A reader sees
+    the old file or the new one, never half of one; an interrupted write leaves at most a stray
+    temporary file, never a truncated target. Writing a new inode also breaks any hard link the
+    old path had (the staged tree relies on it). ``mode`` sets the file's permissions (default:
+    0600, which mkstemp gives).
     """
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        yield tmp
+        if mode is not None:
+            os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def default_file_mode() -> int:
+    """The mode a plain open() would give a new file: 0666 less the umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write data through :func:`atomic_path`, synced to disk before the rename."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:

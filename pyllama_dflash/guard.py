@@ -36,6 +36,7 @@ from ._internals import check_gguf_file, runtime
 from .bindings.ffi import loaded_lib_dir
 from .env import LIB_DIR_ENV
 from .errors import ChildError, ModelLoadError, NativeAbort, PyllamaError
+from .files import atomic_write_bytes
 
 T = TypeVar("T")
 
@@ -123,9 +124,7 @@ def _child(payload: Path, result: Path) -> int:
         else:
             failure = ChildError(f"the child's result ({type(out[1]).__name__}) cannot be sent back: {why}")
         data = pickle.dumps(("error", failure))
-    tmp = result.with_suffix(".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, result)
+    atomic_write_bytes(result, data)
     return 0
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import platform
 import re
@@ -35,7 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import child
 from ..env import CACHE_ENV, THREADS_ENV
+from ..errors import PyllamaError
 from ..files import atomic_write_bytes, atomic_write_json
 from ..llamabuild import BuildOptions, build
 from ..paths import cache_root
@@ -43,7 +44,7 @@ from . import stats
 from .report import markdown
 
 
-class SectionUnavailable(RuntimeError):
+class SectionUnavailable(PyllamaError, RuntimeError):
     """A section that cannot run on this machine; the message says why in one line."""
 
 
@@ -52,11 +53,14 @@ HOLES = (3, 6, 12, 24, 48, 96, 192, 384, 768, 1024)
 
 
 def worker(variant: str, task: str, args: dict, timeout: float = 1800) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "pyllama_dflash.bench.worker", variant, task, json.dumps(args)],
-                          capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise RuntimeError(f"bench worker {variant} {task} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    """One measurement in a child process of its own, for one variant (see worker.py)."""
+    with tempfile.TemporaryDirectory(prefix="pyllama-dflash-bench-") as tmp:
+        result = child.run_job("pyllama_dflash.bench.worker", {"variant": variant, "task": task, "args": args},
+                               Path(tmp), f"{variant}-{task}", timeout=timeout)
+    if result.get("status") != "OK":
+        tail = "\n".join(result.get("log_tail", []))
+        raise RuntimeError(f"bench worker {variant} {task}: {result.get('first_failure')}\n{tail}")
+    return result["result"]
 
 
 def bench_build(cold: bool) -> dict:
@@ -124,18 +128,19 @@ def bench_overhead(rounds: int) -> dict:
 def _callgrind_ir(variant: str, n_tokens: int, out_dir: Path) -> int:
     """Instructions executed by one spec_loop child under callgrind (a count, not a time)."""
     out = out_dir / f"callgrind.{variant}.{n_tokens}"
-    env = {**os.environ, "PYTHONHASHSEED": "0", THREADS_ENV: "1"}
-    proc = subprocess.run(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-m",
-         "pyllama_dflash.bench.worker", variant, "spec_loop", json.dumps({"n_tokens": n_tokens, "repeats": 1})],
-        capture_output=True, text=True, env=env, timeout=3600)
-    found = re.findall(r"Collected : (\d+)", proc.stderr)
-    if proc.returncode == -signal.SIGILL:
+    job = out_dir / f"{variant}-{n_tokens}.job.json"
+    atomic_write_json(job, {"variant": variant, "task": "spec_loop", "args": {"n_tokens": n_tokens, "repeats": 1}})
+    done = child.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-m",
+                      "pyllama_dflash.bench.worker", str(job), str(out_dir / f"{variant}-{n_tokens}.result.json")],
+                     log=out_dir / f"{variant}-{n_tokens}.log", timeout=3600,
+                     env={"PYTHONHASHSEED": "0", THREADS_ENV: "1"})
+    found = re.findall(r"Collected : (\d+)", "\n".join(done.tail(50)))
+    if done.rc == -signal.SIGILL:
         raise SectionUnavailable(
             "valgrind cannot execute an instruction of this native build (SIGILL; valgrind "
             f"{_valgrind_version()} lacks some of the CPU features -march=native enabled here)")
-    if proc.returncode != 0 or not found:
-        raise RuntimeError(f"callgrind run of {variant} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    if done.rc != 0 or not found:
+        raise RuntimeError(f"callgrind run of {variant} failed ({done.how}):\n" + "\n".join(done.why()))
     return int(found[-1])
 
 

@@ -1,13 +1,12 @@
 """Measurements that need native code, each run in a child process for one variant.
 
-``python -m pyllama_dflash.bench.worker VARIANT TASK ARGS_JSON`` prints one JSON object. The
-parent (bench/__main__.py) interleaves children of different variants, so both sides of a
-ratio see the same machine weather.
+``python -m pyllama_dflash.bench.worker JOB OUT`` (``pyllama_dflash.child``'s job protocol: the
+job names the variant, the task and its arguments). The parent (bench/__main__.py) interleaves
+children of different variants, so both sides of a ratio see the same machine weather.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -16,6 +15,7 @@ from typing import Callable
 import numpy as np
 
 from .. import api, load
+from ..child import job_main
 from ..scenarios.models import ModelSet, tiny_models
 from ..scenarios.record import Record
 from ..scenarios.session import Session, SessionConfig
@@ -151,11 +151,13 @@ def _median(fn: Callable[[], float], repeats: int) -> float:
 TASKS = {"spec_loop": spec_loop, "fill_curve": fill_curve, "bindings_fill": bindings_fill}
 
 
+def run_one(job: dict) -> dict:
+    load(job["variant"])
+    return {"status": "OK", "result": TASKS[job["task"]](job.get("args", {}))}
+
+
 def main(argv: list[str]) -> int:
-    variant, task, args = argv[0], argv[1], json.loads(argv[2]) if len(argv) > 2 else {}
-    load(variant)
-    print(json.dumps(TASKS[task](args)))
-    return 0
+    return job_main(argv, run_one)
 
 
 if __name__ == "__main__":

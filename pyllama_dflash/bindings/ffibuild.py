@@ -21,6 +21,7 @@ from pathlib import Path
 from cffi import FFI
 
 from pyllama_dflash.bindings import drift
+from pyllama_dflash.files import atomic_path
 
 MODULE_NAME = "_pyllama_dflash_cffi"
 
@@ -91,9 +92,8 @@ def compile_module(out_dir: Path, include_dirs: list[Path], lib_dir: Path, tmp_d
     target = out_dir / built.name
     if built.resolve() != target.resolve():
         # copy then rename: a process that has the old module mapped keeps its inode
-        staging = out_dir / (built.name + ".tmp")
-        shutil.copy2(built, staging)
-        staging.replace(target)
+        with atomic_path(target) as staging:
+            shutil.copy2(built, staging)
     return target
 
 

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..llamabuild import BuildError
+from ..llamabuild import BuildError, find_built
 from ..llamabuild.patchset import BASELINE
 from ..scenarios.models import tiny_models
 from .runner import examples_from_env, search_variants, seed_from_env
@@ -42,23 +42,14 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def built_variants(names: list[str], backend: str | None) -> list[str]:
-    """The named variants (["all"]: the series), each of which must be built already."""
-    from ..llamabuild import builder, manifest
-    from ..llamabuild.patchset import load_series
-    from ..paths import default_patches_dir
-
-    series = load_series(default_patches_dir())
-    return [manifest.find(n, backend=backend).variant for n in builder.resolve_variants(series, names)]
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     backend = args.backend if args.backend != "auto" else None
     try:
-        variants = built_variants([v.strip() for v in args.variants.split(",")] if args.variants else ["all"], backend)
+        names = [v.strip() for v in args.variants.split(",")] if args.variants else ["all"]
+        variants = [m.variant for m in find_built(names, backend=backend)]
         if not args.no_drift:
-            built_variants([BASELINE], backend)  # the drift oracle's reference runs on baseline
+            find_built([BASELINE], backend=backend)  # the drift oracle's reference runs on baseline
     except BuildError as e:
         print(f"fuzz: error: {e} (build it first: python build.py)", file=sys.stderr)
         return 2

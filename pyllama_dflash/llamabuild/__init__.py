@@ -7,10 +7,10 @@ from ..errors import (
     ToolchainError,
     VariantNotBuilt,
 )
-from .builder import BuildOptions, build, plan
+from .builder import BuildOptions, build, find_built, plan
 from .manifest import Manifest, find
 
 __all__ = [
     "BuildError", "BuildOptions", "Manifest", "PatchError", "SourceError", "ToolchainError",
-    "VariantNotBuilt", "build", "find", "plan",
+    "VariantNotBuilt", "build", "find", "find_built", "plan",
 ]

@@ -119,6 +119,16 @@ def resolve_variants(series: Series, names: list[str]) -> list[str]:
     return names
 
 
+def find_built(variants: list[str], *, backend: str | None = None,
+               patches_dir: Path | None = None) -> list[manifests.Manifest]:
+    """The built variants (``["all"]``: every one of the series), found through their manifests
+    alone: nothing is resolved, fetched or built. A build whose patches or native sources changed
+    since is refused as stale (:class:`VariantNotBuilt` says how to rebuild)."""
+    series = load_series(patches_dir or default_patches_dir())
+    return [manifests.find(v, backend=backend, expected_inputs=series_inputs(series, v))
+            for v in resolve_variants(series, variants)]
+
+
 def build(variants: list[str], opts: BuildOptions | None = None) -> list[manifests.Manifest]:
     """Build the named variants (``["all"]`` for every one); returns their manifests."""
     opts = opts or BuildOptions()

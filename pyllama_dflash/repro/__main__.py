@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..files import atomic_write_json
-from ..llamabuild import BuildError, BuildOptions, build
+from ..llamabuild import BuildError, BuildOptions, build, find_built
 from ..llamabuild.patchset import BASELINE
 from ..paths import cache_root
 from ..scenarios.catalog import EXPECTED, SCENARIOS
@@ -162,18 +162,8 @@ def _variant_names(args: argparse.Namespace) -> list[str]:
 def _manifests(args: argparse.Namespace, names: list[str]):
     """The variants' manifests: built where missing, or with --no-build found as they are."""
     if args.no_build:
-        return _find_built(args, names)
+        return find_built(names, backend=args.backend)
     return build(names, BuildOptions(backend=args.backend))
-
-
-def _find_built(args: argparse.Namespace, names: list[str]):
-    """The built variants, found through their manifests alone (nothing resolved or fetched)."""
-    from ..llamabuild import builder, manifest
-    from ..llamabuild.patchset import load_series
-    from ..paths import default_patches_dir
-
-    names = builder.resolve_variants(load_series(default_patches_dir()), names)
-    return [manifest.find(n, backend=args.backend, expected_inputs=builder.expected_inputs(n)) for n in names]
 
 
 def _scenario_ids(args: argparse.Namespace) -> list[str]:

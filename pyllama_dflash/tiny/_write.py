@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..files import atomic_path, default_file_mode
 from ._gguf import gguf_module
 
 # stored in every generated file; equal value => the file is up to date
@@ -49,25 +48,16 @@ def write_gguf(path: Path, arch: str, fp: str, build: Callable[[Any, Any], None]
     path = Path(path)
     if _stored_fingerprint(path, g) == fp:
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # unique temp name in the target directory (same filesystem, so the rename is
-    # atomic); the writer opens it normally, so the umask decides the mode
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    writer = None
-    try:
+    with atomic_path(path, mode=default_file_mode()) as tmp:
         writer = g.GGUFWriter(tmp, arch)
-        build(writer, g)
-        writer.add_string(FINGERPRINT_KEY, fp)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file(progress=False)
-        writer.close()
-        os.replace(tmp, path)
-    except BaseException:
-        if writer is not None:
+        try:
+            build(writer, g)
+            writer.add_string(FINGERPRINT_KEY, fp)
+            writer.write_header_to_file()
+            writer.write_kv_data_to_file()
+            writer.write_tensors_to_file(progress=False)
+        finally:
             writer.close()
-        tmp.unlink(missing_ok=True)
-        raise
     return True
 
 
@@ -76,14 +66,8 @@ def write_bytes_atomic(path: Path, data: bytes) -> bool:
     path = Path(path)
     if path.is_file() and path.read_bytes() == data:
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
+    with atomic_path(path, mode=default_file_mode()) as tmp:
         tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return True
 
 

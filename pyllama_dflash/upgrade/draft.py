@@ -10,12 +10,12 @@ legacy draft into its reconverted twin.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DraftUpgradeError
+from ..files import atomic_path, default_file_mode
 from .gguf_stream import (
     CHUNK_SIZE,
     GGUFError,
@@ -188,35 +188,23 @@ def _write_atomic(g: GGUFFile, dest: Path, sections: Sequence[int], *, keep_mode
     if not dest.parent.is_dir():
         raise DraftUpgradeError(dest, "output directory does not exist")
     kv = make_kv(SECTIONS_KEY, ValueType.ARRAY, list(sections), ValueType.INT32)
+    mode = g.path.stat().st_mode & 0o7777 if keep_mode else default_file_mode()
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+        with atomic_path(dest, mode=mode) as tmp:
+            with open(tmp, "wb") as f:
+                write_with_kvs(g, f, [kv], chunk_size=chunk_size)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                check = read_gguf(tmp)  # the output must parse and cover its tensors
+            except GGUFError as exc:
+                raise DraftUpgradeError(dest, f"the written file does not read back: {exc.reason}") from None
+            if check.get(SECTIONS_KEY) != list(sections) or len(check.tensors) != len(g.tensors):
+                raise DraftUpgradeError(dest, "the written file does not read back as expected")
+    except GGUFError as exc:  # reading the input while streaming it
+        raise DraftUpgradeError(exc.path, exc.reason) from None
     except OSError as exc:
-        raise DraftUpgradeError(dest, f"cannot create a temporary file: {exc.strerror or exc}") from None
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write_with_kvs(g, f, [kv], chunk_size=chunk_size)
-            f.flush()
-            os.fsync(f.fileno())
-        if keep_mode:
-            os.chmod(tmp, g.path.stat().st_mode & 0o7777)
-        else:  # mkstemp makes 0600; give the mode a plain open() would (umask applied)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-        check = read_gguf(tmp)  # the output must parse and cover its tensors
-        if check.get(SECTIONS_KEY) != list(sections) or len(check.tensors) != len(g.tensors):
-            raise DraftUpgradeError(dest, "the written file does not read back as expected")
-        os.replace(tmp, dest)
-    except GGUFError as exc:
-        tmp.unlink(missing_ok=True)
-        raise DraftUpgradeError(dest if exc.path == tmp else exc.path, exc.reason) from None
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise DraftUpgradeError(dest, f"cannot write: {exc.strerror or exc}") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def reconverted_twin(draft: Path | str, cache_dir: Path | str) -> Path:
