@@ -1,0 +1,143 @@
+"""The package's shape, checked: one error root, imports that run one way, a package per folder.
+
+No native code: these read the source (ast) and import the modules.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+import pyllama_dflash
+from pyllama_dflash.errors import PyllamaError
+
+PACKAGE_DIR = Path(pyllama_dflash.__file__).parent
+
+# Exceptions that steer control flow inside the harness and never reach a caller, so they need
+# not derive from PyllamaError: each is raised and caught within one run of the harness.
+INTERNAL = {
+    "pyllama_dflash.scenarios.record.StopScenario": "ends a scenario run at its first failing call; the runner catches it",
+    "pyllama_dflash.fuzz.invariant.Violation": "a broken invariant handed to hypothesis, which shrinks and reports it",
+}
+
+
+def _modules() -> list[str]:
+    names = ["pyllama_dflash"]
+    for info in pkgutil.walk_packages([str(PACKAGE_DIR)], prefix="pyllama_dflash."):
+        names.append(info.name)
+    return names
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE_DIR.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_module(name: str) -> bool:
+    rel = Path(*name.split("."))
+    return (PACKAGE_DIR.parent / rel).with_suffix(".py").is_file() or (PACKAGE_DIR.parent / rel / "__init__.py").is_file()
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every import between the package's modules, function-level ones included."""
+    graph: dict[str, set[str]] = {}
+    for path in PACKAGE_DIR.rglob("*.py"):
+        me = _module_name(path)
+        package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+        edges = graph.setdefault(me, set())
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                edges.update(a.name for a in node.names if a.name.startswith("pyllama_dflash"))
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")
+                    base = base[: len(base) - node.level + 1]
+                    src = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    src = node.module or ""
+                if not src.startswith("pyllama_dflash"):
+                    continue
+                for alias in node.names:  # `from pkg import module` imports the module
+                    sub = f"{src}.{alias.name}"
+                    edges.add(sub if _is_module(sub) else src)
+        edges.discard(me)
+    return graph
+
+
+def test_every_public_exception_derives_from_pyllama_error():
+    found = {}
+    for name in _modules():
+        if name.endswith("__main__"):
+            continue
+        module = importlib.import_module(name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if issubclass(cls, BaseException) and cls.__module__ == name:
+                found[f"{name}.{cls.__qualname__}"] = cls
+    assert len(found) > 20, sorted(found)  # the walk saw the package, not an empty shell
+    internal_roots = tuple(cls for key, cls in found.items() if key in INTERNAL)
+    assert len(internal_roots) == len(INTERNAL), "an INTERNAL entry names no class"
+    outside = sorted(key for key, cls in found.items()
+                     if not issubclass(cls, PyllamaError) and not issubclass(cls, internal_roots))
+    assert outside == [], f"not under PyllamaError: {outside}"
+
+
+def test_one_except_catches_what_load_raises_for_a_missing_variant(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYLLAMA_DFLASH_CACHE", str(tmp_path))
+    with pytest.raises(PyllamaError, match="is not built"):
+        pyllama_dflash.load("full")
+
+
+def test_no_module_imports_a_module_that_imports_it_back():
+    """Strongly connected components of the import graph, function-level imports included."""
+    graph = import_graph()
+    assert "pyllama_dflash.api.model" in graph and "pyllama_dflash.guard" in graph["pyllama_dflash.api.model"]
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert cycles == [], cycles
+
+
+def test_every_folder_of_python_code_is_a_package():
+    missing = sorted(str(d.relative_to(PACKAGE_DIR.parent)) for d in PACKAGE_DIR.rglob("*")
+                     if d.is_dir() and "__pycache__" not in d.parts and any(d.glob("*.py"))
+                     and not (d / "__init__.py").is_file())
+    assert missing == []
+
+
+def test_the_api_modules_stay_small():
+    sizes = {p.name: len(p.read_text().splitlines()) for p in (PACKAGE_DIR / "api").glob("*.py")}
+    assert max(sizes.values()) <= 350, sizes
