@@ -19,7 +19,8 @@ HERE = Path(__file__).resolve().parent
 class build_py_and_variants(build_py):
     def run(self):
         super().run()
-        if getattr(self, "editable_mode", False) or os.environ.get("PYLLAMA_DFLASH_SKIP_BUILD")  # pyllama_dflash.env.SKIP_BUILD_ENV:
+        # PYLLAMA_DFLASH_SKIP_BUILD: pyllama_dflash.env.SKIP_BUILD_ENV (spelt out: setup.py runs before the package)
+        if getattr(self, "editable_mode", False) or os.environ.get("PYLLAMA_DFLASH_SKIP_BUILD"):
             return
         sys.path.insert(0, str(HERE))
         from pyllama_dflash.llamabuild import BuildError, BuildOptions, build
