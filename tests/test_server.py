@@ -2,7 +2,7 @@
 
 The builds come from the session fixture ``variants`` (tests/conftest.py), which builds
 what is missing: nothing here is skipped for want of a build. The checks themselves live
-in ``pyllama_dflash.server_checks`` (``python -m pyllama_dflash.repro --server`` runs the
+in ``pyllama_dflash.server.checks`` (``python -m pyllama_dflash.repro --server`` runs the
 same ones); these tests run them once per variant and assert the expected outcome of each.
 """
 
@@ -17,12 +17,14 @@ import pytest
 
 from pyllama_dflash import tiny
 from pyllama_dflash.server import (
+    CHECKS,
+    SPEC_BATCH_ERROR,
     ServerError,
     ServerOptions,
     ServerProcess,
+    run_server_checks,
     server_command,
 )
-from pyllama_dflash.server_checks import CHECKS, SPEC_BATCH_ERROR, run_server_checks
 
 pytestmark = pytest.mark.server
 

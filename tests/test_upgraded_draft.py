@@ -16,7 +16,7 @@ import pytest
 from pyllama_dflash.repro.runner import REFERENCE, run_table
 from pyllama_dflash.scenarios.catalog import SCENARIOS
 from pyllama_dflash.scenarios.models import tiny_models
-from pyllama_dflash.server_checks import run_server_checks
+from pyllama_dflash.server import run_server_checks
 from pyllama_dflash.upgrade import upgrade
 
 
@@ -39,6 +39,11 @@ def test_the_upgraded_draft_passes_every_scenario_on_baseline_without_drift(vari
             # the draft ahead of a restored target is refused on baseline by the twin too (X <= Y):
             # not the image hole, and what the patch series (or llama-server's own trim) is for
             assert run["status"] == ref["status"] == "FAIL" and "X <= Y" in run["first_failure"]
+            continue
+        if sid == "S12":
+            # baseline's llama-server restores a slot's target alone: the twin drifts there as well,
+            # and only the server patch (0003) helps, not the draft's metadata
+            assert run["status"] == ref["status"] == "DRIFT", (run.get("first_failure"), ref.get("first_failure"))
             continue
         assert run["status"] == "PASS", (sid, run.get("first_failure"))
         assert run["drift"] is None and run["drafts"] == ref["drafts"] != [], sid

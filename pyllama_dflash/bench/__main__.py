@@ -38,6 +38,7 @@ from .. import child
 from ..env import CACHE_ENV, THREADS_ENV
 from ..errors import PyllamaError
 from ..files import atomic_write_bytes, atomic_write_json
+from ..flags import tool_prog
 from ..llamabuild import BuildOptions, build
 from ..paths import cache_root
 from . import stats
@@ -178,7 +179,7 @@ def bench_bindings() -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pyllama_dflash.bench", description=__doc__,
+    ap = argparse.ArgumentParser(prog=tool_prog("python -m pyllama_dflash.bench"), description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", help=f"comma-separated sections ({', '.join(SECTIONS)}); default: all")
     ap.add_argument("--cold-build", action="store_true", help="measure a real cold build (about 11 min on 2 cores)")

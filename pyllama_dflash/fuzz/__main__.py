@@ -14,6 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..flags import common_parser, tool_prog
 from ..llamabuild import BuildError, find_built
 from ..llamabuild.patchset import BASELINE
 from ..scenarios.models import tiny_models
@@ -22,9 +23,9 @@ from .schedule import Schedule
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m pyllama_dflash.fuzz", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--variants", help="comma-separated variants (default: every variant of patches/series)")
-    ap.add_argument("--fix", help="the variant that must break nothing (default: the last of the series)")
+    shared = common_parser("variants", "fix", "jobs", "timeout", "backend", jobs=2, timeout=1800.0)
+    ap = argparse.ArgumentParser(prog=tool_prog("python -m pyllama_dflash.fuzz"), description=__doc__.split("\n\n")[0],
+                                 parents=[shared])
     ap.add_argument("--examples", type=int, default=None,
                     help="schedules per variant (default: $PYLLAMA_DFLASH_FUZZ_EXAMPLES or 50)")
     ap.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: $PYLLAMA_DFLASH_FUZZ_SEED or 0)")
@@ -36,9 +37,6 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--ignore", default="", metavar="KINDS",
                     help="comma-separated violation kinds that end a run without failing it (to look past a known one)")
     ap.add_argument("--out", type=Path, help="folder for the shrunk schedules (default: a new temporary folder)")
-    ap.add_argument("--jobs", type=int, default=2, help="child processes at once")
-    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per variant before it counts as CRASH")
-    ap.add_argument("--backend", choices=("auto", "cpu", "cuda"), help="which build of each variant to use")
     return ap
 
 

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from ..errors import BuildError
+from ..flags import common_parser, tool_prog
 from . import builder
 from . import manifest as manifests
 from .patchset import check_series
@@ -15,17 +16,15 @@ from .patchset import check_series
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
-        prog="build.py",
+        prog=tool_prog("build.py"),
         description="Build llama.cpp (pinned) with each prefix of patches/series, side by side.",
+        parents=[common_parser("backend", "jobs", short=True)],
     )
     ap.add_argument("--variant", action="append", metavar="NAME",
                     help="baseline, a variant named in patches/series, or all (default: all); repeatable")
     ap.add_argument("--list", action="store_true", help="list the variants and whether each is built")
     ap.add_argument("--check", action="store_true", help="dry-run every patch against the source, build nothing")
-    ap.add_argument("--backend", choices=("auto", "cpu", "cuda"),
-                    help="compute backend (default: $PYLLAMA_DFLASH_BACKEND or auto: CUDA when nvcc and a GPU are present)")
     ap.add_argument("--cuda-arch", metavar="ARCHS", help="CMAKE_CUDA_ARCHITECTURES for a CUDA build, e.g. 90")
-    ap.add_argument("--jobs", "-j", type=int, metavar="N", help="parallel compile jobs (default: all cores)")
     ap.add_argument("--llama-dir", type=Path, metavar="PATH",
                     help="use this llama.cpp tree (default: $LLAMA_CPP_DIR, vendor/llama.cpp, or the pinned sdist)")
     ap.add_argument("--allow-unpinned", action="store_true", help="accept a tree that is not the pinned release")

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..files import atomic_write_json
+from ..flags import common_parser, tool_prog
 from ..llamabuild import BuildError, BuildOptions, build, find_built
 from ..llamabuild.patchset import BASELINE
 from ..paths import cache_root
@@ -26,16 +27,13 @@ from .runner import REFERENCE, run_table
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m pyllama_dflash.repro", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--variants", help="comma-separated variants (default: every variant of patches/series)")
+    shared = common_parser("variants", "fix", "jobs", "timeout", "backend", jobs=os.cpu_count() or 2, timeout=300.0)
+    ap = argparse.ArgumentParser(prog=tool_prog("python -m pyllama_dflash.repro"), description=__doc__.split("\n\n")[0],
+                                 parents=[shared])
     ap.add_argument("--scenarios", help="comma-separated scenario ids (default: all)")
-    ap.add_argument("--fix", help="the variant that must pass every scenario (default: the last of the series)")
     ap.add_argument("--expect-baseline-fail", action="store_true",
                     help="also require baseline to fail S1 (proves the harness still reproduces the bug)")
     ap.add_argument("--json", type=Path, metavar="PATH", help="write the full report as JSON")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="child processes at once")
-    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per scenario before it counts as CRASH")
-    ap.add_argument("--backend", choices=("auto", "cpu", "cuda"), help="which build of each variant to use")
     ap.add_argument("--no-build", action="store_true", help="use what is built; fail for a variant that is not")
     ap.add_argument("--no-exact", action="store_true", help="skip the greedy-reference comparison of the output")
     ap.add_argument("--no-drift", action="store_true",
@@ -91,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         ok = not reasons
     server = None
     if args.server:
-        from ..server_checks import run_server_checks
+        from ..server import run_server_checks
 
         server = {m.variant: run_server_checks(m, models) for m in manifests}
         print()

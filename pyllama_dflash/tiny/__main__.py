@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from ..flags import tool_prog
 from . import write_models
 from ._write import write_bytes_atomic
 from .image import png_bytes, rgb
@@ -18,7 +19,7 @@ def _size(text: str) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pyllama_dflash.tiny",
+    ap = argparse.ArgumentParser(prog=tool_prog("python -m pyllama_dflash.tiny"),
                                  description="Write the tiny target/draft/mmproj GGUFs.")
     ap.add_argument("out_dir", type=Path)
     ap.add_argument("--seed", type=int, default=0)

@@ -11,12 +11,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..flags import tool_prog
 from .draft import DraftUpgradeError, inspect, upgrade
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m pyllama_dflash.upgrade",
+        prog=tool_prog("python -m pyllama_dflash.upgrade"),
         description="Add dflash.rope.dimension_sections = [head_dim/2, 0, 0, 0] to a legacy DFlash draft "
                     "for an M-RoPE target, as llama.cpp b11434's converter writes it. The input is never "
                     "modified (unless --in-place, which replaces it atomically).",

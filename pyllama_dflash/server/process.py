@@ -16,7 +16,9 @@ after a timeout)::
 ``models`` is anything with ``target``, ``draft`` and ``mmproj`` paths (``tiny.TinyModels``,
 ``scenarios.models.ModelSet``); ``n_draft_max`` is used where it has one.
 
-HTTP goes through ``urllib.request``, so the package needs no HTTP dependency at runtime.
+HTTP goes through ``requests``, one short-lived session per request (so that concurrent
+requests share nothing) that ignores proxy settings from the environment: the server is on
+loopback. A request that gets no answer comes back as a :class:`Response` with status ``None``.
 """
 
 from __future__ import annotations
@@ -30,16 +32,16 @@ import socket
 import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from .errors import ServerError
-from .llamabuild.manifest import Manifest, find
+import requests
+
+from ..errors import ServerError
+from ..llamabuild.manifest import Manifest, find
 
 __all__ = [
     "Response", "ServerError", "ServerModels", "ServerOptions", "ServerProcess",
@@ -179,6 +181,13 @@ class Response:
             return None
         return {"draft_n": t["draft_n"], "draft_n_accepted": t.get("draft_n_accepted", 0)}
 
+    def describe(self, limit: int = 300) -> str:
+        """The answer for an error message: the status code and the body (or why there was none)."""
+        body = self.error_message if not self.ok else str(self.body)
+        if len(body) > limit:
+            body = body[:limit] + "..."
+        return f"{self.status if self.status is not None else 'no answer'}: {body}"
+
     def summary(self) -> dict:
         """A plain dict for reports: status, error or content, draft statistics."""
         out: dict[str, Any] = {"status": self.status}
@@ -279,7 +288,7 @@ class ServerProcess:
                 return
             if time.monotonic() > deadline:
                 raise ServerError(f"llama-server not healthy after {self.start_timeout:.0f}s "
-                                  f"(last /health: {r.status})", self.log_tail(), self.log_path)
+                                  f"(last /health: {r.describe()})", self.log_tail(), self.log_path)
             time.sleep(0.05)
 
     def stop(self, timeout: float = 10.0) -> int | None:
@@ -322,16 +331,17 @@ class ServerProcess:
     # -- HTTP -------------------------------------------------------------------
 
     def request(self, method: str, path: str, body: Any = None, timeout: float = 120.0) -> Response:
+        """One HTTP exchange; every status comes back as a :class:`Response` (``None``: no answer,
+        ``body`` then says why). ``timeout`` bounds the connection and each read, not the whole."""
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base_url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"} if data else {})
         t0 = time.monotonic()
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                status, raw = r.status, r.read()
-        except urllib.error.HTTPError as e:
-            status, raw = e.code, e.read()
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
+            with requests.Session() as session:
+                session.trust_env = False  # loopback: no proxies, no .netrc from the environment
+                r = session.request(method, self.base_url + path, data=data, timeout=timeout,
+                                    headers={"Content-Type": "application/json"} if data else None)
+                status, raw = r.status_code, r.content
+        except (requests.RequestException, OSError) as e:
             return Response(None, repr(e), time.monotonic() - t0)
         try:
             parsed: Any = json.loads(raw)
@@ -356,7 +366,7 @@ class ServerProcess:
         if self._media_marker is None:
             r = self.get("/props")
             if not r.ok:
-                raise ServerError(f"GET /props answered {r.status}: {r.error_message}", self.log_tail(), self.log_path)
+                raise ServerError(f"GET /props answered {r.describe()}", self.log_tail(), self.log_path)
             self._media_marker = r.body["media_marker"]
         return self._media_marker
 

@@ -1,0 +1,64 @@
+"""``pyllama-dflash``: one console command for the project's tools.
+
+    pyllama-dflash build --variant all     # = python build.py --variant all
+    pyllama-dflash repro                   # = python -m pyllama_dflash.repro
+    pyllama-dflash fuzz --examples 200     # = python -m pyllama_dflash.fuzz --examples 200
+
+Each subcommand hands the rest of the line to that tool's own ``main(argv)``, so
+``pyllama-dflash repro --help`` is repro's help and the older forms keep working as they were.
+The flags several tools take (``--variants``, ``--fix``, ``--backend``, ``--jobs``,
+``--timeout``) are defined once, in ``flags.py``, and each tool's parser picks those it uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from .flags import PROG, _prog
+
+# ---- the subcommands -------------------------------------------------------------------------------
+
+# name: (module holding main(argv), one line of help); imported only when chosen
+TOOLS: dict[str, tuple[str, str]] = {
+    "build": ("pyllama_dflash.llamabuild.cli",
+              "build llama.cpp (pinned) with each variant of patches/series, side by side (python build.py)"),
+    "repro": ("pyllama_dflash.repro.__main__", "the scenario matrix across every variant of the series"),
+    "fuzz": ("pyllama_dflash.fuzz.__main__", "search image/text schedules on every built variant"),
+    "bench": ("pyllama_dflash.bench.__main__", "the project's performance figures, as side-by-side ratios"),
+    "tiny": ("pyllama_dflash.tiny.__main__", "write the tiny target/draft/mmproj GGUFs"),
+    "upgrade": ("pyllama_dflash.upgrade.__main__",
+                "add rope.dimension_sections to a legacy DFlash draft for an M-RoPE target"),
+}
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog=PROG, description="Reproduce, fix and regression-test llama.cpp's DFlash speculative decoding.",
+        epilog=f"'{PROG} COMMAND --help' shows a command's own flags. The older forms still work: "
+               "python build.py, python -m pyllama_dflash.<tool>.",
+    )
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (_, line) in TOOLS.items():
+        sub.add_parser(name, help=line, add_help=False)  # the tool parses its own flags, --help included
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # only the first word is ours: --help, or a command; an unknown one ends here with argparse's message
+    name = parser().parse_args(argv[:1]).command
+    tool_main = importlib.import_module(TOOLS[name][0]).main
+    token = _prog.set(f"{PROG} {name}")
+    try:
+        return tool_main(argv[1:])
+    finally:
+        _prog.reset(token)
+
+
+if __name__ == "__main__":
+    # through the package's module, not this __main__ copy, so that the tools see the same tool_prog state
+    from pyllama_dflash.cli import main as _main
+
+    sys.exit(_main())

@@ -1,0 +1,74 @@
+"""The flags several of the project's tools take, each defined once; every tool's parser picks its own.
+
+``--variants``, ``--fix``, ``--backend``, ``--jobs`` and ``--timeout`` keep one spelling and one
+help text across ``pyllama-dflash build|repro|fuzz|...`` (see cli.py). This module imports no
+tool, so the tools import it and cli.py imports them, one way.
+"""
+
+from __future__ import annotations
+
+import argparse
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+PROG = "pyllama-dflash"
+
+
+@dataclass(frozen=True)
+class _Shared:
+    """One shared flag: its spellings, its help (without the default) and what no value means."""
+
+    flags: tuple[str, ...]
+    help: str
+    unset: str = ""  # shown as the default when the tool's default is None
+    short: str | None = None  # only for tools that ask for short options (build's -j)
+    kwargs: dict = field(default_factory=dict)
+
+
+SHARED: dict[str, _Shared] = {
+    "variants": _Shared(("--variants",), "comma-separated variants", unset="every variant of patches/series"),
+    "fix": _Shared(("--fix",), "the variant that must pass: every scenario in repro, every schedule in fuzz",
+                   unset="the last of the series"),
+    "backend": _Shared(("--backend",), "compute backend: which build of each variant to make or use",
+                       unset="$PYLLAMA_DFLASH_BACKEND or auto: CUDA when nvcc and a GPU are present for a build, "
+                             "the newest build of any backend for a lookup",
+                       kwargs={"choices": ("auto", "cpu", "cuda")}),
+    "jobs": _Shared(("--jobs",), "how many at once: child processes, or compile jobs for build", unset="all cores",
+                    short="-j", kwargs={"type": int, "metavar": "N"}),
+    "timeout": _Shared(("--timeout",), "seconds a child may run before it counts as CRASH: one scenario in repro, "
+                                       "one variant's whole search in fuzz", kwargs={"type": float, "metavar": "S"}),
+}
+
+
+def common_parser(*names: str, short: bool = False, **defaults) -> argparse.ArgumentParser:
+    """A parent parser (``add_help=False``) with the shared flags ``names``, for ``parents=[...]``.
+
+    ``defaults`` gives a tool's own default for a flag it picked (``jobs=2``); a flag left out of
+    ``defaults`` defaults to None, and its help then says what None means. ``short`` also adds
+    the short spelling a flag has (``-j`` for ``--jobs``). The flags keep the order of ``SHARED``
+    whatever the order of ``names``, so every tool lists them alike.
+    """
+    unknown = [n for n in (*names, *defaults) if n not in SHARED]
+    if unknown:
+        raise ValueError(f"common_parser: unknown shared flag(s) {', '.join(unknown)} (known: {', '.join(SHARED)})")
+    stray = [n for n in defaults if n not in names]
+    if stray:
+        raise ValueError(f"common_parser: default(s) given for flag(s) not picked: {', '.join(stray)}")
+    ap = argparse.ArgumentParser(add_help=False)
+    group = ap.add_argument_group("options shared by the pyllama-dflash tools")
+    for name, spec in SHARED.items():
+        if name not in names:
+            continue
+        default = defaults.get(name)
+        shown = spec.unset if default is None else "%(default)s"
+        flags = (*spec.flags, spec.short) if short and spec.short else spec.flags
+        group.add_argument(*flags, default=default, help=f"{spec.help} (default: {shown})", **spec.kwargs)
+    return ap
+
+
+_prog: ContextVar[str | None] = ContextVar("pyllama_dflash_prog", default=None)
+
+
+def tool_prog(default: str) -> str:
+    """A tool parser's ``prog``: ``pyllama-dflash NAME`` when run through this command, else ``default``."""
+    return _prog.get() or default

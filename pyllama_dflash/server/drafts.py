@@ -1,0 +1,56 @@
+"""What a llama-server's DFlash draft drafted, read from its debug log: the one parser of that log.
+
+At debug verbosity (``-lv 5``) ``common/speculative.cpp`` logs, for every drafted position, the
+draft's top candidates::
+
+     - seq_id 0, draft candidate   0, pos   1:     68 (   0.412) 'abc'
+
+Candidate 0 is what the draft proposes at that position; a round starts again at position 0.
+If the server drafted (its ``timings.draft_n`` says so) and no such line is found, the log
+format changed: :class:`DraftLogChanged` says so rather than a check comparing nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..errors import PyllamaError
+
+DEBUG_VERBOSITY = 5  # LOG_LEVEL_DEBUG in b11434's common/log.h: LOG_DBG needs -lv 5 or more
+
+_CANDIDATE = re.compile(r"- seq_id (?P<seq>\d+), draft candidate +(?P<k>\d+), pos +(?P<pos>\d+): +(?P<id>-?\d+) ")
+
+
+class DraftLogChanged(PyllamaError, RuntimeError):
+    """The server drafted, but its log has no draft candidate lines this parser knows."""
+
+
+def drafted_rounds(log_text: str, seq: int | None = None) -> list[list[int]]:
+    """The rounds the draft drafted, in order: per round the candidate-0 token of each position."""
+    rounds: list[list[int]] = []
+    for m in _CANDIDATE.finditer(log_text):
+        if m["k"] != "0" or (seq is not None and int(m["seq"]) != seq):
+            continue
+        pos = int(m["pos"])
+        if pos == 0 or not rounds:
+            rounds.append([])
+        rounds[-1].append(int(m["id"]))
+    return rounds
+
+
+def read_drafted_rounds(log: Path, *, since: int = 0, drafted: int | None = None, seq: int | None = None
+                        ) -> list[list[int]]:
+    """:func:`drafted_rounds` of the log from byte offset ``since``; ``drafted`` is how many tokens
+    the server says it drafted there (``timings.draft_n``), so that silence can be told from a
+    changed format."""
+    with open(log, "rb") as f:
+        f.seek(since)
+        text = f.read().decode(errors="replace")
+    rounds = drafted_rounds(text, seq)
+    if drafted and not rounds:
+        raise DraftLogChanged(
+            f"{log}: the server drafted {drafted} tokens but logged no line like "
+            f"' - seq_id N, draft candidate K, pos P: ID' (was it started with -lv {DEBUG_VERBOSITY}, "
+            "or did common/speculative.cpp change its debug log?)")
+    return rounds
