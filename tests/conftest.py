@@ -9,8 +9,12 @@ import pytest
 
 from pyllama_dflash import api, tiny
 from pyllama_dflash.llamabuild import BuildOptions, Manifest, build
+from pyllama_dflash.llamabuild.patchset import load_series
 
 REPO = Path(__file__).resolve().parent.parent
+# every variant of the series, baseline first, and the fix (the last): one definition for every test
+VARIANTS: tuple[str, ...] = tuple(load_series(REPO / "patches").variants)
+FIX = VARIANTS[-1]
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,8 @@ from pyllama_dflash.llamabuild import PatchError, VariantNotBuilt
 from pyllama_dflash.paths import CACHE_ENV, cache_root
 from pyllama_dflash.tiny import image
 
+from conftest import VARIANTS  # noqa: E402 - the series' variants, defined once
+
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
 
@@ -273,17 +275,18 @@ def test_a_corrupt_gguf_whose_decode_never_returns_times_out_in_a_child(lib_dir:
 def test_an_unknown_variant_everywhere(tmp_path: Path) -> None:
     with pytest.raises(PatchError) as info:
         pyllama_dflash.load("x")
-    assert str(info.value) == "unknown variant 'x' (this series has: baseline, zero-fill, full)"
+    known = ", ".join(VARIANTS)
+    assert str(info.value) == f"unknown variant 'x' (this series has: {known})"
 
     proc = _run([PY, str(REPO / "build.py"), "--variant", "x"])
     assert proc.returncode == 2
-    assert "build.py: error: unknown variant 'x' (this series has: baseline, zero-fill, full)" in proc.stderr
+    assert f"build.py: error: unknown variant 'x' (this series has: {known})" in proc.stderr
     assert "resolving the llama.cpp source" not in proc.stderr  # refused before any source work
 
     for extra in ([], ["--no-build"]):
         proc = _run([PY, "-m", "pyllama_dflash.repro", "--variants", "x", *extra], cwd=REPO)
         assert proc.returncode == 2, proc.stderr
-        assert "repro: error: unknown variant 'x' (this series has: baseline, zero-fill, full)" in proc.stderr
+        assert f"repro: error: unknown variant 'x' (this series has: {known})" in proc.stderr
 
 
 def test_a_variant_that_is_not_built(variants, pristine: Path, tmp_path: Path, monkeypatch) -> None:

@@ -14,7 +14,7 @@ from pyllama_dflash.repro.runner import Job, run_matrix
 from pyllama_dflash.scenarios.catalog import EXPECTED, SCENARIOS
 from pyllama_dflash.scenarios.models import tiny_models
 
-VARIANTS = ("baseline", "zero-fill", "full")
+from conftest import FIX, VARIANTS  # noqa: E402 - the series' variants, defined once
 
 
 def _cuda_builds() -> bool:

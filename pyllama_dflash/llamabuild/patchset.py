@@ -69,6 +69,10 @@ class Series:
         known = ", ".join(self.variants)
         raise PatchError(f"unknown variant {variant!r} (this series has: {known})")
 
+    def changes(self, variant: str, path: str) -> bool:
+        """Whether the variant's patches change the file at path (relative to the tree root)."""
+        return any(path in patch.touched for patch in self.prefix(variant))
+
     @property
     def touched(self) -> list[str]:
         seen: dict[str, None] = {}

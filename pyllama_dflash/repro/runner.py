@@ -10,7 +10,8 @@ from pathlib import Path
 
 from .. import child
 from ..env import THREADS_ENV
-from ..llamabuild.patchset import BASELINE
+from ..llamabuild.patchset import BASELINE, load_series
+from ..paths import default_patches_dir
 from ..scenarios.drift import judge
 from ..scenarios.models import ModelSet
 
@@ -57,6 +58,18 @@ def run_matrix(jobs: list[Job], parallel: int, work_dir: Path | None = None) -> 
         return {key: f.result() for key, f in futures.items()}
 
 
+# the file whose patches make a variant's llama-server save and restore the draft with a slot (0003)
+SERVER_SOURCE = "tools/server/server-context.cpp"
+
+
+def server_config(variant: str, config: dict) -> dict:
+    """The session config for a variant: the slot loop mirrors what the variant's llama-server does
+    with a slot file, which a series changes through SERVER_SOURCE (patch 0003)."""
+    series = load_series(default_patches_dir())
+    known = variant in series.variants
+    return {**config, "server_saves_draft": known and series.changes(variant, SERVER_SOURCE)}
+
+
 def run_table(scenarios: list[str], variants: list[str], models: ModelSet, config: dict, *, parallel: int,
               drift: bool = True, work_dir: Path | None = None, **job_options) -> dict[str, dict[str, dict]]:
     """The matrix as ``table[scenario][variant]``; with drift, every run judged by the drift oracle.
@@ -65,9 +78,10 @@ def run_table(scenarios: list[str], variants: list[str], models: ModelSet, confi
     reference, in column :data:`REFERENCE`), and every variant's drafts are compared with it
     (:func:`pyllama_dflash.scenarios.drift.judge`). ``job_options`` go to every :class:`Job`.
     """
-    jobs = [Job(sid, v, models, config, **job_options) for sid in scenarios for v in variants]
+    jobs = [Job(sid, v, models, server_config(v, config), **job_options) for sid in scenarios for v in variants]
     if drift:
-        jobs += [Job(sid, BASELINE, models, config, twin=True, **job_options) for sid in scenarios]
+        jobs += [Job(sid, BASELINE, models, server_config(BASELINE, config), twin=True, **job_options)
+                 for sid in scenarios]
     results = run_matrix(jobs, parallel, work_dir)
     table = {sid: {v: results[(sid, v)] for v in variants} for sid in scenarios}
     if drift:

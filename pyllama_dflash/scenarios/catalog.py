@@ -8,11 +8,12 @@ schedules run on the real tokenizer and projector.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import numpy as np
 
+from .drift import compare, drafts
 from .models import ModelSet
 from .record import DEGRADED, DRIFT, FAIL, PASS, Record
 from .session import Session, SessionConfig
@@ -116,6 +117,42 @@ def s10(env: Env) -> None:
 
 s11 = one_prompt(DESCRIBE, "wide")
 
+S12_A = "hello world and more text here"
+S12_B = "another conversation that is longer than the first one and runs on for a good while"
+S12_FOLLOW_UP = "and then what happened next"
+
+
+def s12(env: Env) -> None:
+    # Conversation A is saved with POST /slots/0?action=save, B runs on the same slot, A is
+    # restored and continued. b11434's server saves and restores the target's state alone, so
+    # the draft still holds B's rows; the next prompt trims both memories to its common prefix
+    # (all of A), which leaves B's first rows under A's positions: nothing fails, but A's drafts
+    # now attend to B. With patch 0003 the draft's state is saved and restored with the slot.
+    # The drafts of A's continuation must equal those of A continued without interruption.
+    s = env.session()
+    s.prompt(0, S12_A, step="A prompt")
+    s.generate(0, N_GEN, "A generate")
+    slot_a = s.save_slot(0)
+    s.rewind(0, 0, step="B shares no prefix with A")
+    s.prompt(0, S12_B, step="B prompt")
+    s.generate(0, N_GEN, "B generate")
+    s.restore_slot(0, slot_a, "restore A")
+    s.rewind(0, slot_a.state.n_past, step="A continues: trim to the common prefix")
+    n_before = len(env.record.rounds)
+    s.prompt(0, S12_FOLLOW_UP, step="A follow-up")
+    s.generate(0, N_GEN, "A continued")
+    restored = env.record.rounds[n_before:]
+
+    u = env.session()  # the same conversation, never interrupted
+    u.prompt(0, S12_A, step="uninterrupted A prompt")
+    u.generate(0, N_GEN, "uninterrupted A generate")
+    n_before = len(env.record.rounds)
+    u.prompt(0, S12_FOLLOW_UP, step="uninterrupted A follow-up")
+    u.generate(0, N_GEN, "uninterrupted A continued")
+    found = compare(drafts([asdict(r) for r in restored]), drafts([asdict(r) for r in env.record.rounds[n_before:]]))
+    if found is not None:
+        env.record.drift = f"restored A against A uninterrupted: {found.summary()}"
+
 
 SCENARIOS: dict[str, Scenario] = {sc.id: sc for sc in [
     Scenario("S1", "text, image, text", "the reported bug: a 3x3 image between two texts, then generation", s1),
@@ -135,6 +172,8 @@ SCENARIOS: dict[str, Scenario] = {sc.id: sc for sc in [
              "the first round drafts at its next position", s10),
     Scenario("S11", "image whose last sub-batch is one row",
              "an 11x3 image (33 rows) in sub-batches of 16, 16 and 1: the 1-row tail is not skipped as pinned", s11),
+    Scenario("S12", "slot restored across conversations",
+             "save A, run B on the slot, restore A and continue it: the drafts must equal A uninterrupted", s12),
 ]}
 
 # What each variant must do (the test suite asserts this table). Every run that completes is also
@@ -146,7 +185,7 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
     # before the image, and the draft's memory is not empty when the hole appears. The batch
     # check is skipped only for an empty memory, which no prompt through mtmd_tokenize reaches.
     "baseline": {"S1": (FAIL,), "S2": (FAIL,), "S3": (FAIL,), "S4": (FAIL,), "S5": (FAIL,), "S6": (FAIL,),
-                 "S7": (FAIL,), "S8": (PASS,), "S9": (PASS,), "S10": (FAIL,), "S11": (FAIL,)},
+                 "S7": (FAIL,), "S8": (PASS,), "S9": (PASS,), "S10": (FAIL,), "S11": (FAIL,), "S12": (DRIFT,)},
     # The seed's zero-fill ends every FAIL that the hole caused, but its zero rows stay in the
     # draft's memory and every later noise block attends to them: the drafts drift, and on S9 it
     # fills an M-RoPE draft that needed nothing. Two image scenarios show no drift on the tiny
@@ -156,10 +195,15 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
     # - S5: the tiny draft drafts one repeated token per sequence there ([60] and [68]); the
     #   zero rows do not move its argmax. The oracle can only see what the drafts show.
     "zero-fill": {"S1": (DRIFT,), "S2": (DRIFT,), "S3": (DRIFT,), "S4": (DRIFT,), "S5": (PASS,), "S6": (PASS,),
-                  "S7": (FAIL,), "S8": (PASS,), "S9": (DRIFT,), "S10": (DEGRADED,), "S11": (DRIFT,)},
+                  "S7": (FAIL,), "S8": (PASS,), "S9": (DRIFT,), "S10": (DEGRADED,), "S11": (DRIFT,),
+                  "S12": (DRIFT,)},
     # S7's reference fails too (the twin's memory is ahead of the restored target as well), so
     # S7 is judged by its calls and output only. S10 is the draft()-side case: the fill exists only
     # for the noise block's decode, which attends to it, so its first round may drift in principle;
     # on the tiny models it drafts what the twin drafts (measured: 0 of 5 rounds differ).
-    "full": {sid: (PASS,) for sid in ("S1", "S2", "S3", "S4", "S5", "S6", "S7", "S8", "S9", "S10", "S11")},
+    # S12 is llama-server's own: every variant whose server restores the target alone drifts there,
+    # whatever its libcommon does; 0003 (variant slots) saves and restores the draft with the slot.
+    "full": {**{sid: (PASS,) for sid in ("S1", "S2", "S3", "S4", "S5", "S6", "S7", "S8", "S9", "S10", "S11")},
+             "S12": (DRIFT,)},
+    "slots": {sid: (PASS,) for sid in ("S1", "S2", "S3", "S4", "S5", "S6", "S7", "S8", "S9", "S10", "S11", "S12")},
 }

@@ -60,7 +60,7 @@ def run_job(job: dict) -> dict:
             s.close()
     result = {
         "status": record.status(),
-        "first_failure": stopped.summary() if stopped else None,
+        "first_failure": stopped.summary() if stopped else record.drift,
         "calls": [c.to_json() for c in record.calls],
         "rounds": [asdict(r) for r in record.rounds],
         "drafts": drafts([asdict(r) for r in record.rounds]),
@@ -70,8 +70,9 @@ def run_job(job: dict) -> dict:
     }
     if stopped is None and ops and job.get("check_exact", True):
         reference: dict[int, list[int]] = {}
-        for session_ops in ops:
-            reference.update(replay_reference(models, cfg, session_ops))
+        for session_ops in ops:  # the sessions ran one after the other, as their generated tokens did
+            for seq, tokens in replay_reference(models, cfg, session_ops).items():
+                reference.setdefault(seq, []).extend(tokens)
         result["exact"] = reference == record.generated
         if not result["exact"]:
             result["status"] = "FAIL"

@@ -80,6 +80,8 @@ class Record:
     rounds: list[Round] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     generated: dict[int, list[int]] = field(default_factory=dict)  # per sequence
+    # a scenario that compares drafts within its own run (S12) says here where they differed
+    drift: str | None = None
 
     def add(self, call: Call) -> Call:
         self.calls.append(call)
@@ -101,6 +103,8 @@ class Record:
             return FAIL
         if self.starved_rounds:
             return DEGRADED
+        if self.drift:
+            return DRIFT
         return PASS
 
     def drafted_after_image(self) -> int | None:

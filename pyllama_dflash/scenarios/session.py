@@ -34,6 +34,9 @@ class SessionConfig:
     n_seq: int = 1
     n_max: int = 3  # draft tokens per round (--spec-draft-n-max)
     n_gpu_layers: int = 0
+    # what the variant's llama-server does with POST /slots/N?action=save|restore: b11434 saves and
+    # loads the target's state alone; with patch 0003 the draft's goes with it (see save_slot)
+    server_saves_draft: bool = False
 
 
 @dataclass
@@ -235,6 +238,35 @@ class Session:
 
     # -- request boundaries ----------------------------------------------------------------------
 
+    def save_slot(self, seq: int) -> SavedSlot:
+        """``POST /slots/N?action=save``: the target's sequence state, and the draft's where the
+        variant's server saves it too (``cfg.server_saves_draft``)."""
+        self.ops.append(("save_slot", seq))
+        st = self.seqs[seq]
+        draft = self.draft.state_seq_get(seq) if self.draft is not None and self.cfg.server_saves_draft else None
+        return SavedSlot(self.target.state_seq_get(seq), draft,
+                         SeqState(st.n_past, st.id_last, False, list(st.text_tokens)))
+
+    def restore_slot(self, seq: int, saved: SavedSlot, step: str = "restore slot") -> None:
+        """``POST /slots/N?action=restore`` as the variant's llama-server does it.
+
+        b11434 loads the target's state alone: the draft keeps the rows of whatever ran on the
+        slot in between, and the next prompt only trims them to its common prefix. With 0003 the
+        draft's part is loaded too, and a file without one clears the draft's sequence.
+        """
+        self.ops.append(("restore_slot", seq, step))
+        ok = self.target.state_seq_set(seq, saved.target)
+        self.record.add(Call(step, "target", "llama_state_seq_set_data", seq, ok, pos=(0, saved.state.n_past - 1)))
+        if self.draft is not None and self.cfg.server_saves_draft:
+            if saved.draft is None:
+                ok = self.draft.seq_rm(seq, -1, -1)
+                self.record.add(Call(step, "draft", "llama_memory_seq_rm", seq, ok))
+            else:
+                ok = self.draft.state_seq_set(seq, saved.draft)
+                self.record.add(Call(step, "draft", "llama_state_seq_set_data", seq, ok))
+        st = saved.state
+        self.seqs[seq] = SeqState(st.n_past, st.id_last, False, list(st.text_tokens))
+
     def save_target(self, seq: int) -> tuple[bytes, SeqState]:
         """The target's sequence state and bookkeeping, like a context checkpoint or cached prompt."""
         self.ops.append(("save", seq))
@@ -259,10 +291,11 @@ class Session:
         llama-server does this when a new prompt shares only a prefix with what the slot holds:
         ``slot.mem.seq_rm(slot.id, p0, -1)`` removes [p0, end) from both memories
         (``common_memory::seq_rm``). A hybrid target drops only its last n_rs_seq positions by
-        itself, so further back llama-server first loads a context checkpoint (``load_tgt``;
-        the draft's ``load_dft`` is partial-only and a DFlash draft has no partial state): pass
-        it as checkpoint, saved at pos (by :meth:`save_target`). Unlike :meth:`restore_target`,
-        the draft is trimmed too.
+        itself, so further back llama-server first loads a context checkpoint (``load_tgt``, and
+        ``load_dft`` for the draft: a partial-only state, but ``llama_kv_cache::state_write``
+        ignores its flags, so a DFlash draft's partial state is its whole sequence, which the
+        trim that follows cuts to pos anyway): pass the target's checkpoint, saved at pos (by
+        :meth:`save_target`). Unlike :meth:`restore_target`, the draft is trimmed too.
         """
         self.ops.append(("rewind", seq, pos, None if checkpoint is None or id(checkpoint) in self._own_saves
                          else checkpoint, checkpoint is not None, step))
@@ -287,6 +320,15 @@ class Session:
         self.seqs[seq] = SeqState(pos, st.id_last if whole else None, False, list(tokens))
 
 
+@dataclass(frozen=True)
+class SavedSlot:
+    """A slot file: the target's part, the draft's part (None: the server saved none), the bookkeeping."""
+
+    target: bytes
+    draft: bytes | None
+    state: SeqState
+
+
 def _span(batch: api.Batch) -> tuple[int, int]:
     return int(batch.pos[0].min()), int(batch.pos[0].max())
 
@@ -299,6 +341,7 @@ def replay_reference(models: ModelSet, cfg: SessionConfig, ops: list[tuple]) -> 
     """
     record = Record()
     saved: dict[int, tuple[bytes, SeqState]] = {}
+    slots: dict[int, SavedSlot] = {}
     with Session(models, cfg, record, speculative=False) as ref:
         for op in ops:
             kind = op[0]
@@ -311,6 +354,10 @@ def replay_reference(models: ModelSet, cfg: SessionConfig, ops: list[tuple]) -> 
                 ref.generate(op[1], op[2], op[3])
             elif kind == "save":
                 saved[op[1]] = ref.save_target(op[1])
+            elif kind == "save_slot":
+                slots[op[1]] = ref.save_slot(op[1])
+            elif kind == "restore_slot":
+                ref.restore_slot(op[1], slots[op[1]], op[2])
             elif kind == "restore":
                 _, seq, external, step = op
                 ref.restore_target(seq, external or saved[seq], step)
