@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import VARIANTS
 from pyllama_dflash import tiny
 from pyllama_dflash.server import (
     CHECKS,
@@ -28,17 +29,11 @@ from pyllama_dflash.server import (
 
 pytestmark = pytest.mark.server
 
-VARIANTS = ("baseline", "zero-fill", "full")
-PATCHED = ("zero-fill", "full")
-
-
-@pytest.fixture(scope="session")
-def tiny_models(tmp_path_factory) -> tiny.TinyModels:
-    return tiny.write_models(tmp_path_factory.mktemp("server-models"))
+PATCHED = VARIANTS[1:]
 
 
 @pytest.fixture
-def llama_server(variants, tiny_models, tmp_path) -> Iterator[Callable[..., ServerProcess]]:
+def llama_server(variants, models, tmp_path) -> Iterator[Callable[..., ServerProcess]]:
     """Start a variant's llama-server on the tiny models: ``llama_server("full", n_parallel=2)``.
 
     Every server started through it is stopped at teardown, even when the test fails.
@@ -46,8 +41,12 @@ def llama_server(variants, tiny_models, tmp_path) -> Iterator[Callable[..., Serv
     started: list[ServerProcess] = []
 
     def start(variant: str = "full", **options) -> ServerProcess:
-        srv = ServerProcess(variants[variant].binary("llama-server"), tiny_models, ServerOptions(**options),
-                            log_path=tmp_path / f"{variant}-{len(started)}.log")
+        srv = ServerProcess(
+            variants[variant].binary("llama-server"),
+            models,
+            ServerOptions(**options),
+            log_path=tmp_path / f"{variant}-{len(started)}.log",
+        )
         started.append(srv)
         return srv.start()
 
@@ -57,10 +56,12 @@ def llama_server(variants, tiny_models, tmp_path) -> Iterator[Callable[..., Serv
 
 
 @pytest.fixture(scope="session")
-def checks(variants, tiny_models, tmp_path_factory) -> dict[str, dict[str, dict]]:
+def checks(variants, models, model_set, tmp_path_factory) -> dict[str, dict[str, dict]]:
+    """Every check on every variant; drafts_vs_twin against baseline's server with the twin draft."""
     assert set(VARIANTS) <= set(variants), f"built variants: {sorted(variants)}"
     work = tmp_path_factory.mktemp("server-checks")
-    return {v: run_server_checks(variants[v], tiny_models, work_dir=work) for v in VARIANTS}
+    reference = (variants["baseline"], replace(models, draft=model_set.draft_mrope))
+    return {v: run_server_checks(variants[v], models, work_dir=work, reference=reference) for v in VARIANTS}
 
 
 def _explain(result: dict) -> str:
@@ -71,18 +72,35 @@ def _explain(result: dict) -> str:
 
 # -- the fixture itself -----------------------------------------------------------------
 
-def test_command_line_carries_the_options(tiny_models):
-    cmd = server_command(Path("/x/llama-server"), tiny_models,
-                         ServerOptions(n_parallel=2, cache_ram_mib=64, cache_prompt=True, ctx_checkpoints=4,
-                                       n_batch=16, extra_args=("--foo",)), port=1234)
+
+def test_command_line_carries_the_options(models: tiny.TinyModels):
+    cmd = server_command(
+        Path("/x/llama-server"),
+        models,
+        ServerOptions(
+            n_parallel=2, cache_ram_mib=64, cache_prompt=True, ctx_checkpoints=4, n_batch=16, extra_args=("--foo",)
+        ),
+        port=1234,
+    )
     joined = " ".join(cmd)
     assert cmd[0] == "/x/llama-server" and cmd[-1] == "--foo"
-    for part in (f"-m {tiny_models.target}", f"--mmproj {tiny_models.mmproj}", f"-md {tiny_models.draft}",
-                 "--spec-type draft-dflash", f"--spec-draft-n-max {tiny_models.n_draft_max}", "-np 2",
-                 "--cache-ram 64", "--cache-prompt", "--ctx-checkpoints 4", "-b 16", "--port 1234",
-                 "--host 127.0.0.1", "--no-warmup"):
+    for part in (
+        f"-m {models.target}",
+        f"--mmproj {models.mmproj}",
+        f"-md {models.draft}",
+        "--spec-type draft-dflash",
+        f"--spec-draft-n-max {models.n_draft_max}",
+        "-np 2",
+        "--cache-ram 64",
+        "--cache-prompt",
+        "--ctx-checkpoints 4",
+        "-b 16",
+        "--port 1234",
+        "--host 127.0.0.1",
+        "--no-warmup",
+    ):
         assert part in joined
-    no_draft = server_command(Path("x"), tiny_models, ServerOptions(draft=False), port=1)
+    no_draft = server_command(Path("x"), models, ServerOptions(draft=False), port=1)
     assert "-md" not in no_draft and "--spec-type" not in no_draft
 
 
@@ -96,8 +114,8 @@ def test_server_starts_answers_and_stops(llama_server):
     assert srv.get("/health", timeout=2).status is None  # nothing listens there any more
 
 
-def test_a_server_that_dies_raises_with_its_log(variants, tiny_models, tmp_path):
-    broken = replace(tiny_models, target=tmp_path / "missing.gguf")
+def test_a_server_that_dies_raises_with_its_log(variants, models, tmp_path):
+    broken = replace(models, target=tmp_path / "missing.gguf")
     srv = ServerProcess(variants["full"].binary("llama-server"), broken, log_path=tmp_path / "dead.log")
     with pytest.raises(ServerError) as e, srv:
         pass
@@ -105,12 +123,13 @@ def test_a_server_that_dies_raises_with_its_log(variants, tiny_models, tmp_path)
     assert not srv.alive
 
 
-def test_unknown_check_is_refused(variants, tiny_models):
+def test_unknown_check_is_refused(variants, models):
     with pytest.raises(ValueError, match="unknown server checks"):
-        run_server_checks(variants["full"], tiny_models, checks=["nope"])
+        run_server_checks(variants["full"], models, checks=["nope"])
 
 
 # -- the checks, per variant ------------------------------------------------------------
+
 
 @pytest.mark.parametrize("check", CHECKS)
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -158,3 +177,29 @@ def test_a_draft_ahead_of_the_target_is_trimmed_by_the_server_on_every_variant(c
     for v in VARIANTS:
         r = checks[v]["slot_restore_ahead"]
         assert r["status"] == [200] * 5 and r["same_tokens_as_no_draft"] is True, _explain(r)
+
+
+def test_a_restored_slot_drafts_as_its_conversation_only_with_the_server_patch(checks):
+    """Save A, run B, restore A, continue A, against A never interrupted (drafts from the debug log).
+    Every variant whose server restores the target alone drafts otherwise; slots (0003) the same."""
+    for v in VARIANTS[:-1]:
+        r = checks[v]["restore_drafts"]
+        assert r["status"] == [200] * 5 and r["same_drafts"] is False and r["draft_part"] is False, _explain(r)
+        assert r["same_tokens_as_no_draft"] is True
+    r = checks["slots"]["restore_drafts"]
+    assert r["same_drafts"] is True and r["drafted"] and r["draft_part"] is True, _explain(r)
+
+
+def test_a_corrupt_draft_part_leaves_an_empty_slot_and_a_missing_one_clears_the_draft(checks):
+    corrupt = checks["slots"]["restore_corrupt_draft_part"]
+    assert corrupt["status"][3] == 400 and "invalid draft part" in corrupt["restore_error"], _explain(corrupt)
+    assert corrupt["cache_n_after_restore"] == 0  # nothing of the half-restored slot was served
+    assert corrupt["same_tokens_as_no_draft"] is True and corrupt["server_alive"]
+    missing = checks["slots"]["restore_no_draft_part"]
+    assert missing["status"] == [200] * 5 and missing["cache_n_after_restore"], _explain(missing)
+
+
+def test_the_fix_drafts_through_the_server_what_the_twin_drafts_on_baseline(checks):
+    for v, same in (("zero-fill", False), ("full", True), ("slots", True)):
+        r = checks[v]["drafts_vs_twin"]
+        assert r["status"] == 200 and r["same_drafts"] is same and r["drafted_reference"], _explain(r)

@@ -7,10 +7,20 @@ from ..errors import (
     ToolchainError,
     VariantNotBuilt,
 )
-from .builder import BuildOptions, build, find_built, plan
+from .builder import BuildOptions, build, find_built, plan, saves_draft_with_slot
 from .manifest import Manifest, find
 
 __all__ = [
-    "BuildError", "BuildOptions", "Manifest", "PatchError", "SourceError", "ToolchainError",
-    "VariantNotBuilt", "build", "find", "find_built", "plan",
+    "BuildError",
+    "BuildOptions",
+    "Manifest",
+    "PatchError",
+    "SourceError",
+    "ToolchainError",
+    "VariantNotBuilt",
+    "build",
+    "find",
+    "find_built",
+    "plan",
+    "saves_draft_with_slot",
 ]

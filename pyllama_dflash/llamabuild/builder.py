@@ -119,14 +119,29 @@ def resolve_variants(series: Series, names: list[str]) -> list[str]:
     return names
 
 
-def find_built(variants: list[str], *, backend: str | None = None,
-               patches_dir: Path | None = None) -> list[manifests.Manifest]:
+def find_built(
+    variants: list[str], *, backend: str | None = None, patches_dir: Path | None = None
+) -> list[manifests.Manifest]:
     """The built variants (``["all"]``: every one of the series), found through their manifests
     alone: nothing is resolved, fetched or built. A build whose patches or native sources changed
     since is refused as stale (:class:`VariantNotBuilt` says how to rebuild)."""
     series = load_series(patches_dir or default_patches_dir())
-    return [manifests.find(v, backend=backend, expected_inputs=series_inputs(series, v))
-            for v in resolve_variants(series, variants)]
+    return [
+        manifests.find(v, backend=backend, expected_inputs=series_inputs(series, v))
+        for v in resolve_variants(series, variants)
+    ]
+
+
+# the file whose patches make a variant's llama-server save and restore the draft with a slot (0003)
+SERVER_SOURCE = "tools/server/server-context.cpp"
+
+
+def saves_draft_with_slot(variant: str, patches_dir: Path | None = None) -> bool:
+    """Whether the variant's llama-server saves and restores the draft's state with a slot: its
+    patches change SERVER_SOURCE (0003). A name the series does not know (a llama-server given
+    by path) is taken as b11434's, which restores the target alone."""
+    series = load_series(patches_dir or default_patches_dir())
+    return variant in series.variants and series.changes(variant, SERVER_SOURCE)
 
 
 def build(variants: list[str], opts: BuildOptions | None = None) -> list[manifests.Manifest]:
@@ -174,23 +189,34 @@ def _build_one(p: Plan, variant: str, opts: BuildOptions) -> manifests.Manifest:
         build_dir = work / "build"
         log_path = work / "build.log"
         args = toolchain.cmake_configure_args(
-            p.tc, stage.root,
+            p.tc,
+            stage.root,
             pinned.BUILD_NUMBER if p.src.pinned else None,
             pinned.COMMIT if p.src.pinned else None,
         )
         if _needs_configure(build_dir, args):
             progress.stage("configure")
             (build_dir / "CMakeCache.txt").unlink(missing_ok=True)
-            run_logged(["cmake", "-S", str(work / "native"), "-B", str(build_dir), *args], log_path, progress, "configure",
-                       keep_fds=(lock_fd,))
+            run_logged(
+                ["cmake", "-S", str(work / "native"), "-B", str(build_dir), *args],
+                log_path,
+                progress,
+                "configure",
+                keep_fds=(lock_fd,),
+            )
             atomic_write_json(build_dir / "pyllama-dflash-configure.json", args)
 
         progress.stage("compile")
         jobs = opts.jobs or os.cpu_count() or 2
         # the compilers inherit the lock: if this process is killed alone, the next build
         # waits for them instead of running a second ninja in the same folder
-        run_logged(["cmake", "--build", str(build_dir), "--target", *TARGETS, "-j", str(jobs)],
-                   log_path, progress, "compile", keep_fds=(lock_fd,))
+        run_logged(
+            ["cmake", "--build", str(build_dir), "--target", *TARGETS, "-j", str(jobs)],
+            log_path,
+            progress,
+            "compile",
+            keep_fds=(lock_fd,),
+        )
 
         progress.stage("publish")
         final = p.variant_dir(variant)
@@ -239,7 +265,14 @@ def _build_one(p: Plan, variant: str, opts: BuildOptions) -> manifests.Manifest:
 
 
 def include_dirs(tree: Path) -> list[Path]:
-    return [tree / "include", tree / "ggml" / "include", tree / "tools" / "mtmd", tree / "common", tree / "src", NATIVE_DIR]
+    return [
+        tree / "include",
+        tree / "ggml" / "include",
+        tree / "tools" / "mtmd",
+        tree / "common",
+        tree / "src",
+        NATIVE_DIR,
+    ]
 
 
 def _read_text(path: Path) -> str | None:

@@ -28,26 +28,43 @@ from .runner import REFERENCE, run_table
 
 def parser() -> argparse.ArgumentParser:
     shared = common_parser("variants", "fix", "jobs", "timeout", "backend", jobs=os.cpu_count() or 2, timeout=300.0)
-    ap = argparse.ArgumentParser(prog=tool_prog("python -m pyllama_dflash.repro"), description=__doc__.split("\n\n")[0],
-                                 parents=[shared])
+    ap = argparse.ArgumentParser(
+        prog=tool_prog("python -m pyllama_dflash.repro"), description=__doc__.split("\n\n")[0], parents=[shared]
+    )
     ap.add_argument("--scenarios", help="comma-separated scenario ids (default: all)")
-    ap.add_argument("--expect-baseline-fail", action="store_true",
-                    help="also require baseline to fail S1 (proves the harness still reproduces the bug)")
+    ap.add_argument(
+        "--expect-baseline-fail",
+        action="store_true",
+        help="also require baseline to fail S1 (proves the harness still reproduces the bug)",
+    )
     ap.add_argument("--json", type=Path, metavar="PATH", help="write the full report as JSON")
     ap.add_argument("--no-build", action="store_true", help="use what is built; fail for a variant that is not")
     ap.add_argument("--no-exact", action="store_true", help="skip the greedy-reference comparison of the output")
-    ap.add_argument("--no-drift", action="store_true",
-                    help="skip the drift oracle: the reference runs of each scenario on baseline with the draft's "
-                         "reconverted twin, and the round-by-round comparison of drafted tokens with them")
-    ap.add_argument("--schedule", type=Path, metavar="FILE",
-                    help="replay a schedule file (as python -m pyllama_dflash.fuzz writes) instead of the scenarios")
-    ap.add_argument("--server", action="store_true",
-                    help="also run the llama-server checks (HTTP codes, exactness) per variant, under \"server\"")
+    ap.add_argument(
+        "--no-drift",
+        action="store_true",
+        help="skip the drift oracle: the reference runs of each scenario on baseline with the draft's "
+        "reconverted twin, and the round-by-round comparison of drafted tokens with them",
+    )
+    ap.add_argument(
+        "--schedule",
+        type=Path,
+        metavar="FILE",
+        help="replay a schedule file (as python -m pyllama_dflash.fuzz writes) instead of the scenarios",
+    )
+    ap.add_argument(
+        "--server",
+        action="store_true",
+        help='also run the llama-server checks (HTTP codes, exactness) per variant, under "server"',
+    )
     real = ap.add_argument_group("real models (instead of the tiny generated ones)")
     real.add_argument("--target", type=Path, help="target GGUF (an M-RoPE model with an mmproj, Qwen3.5-style)")
-    real.add_argument("--draft", type=Path,
-                      help="DFlash draft GGUF; alone, it replaces the tiny plain draft (its reconverted twin, "
-                           "the drift reference, is made by pyllama_dflash.upgrade into the cache)")
+    real.add_argument(
+        "--draft",
+        type=Path,
+        help="DFlash draft GGUF; alone, it replaces the tiny plain draft (its reconverted twin, "
+        "the drift reference, is made by pyllama_dflash.upgrade into the cache)",
+    )
     real.add_argument("--mmproj", type=Path, help="multimodal projector GGUF")
     real.add_argument("--image", type=Path, action="append", help="an image file (PNG/JPEG); repeat for a second")
     ap.add_argument("--n-gpu-layers", type=int, default=0, help="layers to offload (needs a CUDA build)")
@@ -78,9 +95,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.schedule:
         return _replay_schedule(args, variants, fix, models, config)
     scenarios = _scenario_ids(args)
-    table = run_table(scenarios, variants, models, config, parallel=args.jobs, drift=not args.no_drift,
-                      backend=args.backend if args.backend != "auto" else None, check_exact=not args.no_exact,
-                      timeout_s=args.timeout)
+    table = run_table(
+        scenarios,
+        variants,
+        models,
+        config,
+        parallel=args.jobs,
+        drift=not args.no_drift,
+        backend=args.backend if args.backend != "auto" else None,
+        check_exact=not args.no_exact,
+        timeout_s=args.timeout,
+    )
     n_runs = sum(len(row) for row in table.values())
     print(format_table(table, variants + ([] if args.no_drift else [REFERENCE]), SCENARIOS))
     ok, reasons = _verdict(table, fix, args.expect_baseline_fail)
@@ -91,30 +116,41 @@ def main(argv: list[str] | None = None) -> int:
     if args.server:
         from ..server import run_server_checks
 
-        server = {m.variant: run_server_checks(m, models) for m in manifests}
+        twin = models.draft_for("plain", twin=True)
+        reference = (find_built([BASELINE], backend=args.backend)[0], models.with_draft(twin)) if twin else None
+        server = {m.variant: run_server_checks(m, models, reference=reference) for m in manifests}
         print()
         print(format_server_table(server, variants))
-        reasons += [f"server check {check} on {v}: {r.get('error') or r['status']} (expected {r.get('expected')})"
-                    for v, checks in server.items() for check, r in checks.items() if not r["ok"]]
+        reasons += [
+            f"server check {check} on {v}: {r.get('error') or r['status']} (expected {r.get('expected')})"
+            for v, checks in server.items()
+            for check, r in checks.items()
+            if not r["ok"]
+        ]
         ok = not reasons
     wall = time.monotonic() - t0
     for r in reasons:
         print(f"repro: {r}", file=sys.stderr)
-    print(f"repro: {n_runs} runs ({0 if args.no_drift else len(table)} of them references) in {wall:.1f}s; "
-          f"fix variant {fix!r}: {'OK' if ok else 'NOT OK'}")
+    print(
+        f"repro: {n_runs} runs ({0 if args.no_drift else len(table)} of them references) in {wall:.1f}s; "
+        f"fix variant {fix!r}: {'OK' if ok else 'NOT OK'}"
+    )
     if args.json:
-        atomic_write_json(args.json, {
-            "llama_cpp": manifests[0].data["source"] | {"backend": manifests[0].backend},
-            "variants": variants,
-            "fix": fix,
-            "reference": None if args.no_drift else {"variant": BASELINE, "draft": "reconverted twin"},
-            "models": models.to_json(),
-            "expected": {v: {s: list(e) for s, e in EXPECTED.get(v, {}).items()} for v in variants},
-            "results": table,
-            **({"server": server} if server is not None else {}),
-            "ok": ok,
-            "wall_s": round(wall, 3),
-        })
+        atomic_write_json(
+            args.json,
+            {
+                "llama_cpp": manifests[0].data["source"] | {"backend": manifests[0].backend},
+                "variants": variants,
+                "fix": fix,
+                "reference": None if args.no_drift else {"variant": BASELINE, "draft": "reconverted twin"},
+                "models": models.to_json(),
+                "expected": {v: {s: list(e) for s, e in EXPECTED.get(v, {}).items()} for v in variants},
+                "results": table,
+                **({"server": server} if server is not None else {}),
+                "ok": ok,
+                "wall_s": round(wall, 3),
+            },
+        )
     return 0 if ok else 1
 
 
@@ -131,26 +167,39 @@ def _replay_schedule(args: argparse.Namespace, variants: list[str], fix: str, mo
         print(f"repro: error: --schedule {args.schedule}: {e}", file=sys.stderr)
         return 2
     t0 = time.monotonic()
-    results = replay_variants(schedule, variants, models, config=config,
-                              backend=args.backend if args.backend != "auto" else None, exact=not args.no_exact,
-                              parallel=args.jobs, timeout_s=args.timeout)
+    results = replay_variants(
+        schedule,
+        variants,
+        models,
+        config=config,
+        backend=args.backend if args.backend != "auto" else None,
+        exact=not args.no_exact,
+        parallel=args.jobs,
+        timeout_s=args.timeout,
+    )
     row = args.schedule.name
     print(format_table({row: results}, variants, {row: SimpleNamespace(title=f"({len(schedule.steps)} steps)")}))
     ok = results[fix]["status"] == PASS
     if not ok:
         print(f"repro: {fix} {results[fix]['status']} on {row}: {results[fix].get('first_failure')}", file=sys.stderr)
-    print(f"repro: schedule {args.schedule} on {len(variants)} variants in {time.monotonic() - t0:.1f}s; "
-          f"fix variant {fix!r}: {'OK' if ok else 'NOT OK'}")
+    print(
+        f"repro: schedule {args.schedule} on {len(variants)} variants in {time.monotonic() - t0:.1f}s; "
+        f"fix variant {fix!r}: {'OK' if ok else 'NOT OK'}"
+    )
     if args.json:
-        atomic_write_json(args.json, {"schedule": schedule.to_json(), "variants": variants, "fix": fix,
-                                      "results": results, "ok": ok})
+        atomic_write_json(
+            args.json, {"schedule": schedule.to_json(), "variants": variants, "fix": fix, "results": results, "ok": ok}
+        )
     return 0 if ok else 1
 
 
 def _reference_problems(table: dict) -> list[str]:
     """A reference that crashed or erred cannot judge anything: say so rather than pass silently."""
-    return [f"reference run ({REFERENCE}) on {sid} is {row[REFERENCE]['status']}: {row[REFERENCE].get('first_failure')}"
-            for sid, row in table.items() if row[REFERENCE]["status"] in (CRASH, ERROR)]
+    return [
+        f"reference run ({REFERENCE}) on {sid} is {row[REFERENCE]['status']}: {row[REFERENCE].get('first_failure')}"
+        for sid, row in table.items()
+        if row[REFERENCE]["status"] in (CRASH, ERROR)
+    ]
 
 
 def _variant_names(args: argparse.Namespace) -> list[str]:
@@ -180,19 +229,35 @@ def _models(args: argparse.Namespace) -> tuple[ModelSet, dict]:
         models = tiny_models()
         if args.draft:  # another draft for the tiny target (an upgraded one, say); its twin is derived
             models = _with_draft(models, args.draft)
-        return models, {"n_batch": args.n_batch or 16, "n_ubatch": args.n_batch or 16,
-                        "n_gpu_layers": args.n_gpu_layers}
+        return models, {
+            "n_batch": args.n_batch or 16,
+            "n_ubatch": args.n_batch or 16,
+            "n_gpu_layers": args.n_gpu_layers,
+        }
     if not all(real) or not args.image:
         raise ValueError("real models need --target, --draft, --mmproj and at least one --image")
-    for flag, path in (("--target", args.target), ("--draft", args.draft), ("--mmproj", args.mmproj), *(
-            ("--image", p) for p in args.image)):
+    for flag, path in (
+        ("--target", args.target),
+        ("--draft", args.draft),
+        ("--mmproj", args.mmproj),
+        *(("--image", p) for p in args.image),
+    ):
         if not path.is_file():
             raise ValueError(f"{flag} {path}: no such file")
     n_batch = args.n_batch or 256
-    models = ModelSet(args.target.resolve(), args.draft.resolve(), args.mmproj.resolve(),
-                      image_files=tuple(p.resolve() for p in args.image), real=True)
-    return _with_draft(models, args.draft), {"n_batch": n_batch, "n_ubatch": n_batch, "n_ctx": 8192,
-                                             "n_gpu_layers": args.n_gpu_layers}
+    models = ModelSet(
+        args.target.resolve(),
+        args.draft.resolve(),
+        args.mmproj.resolve(),
+        image_files=tuple(p.resolve() for p in args.image),
+        real=True,
+    )
+    return _with_draft(models, args.draft), {
+        "n_batch": n_batch,
+        "n_ubatch": n_batch,
+        "n_ctx": 8192,
+        "n_gpu_layers": args.n_gpu_layers,
+    }
 
 
 def _with_draft(models: ModelSet, draft: Path) -> ModelSet:
@@ -207,8 +272,9 @@ def _with_draft(models: ModelSet, draft: Path) -> ModelSet:
         twin = reconverted_twin(draft, cache_root() / "twins")
     except DraftUpgradeError as e:
         raise ValueError(f"--draft: {e}") from None
-    return replace(models, draft=draft.resolve(), draft_mrope=twin, draft_swa=None, draft_swa_mrope=None,
-                   swa_window=None)
+    return replace(
+        models, draft=draft.resolve(), draft_mrope=twin, draft_swa=None, draft_swa_mrope=None, swa_window=None
+    )
 
 
 def _verdict(table: dict, fix: str, expect_baseline_fail: bool) -> tuple[bool, list[str]]:

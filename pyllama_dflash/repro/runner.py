@@ -10,8 +10,8 @@ from pathlib import Path
 
 from .. import child
 from ..env import THREADS_ENV
-from ..llamabuild.patchset import BASELINE, load_series
-from ..paths import default_patches_dir
+from ..llamabuild import saves_draft_with_slot
+from ..llamabuild.patchset import BASELINE
 from ..scenarios.drift import judge
 from ..scenarios.models import ModelSet
 
@@ -38,12 +38,25 @@ class Job:
 
 def run_child(job: Job, work_dir: Path) -> dict:
     """Run one job in a fresh interpreter; a native crash becomes a CRASH result, not ours."""
-    spec = {"scenario": job.scenario, "variant": job.variant, "models": job.models.to_json(), "config": job.config,
-            "backend": job.backend, "check_exact": job.check_exact, "twin": job.twin}
+    spec = {
+        "scenario": job.scenario,
+        "variant": job.variant,
+        "models": job.models.to_json(),
+        "config": job.config,
+        "backend": job.backend,
+        "check_exact": job.check_exact,
+        "twin": job.twin,
+    }
     # children share the cores: each context gets its share of threads, not all of them
     threads = os.environ.get(THREADS_ENV, str(job.threads))
-    return child.run_job("pyllama_dflash.scenarios.child", spec, work_dir, "-".join(job.key), timeout=job.timeout_s,
-                         env={THREADS_ENV: threads})
+    return child.run_job(
+        "pyllama_dflash.scenarios.child",
+        spec,
+        work_dir,
+        "-".join(job.key),
+        timeout=job.timeout_s,
+        env={THREADS_ENV: threads},
+    )
 
 
 def run_matrix(jobs: list[Job], parallel: int, work_dir: Path | None = None) -> dict[tuple[str, str], dict]:
@@ -58,20 +71,23 @@ def run_matrix(jobs: list[Job], parallel: int, work_dir: Path | None = None) -> 
         return {key: f.result() for key, f in futures.items()}
 
 
-# the file whose patches make a variant's llama-server save and restore the draft with a slot (0003)
-SERVER_SOURCE = "tools/server/server-context.cpp"
-
-
 def server_config(variant: str, config: dict) -> dict:
     """The session config for a variant: the slot loop mirrors what the variant's llama-server does
-    with a slot file, which a series changes through SERVER_SOURCE (patch 0003)."""
-    series = load_series(default_patches_dir())
-    known = variant in series.variants
-    return {**config, "server_saves_draft": known and series.changes(variant, SERVER_SOURCE)}
+    with a slot file (see saves_draft_with_slot)."""
+    return {**config, "server_saves_draft": saves_draft_with_slot(variant)}
 
 
-def run_table(scenarios: list[str], variants: list[str], models: ModelSet, config: dict, *, parallel: int,
-              drift: bool = True, work_dir: Path | None = None, **job_options) -> dict[str, dict[str, dict]]:
+def run_table(
+    scenarios: list[str],
+    variants: list[str],
+    models: ModelSet,
+    config: dict,
+    *,
+    parallel: int,
+    drift: bool = True,
+    work_dir: Path | None = None,
+    **job_options,
+) -> dict[str, dict[str, dict]]:
     """The matrix as ``table[scenario][variant]``; with drift, every run judged by the drift oracle.
 
     With drift, each scenario also runs once on baseline with the draft's reconverted twin (the
@@ -80,8 +96,9 @@ def run_table(scenarios: list[str], variants: list[str], models: ModelSet, confi
     """
     jobs = [Job(sid, v, models, server_config(v, config), **job_options) for sid in scenarios for v in variants]
     if drift:
-        jobs += [Job(sid, BASELINE, models, server_config(BASELINE, config), twin=True, **job_options)
-                 for sid in scenarios]
+        jobs += [
+            Job(sid, BASELINE, models, server_config(BASELINE, config), twin=True, **job_options) for sid in scenarios
+        ]
     results = run_matrix(jobs, parallel, work_dir)
     table = {sid: {v: results[(sid, v)] for v in variants} for sid in scenarios}
     if drift:

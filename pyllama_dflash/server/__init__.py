@@ -30,7 +30,21 @@ from .process import (
 )
 
 __all__ = [
-    "CHECKS", "EXPECTED", "HOST", "SPEC_BATCH_ERROR", "Expect", "Response", "ServerError", "ServerModels",
-    "ServerOptions", "ServerProcess", "expectation", "free_port", "model_args", "resolve_binary",
-    "run_server_checks", "serve", "server_command",
+    "CHECKS",
+    "EXPECTED",
+    "HOST",
+    "SPEC_BATCH_ERROR",
+    "Expect",
+    "Response",
+    "ServerError",
+    "ServerModels",
+    "ServerOptions",
+    "ServerProcess",
+    "expectation",
+    "free_port",
+    "model_args",
+    "resolve_binary",
+    "run_server_checks",
+    "serve",
+    "server_command",
 ]

@@ -27,11 +27,25 @@ The checks:
     Two image conversations taking turns on one slot with the prompt cache on
     (``--cache-ram``, ``cache_prompt``): each comes back through the prompt cache.
 ``slot_restore`` / ``slot_restore_ahead``
-    The cross-request case: ``POST /slots/0?action=restore`` restores the *target* only, so
-    the draft keeps the state of whatever ran on the slot in between. Restoring a long
+    The cross-request case: b11434's ``POST /slots/0?action=restore`` restores the *target*
+    only, so the draft keeps the state of whatever ran on the slot in between. Restoring a long
     conversation over a short one leaves the draft behind the target (baseline: 500, even
     with no image); restoring a short one over a long one leaves it ahead, which the
     server's own trim at the start of the next prompt (``slot.mem.seq_rm``) resolves.
+``restore_drafts``
+    Save conversation A, run B on the slot, restore A, continue it; the drafts of the
+    continuation (read from the server's debug log, ``drafts.py``) against those of A never
+    interrupted, on a second server. Without patch 0003 they differ: the draft attends to B's
+    rows (the reproduction). With it the slot file has a draft part and they are equal.
+``drafts_vs_twin``
+    The drafting-exactness oracle through the server: an image prompt's drafts, read from the
+    debug log, against those of baseline's server with the draft's reconverted twin (the same
+    tensors with rope.dimension_sections). Needs ``reference`` (baseline's llama-server and the
+    twin); without one the check says so and fails.
+``restore_no_draft_part`` / ``restore_corrupt_draft_part``
+    The same restore from a file whose draft part was removed (an older file): it loads, and
+    the draft's sequence is cleared; or replaced by garbage: with 0003 the restore fails, the
+    slot is left empty (the next request reuses nothing), and nothing is served from half of it.
 """
 
 from __future__ import annotations
@@ -46,7 +60,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import ServerError
+from ..llamabuild import saves_draft_with_slot
 from ..llamabuild.manifest import Manifest
+from .drafts import DEBUG_VERBOSITY, read_drafted_rounds
 from .process import (
     Response,
     ServerModels,
@@ -61,8 +77,23 @@ BASELINE = "baseline"
 PATCHED = "patched"  # every other variant, unknown ones included
 SPEC_BATCH_ERROR = "failed to process speculative batch"
 
-CHECKS = ("chat_image", "exact_text", "exact_image", "two_turn", "concurrent", "alternating",
-          "slot_restore", "slot_restore_ahead")
+SLOTS = "slots"  # a variant whose server saves and restores the draft with a slot (0003)
+ZERO_FILL = "zero-fill"  # the seed's fill: it ends the 500s, but its zero rows stay and the drafts drift
+
+CHECKS = (
+    "chat_image",
+    "exact_text",
+    "exact_image",
+    "two_turn",
+    "concurrent",
+    "alternating",
+    "slot_restore",
+    "slot_restore_ahead",
+    "restore_drafts",
+    "restore_no_draft_part",
+    "restore_corrupt_draft_part",
+    "drafts_vs_twin",
+)
 
 
 @dataclass(frozen=True)
@@ -83,6 +114,14 @@ class Expect:
     same_tokens: bool = False
     cached: bool = False
     content: bool = False
+    # the restore checks: what the restore request answers (400: refused, and the slot cleared),
+    # whether the continuation drafts what A never interrupted drafts (True), must draft
+    # otherwise (False: the bug, reproduced) or is not judged (None), whether the slot file has
+    # a draft part, and whether the continuation must find the slot empty (cache_n 0)
+    restore: Literal[200, 400] = 200
+    same_drafts: bool | None = None
+    draft_part: bool | None = None
+    empty_after_restore: bool = False
 
     def describe(self) -> str:
         """The ``"expected"`` text of a result."""
@@ -90,12 +129,24 @@ class Expect:
         if self.where == "draft":
             if self.status == 500:
                 return f"{code} with the draft, 200 without"
-            return f"{code} and the same token ids with and without the draft" if self.same_tokens \
+            return (
+                f"{code} and the same token ids with and without the draft"
+                if self.same_tokens
                 else f"{code} with and without the draft"
+            )
         if self.where == "last":
             return f"{code} on the last request"
-        return f"{code} everywhere and the same token ids as without the draft" if self.same_tokens else code
+        text = f"{code} everywhere and the same token ids as without the draft" if self.same_tokens else code
+        if self.restore == 400:
+            text = f"restore refused (400), then an empty slot: {text}"
+        if self.same_drafts is not None:
+            text += "; drafts " + ("equal to" if self.same_drafts else "other than") + " the reference's"
+        if self.draft_part is not None:
+            text += "; the slot file has " + ("a" if self.draft_part else "no") + " draft part"
+        return text
 
+
+_RESTORE_TARGET_ONLY = Expect(200, "every", same_tokens=True, cached=True, same_drafts=False, draft_part=False)
 
 # What each check must answer (the test suite asserts it through each result's "ok"). Only the
 # unpatched tree is expected to fail; every other variant is judged as patched.
@@ -116,6 +167,12 @@ EXPECTED: dict[str, dict[str, Expect]] = {
         "alternating": Expect(500, "any"),
         "slot_restore": Expect(500, "last"),
         "slot_restore_ahead": Expect(200, "every", same_tokens=True, cached=True),
+        # b11434's restore loads the target alone: the continuation's drafts attend to B (a text
+        # conversation longer than A, so the draft is ahead and the server's trim lines it up)
+        "restore_drafts": _RESTORE_TARGET_ONLY,
+        "restore_no_draft_part": Expect(200, "every", same_tokens=True, cached=True, draft_part=False),
+        "restore_corrupt_draft_part": Expect(200, "every", same_tokens=True, cached=True),  # the file is ignored
+        "drafts_vs_twin": Expect(500, "any"),  # the legacy draft fails where its twin drafts
     },
     # Every request answers 200 with what the target alone would generate, and the prompt cache
     # still finds each conversation again.
@@ -128,14 +185,35 @@ EXPECTED: dict[str, dict[str, Expect]] = {
         "alternating": Expect(200, "every", cached=True),  # both second turns
         "slot_restore": Expect(200, "every", same_tokens=True, cached=True),  # cached: the restored prefix
         "slot_restore_ahead": Expect(200, "every", same_tokens=True, cached=True),
+        # the libcommon patches cannot help: the server restores the target alone
+        "restore_drafts": _RESTORE_TARGET_ONLY,
+        "restore_no_draft_part": Expect(200, "every", same_tokens=True, cached=True, draft_part=False),
+        "restore_corrupt_draft_part": Expect(200, "every", same_tokens=True, cached=True),
+        "drafts_vs_twin": Expect(200, "every", same_drafts=True),  # the fix drafts what the twin drafts
     },
+}
+EXPECTED[ZERO_FILL] = {**EXPECTED[PATCHED], "drafts_vs_twin": Expect(200, "every", same_drafts=False)}
+# With 0003 the slot file carries the draft: the restored conversation drafts as if never left. A
+# file without a draft part still restores (the draft starts empty); a corrupt one is refused and
+# the slot cleared, so the next request starts from nothing, with the same tokens.
+EXPECTED[SLOTS] = {
+    **EXPECTED[PATCHED],
+    "restore_drafts": Expect(200, "every", same_tokens=True, cached=True, same_drafts=True, draft_part=True),
+    "restore_no_draft_part": Expect(200, "every", same_tokens=True, cached=True, draft_part=True),  # then removed
+    "restore_corrupt_draft_part": Expect(
+        200, "every", same_tokens=True, restore=400, empty_after_restore=True, draft_part=True
+    ),
 }
 assert all(tuple(table) == CHECKS for table in EXPECTED.values())
 
 
 def expectation(variant: str | None, check: str) -> Expect:
-    """The row of ``EXPECTED`` for ``variant``: baseline's, or the patched one for any other name."""
-    return EXPECTED[BASELINE if variant == BASELINE else PATCHED][check]
+    """The row of ``EXPECTED`` for ``variant``: baseline's; the slots one where the variant's server
+    saves the draft with a slot (patch 0003); the patched one for any other name."""
+    if variant in (BASELINE, ZERO_FILL):
+        return EXPECTED[variant][check]
+    return EXPECTED[SLOTS if variant and saves_draft_with_slot(variant) else PATCHED][check]
+
 
 N_PREDICT = 8  # small: the tiny models generate a few tokens per millisecond, real ones do not
 PROMPT_TEXT = "Describe this image please"
@@ -151,10 +229,18 @@ SHORT_TEXT = "hi there"
 class _Ctx:
     """What every check needs: binary, models, variant, base options, images, where logs go."""
 
-    def __init__(self, binary: Path, models: ServerModels, variant: str | None, base: ServerOptions,
-                 work_dir: Path, images: list[bytes]):
+    def __init__(
+        self,
+        binary: Path,
+        models: ServerModels,
+        variant: str | None,
+        base: ServerOptions,
+        work_dir: Path,
+        images: list[bytes],
+        reference: tuple[Path, ServerModels] | None = None,
+    ):
         self.binary, self.models, self.variant, self.base = binary, models, variant, base
-        self.work_dir, self.images = work_dir, images
+        self.work_dir, self.images, self.reference = work_dir, images, reference
 
     def expect(self, check: str) -> Expect:
         return expectation(self.variant, check)
@@ -170,6 +256,7 @@ class _Ctx:
 
 # -- request bodies --------------------------------------------------------------------
 
+
 def _image_part(image: bytes) -> dict:
     # mtmd decodes by content; the mime type is only for the data URL to be well formed
     mime = "image/jpeg" if image[:2] == b"\xff\xd8" else "image/png"
@@ -177,8 +264,10 @@ def _image_part(image: bytes) -> dict:
 
 
 def _image_message(png: bytes, text: str = PROMPT_TEXT) -> dict:
-    return {"role": "user", "content": [{"type": "text", "text": text}, _image_part(png),
-                                        {"type": "text", "text": PROMPT_TAIL}]}
+    return {
+        "role": "user",
+        "content": [{"type": "text", "text": text}, _image_part(png), {"type": "text", "text": PROMPT_TAIL}],
+    }
 
 
 def _two_turn(first: dict, reply: str) -> list[dict]:
@@ -186,6 +275,7 @@ def _two_turn(first: dict, reply: str) -> list[dict]:
 
 
 # -- result helpers --------------------------------------------------------------------
+
 
 def _draft_stats(responses: Iterable[Response]) -> list[dict | None]:
     return [r.draft_stats for r in responses]
@@ -195,8 +285,15 @@ def _has_spec_error(responses: Iterable[Response]) -> bool:
     return any(r.status == 500 and SPEC_BATCH_ERROR in r.error_message for r in responses)
 
 
-def _meets(e: Expect, responses: list[Response], *, without: Response | None = None, same: bool = False,
-           cached: bool = False, content: bool = False) -> bool:
+def _meets(
+    e: Expect,
+    responses: list[Response],
+    *,
+    without: Response | None = None,
+    same: bool = False,
+    cached: bool = False,
+    content: bool = False,
+) -> bool:
     """Whether a check's answers meet ``e``: ``responses`` are its requests with the draft in order,
     ``without`` the no-draft twin of a ``draft`` check's request; the flags say what the check saw."""
     if e.status == 500:
@@ -212,17 +309,20 @@ def _meets(e: Expect, responses: list[Response], *, without: Response | None = N
     return ok and (same or not e.same_tokens) and (cached or not e.cached) and (content or not e.content)
 
 
-def _outcome(ctx: _Ctx, check: str, responses: list[Response], srv: ServerProcess, *, cached: bool = False,
-             content: bool = False) -> dict:
+def _outcome(
+    ctx: _Ctx, check: str, responses: list[Response], srv: ServerProcess, *, cached: bool = False, content: bool = False
+) -> dict:
     """Status list, draft stats, errors; ``ok``: the answers meet the check's row of ``EXPECTED``."""
     statuses = [r.status for r in responses]
     e = ctx.expect(check)
     out: dict[str, Any] = {
-        "status": statuses, "ok": _meets(e, responses, cached=cached, content=content),
+        "status": statuses,
+        "ok": _meets(e, responses, cached=cached, content=content),
         "expected": e.describe(),
         "any_500": any(s == 500 for s in statuses),
         "draft": _draft_stats(responses),
-        "server_alive": srv.alive, "log": str(srv.log_path),
+        "server_alive": srv.alive,
+        "log": str(srv.log_path),
     }
     errors = [r.error_message for r in responses if not r.ok]
     if errors:
@@ -231,6 +331,7 @@ def _outcome(ctx: _Ctx, check: str, responses: list[Response], srv: ServerProces
 
 
 # -- the checks ------------------------------------------------------------------------
+
 
 def check_chat_image(ctx: _Ctx) -> dict:
     with ctx.server("chat_image") as srv:
@@ -252,8 +353,9 @@ def check_exactness(ctx: _Ctx) -> dict[str, dict]:
             # cache_prompt off: each request starts from an empty slot, on both servers alike
             runs[label] = [
                 srv.completion(RAW_TEXT_PROMPT, n_predict=N_PREDICT, cache_prompt=False),
-                srv.completion(srv.multimodal_prompt(RAW_IMAGE_PROMPT, [ctx.image()]),
-                               n_predict=N_PREDICT, cache_prompt=False),
+                srv.completion(
+                    srv.multimodal_prompt(RAW_IMAGE_PROMPT, [ctx.image()]), n_predict=N_PREDICT, cache_prompt=False
+                ),
                 srv.chat([_image_message(ctx.image())], max_tokens=N_PREDICT, cache_prompt=False),
             ]
             logs[label], alive[label] = str(srv.log_path), srv.alive
@@ -268,11 +370,16 @@ def check_exactness(ctx: _Ctx) -> dict[str, dict]:
         e = ctx.expect(check)
         # the image check's output includes the chat answer to the same image
         same_output = same and (check != "exact_image" or same_chat is True)
-        out = {"status": [d.status, n.status], "ok": _meets(e, [d], without=n, same=same_output),
-               "expected": e.describe(),
-               "same_tokens": same if comparable else None,
-               "tokens": {"draft": d.tokens, "no_draft": n.tokens},
-               "draft": d.draft_stats, "log": logs, "server_alive": alive}
+        out = {
+            "status": [d.status, n.status],
+            "ok": _meets(e, [d], without=n, same=same_output),
+            "expected": e.describe(),
+            "same_tokens": same if comparable else None,
+            "tokens": {"draft": d.tokens, "no_draft": n.tokens},
+            "draft": d.draft_stats,
+            "log": logs,
+            "server_alive": alive,
+        }
         if not d.ok:
             out["error"] = d.error_message
         return out
@@ -288,8 +395,9 @@ def check_two_turn(ctx: _Ctx) -> dict:
     with ctx.server("two_turn") as srv:
         r1 = srv.chat([first], max_tokens=N_PREDICT)
         # the real reply when there is one: the second prompt then extends the cached one exactly
-        r2 = srv.chat(_two_turn(first, r1.content if r1.ok and r1.content else "It is a picture."),
-                      max_tokens=N_PREDICT)
+        r2 = srv.chat(
+            _two_turn(first, r1.content if r1.ok and r1.content else "It is a picture."), max_tokens=N_PREDICT
+        )
         cached = r2.timings.get("cache_n")
         out = _outcome(ctx, "two_turn", [r1, r2], srv, cached=bool(cached))
     out["cache_n_second_turn"] = cached
@@ -298,8 +406,10 @@ def check_two_turn(ctx: _Ctx) -> dict:
 
 def check_concurrent(ctx: _Ctx, n_requests: int = 4, n_parallel: int = 2) -> dict:
     with ctx.server("concurrent", n_parallel=n_parallel) as srv:
+
         def one(i: int) -> Response:
             return srv.chat([_image_message(ctx.image(i), f"{PROMPT_TEXT} number {i}")], max_tokens=N_PREDICT)
+
         with ThreadPoolExecutor(n_requests) as pool:
             responses = list(pool.map(one, range(n_requests)))
         out = _outcome(ctx, "concurrent", responses, srv)
@@ -324,7 +434,9 @@ def check_alternating(ctx: _Ctx) -> dict:
     return out
 
 
-def _slot_restore_run(ctx: _Ctx, name: str, first: str, between: str, draft: bool) -> tuple[list[Response], ServerProcess]:
+def _slot_restore_run(
+    ctx: _Ctx, name: str, first: str, between: str, draft: bool
+) -> tuple[list[Response], ServerProcess]:
     """first -> save slot 0 -> between -> restore slot 0 -> first + its output + more (token ids).
 
     Returns the five responses in that order (completion, save, completion, restore, completion).
@@ -332,9 +444,11 @@ def _slot_restore_run(ctx: _Ctx, name: str, first: str, between: str, draft: boo
     save_dir = ctx.work_dir / f"{name}-slots"
     save_dir.mkdir(parents=True, exist_ok=True)
     with ctx.server(name, draft=draft, n_parallel=1, slot_save_path=save_dir) as srv:
+
         def tokens(text: str) -> list[int]:
             r = srv.post("/tokenize", {"content": text, "add_special": True})
             return r.body["tokens"] if r.ok else []
+
         a, b, more = tokens(first), tokens(between), tokens(" and then")[1:]  # no second BOS
         r1 = srv.completion(a, n_predict=N_PREDICT)
         save = srv.post("/slots/0?action=save", {"filename": "first.bin"})
@@ -353,17 +467,167 @@ def check_slot_restore(ctx: _Ctx, *, ahead: bool = False) -> dict:
     last, ref = with_draft[-1], without[-1]
     same = last.ok and ref.ok and last.tokens == ref.tokens
     e = ctx.expect(name)
-    out = {"status": [r.status for r in with_draft],
-           "ok": _meets(e, with_draft, same=same, cached=bool(last.timings.get("cache_n"))),
-           "expected": e.describe(),
-           "any_500": any(r.status == 500 for r in with_draft),
-           "draft_vs_target": "ahead" if ahead else "behind",
-           "cache_n_after_restore": last.timings.get("cache_n"),
-           "same_tokens_as_no_draft": same if last.ok and ref.ok else None,
-           "draft": _draft_stats(with_draft[0::2]),  # the three completions
-           "server_alive": srv.alive, "log": str(srv.log_path)}
+    out = {
+        "status": [r.status for r in with_draft],
+        "ok": _meets(e, with_draft, same=same, cached=bool(last.timings.get("cache_n"))),
+        "expected": e.describe(),
+        "any_500": any(r.status == 500 for r in with_draft),
+        "draft_vs_target": "ahead" if ahead else "behind",
+        "cache_n_after_restore": last.timings.get("cache_n"),
+        "same_tokens_as_no_draft": same if last.ok and ref.ok else None,
+        "draft": _draft_stats(with_draft[0::2]),  # the three completions
+        "server_alive": srv.alive,
+        "log": str(srv.log_path),
+    }
     if not last.ok:
         out["error"] = last.error_message
+    return out
+
+
+RESTORE_A = "Tell me about the small robot that paints"
+RESTORE_B = "A much longer and unrelated conversation about the weather in the mountains over a whole week of rain"
+RESTORE_MORE = " and what did it paint next"
+
+
+def _restore_run(
+    ctx: _Ctx, name: str, *, draft: bool, interrupt: bool, damage: Literal["none", "remove", "corrupt"] = "none"
+) -> dict:
+    """Conversation A, then (with interrupt) save slot 0, B, restore slot 0; then A continued.
+
+    ``damage`` does that to the slot file's draft part before the restore: ``remove`` it (an
+    older file), or write garbage over it. Returns the responses, whether the file had a draft
+    part, and what the draft drafted in A's continuation (from the debug log).
+    """
+    save_dir = ctx.work_dir / f"{name}-slots"
+    save_dir.mkdir(parents=True, exist_ok=True)
+    part = save_dir / "a.bin.draft"
+    part.unlink(missing_ok=True)
+    # no RAM prompt cache: the restored slot is the only place A's prefix can come back from (the
+    # prompt cache keeps A when B takes the slot, and would serve it, draft included, on its own)
+    with ctx.server(
+        name, draft=draft, n_parallel=1, slot_save_path=save_dir, verbosity=DEBUG_VERBOSITY, cache_ram_mib=0
+    ) as srv:
+
+        def tokens(text: str, bos: bool = True) -> list[int]:
+            r = srv.post("/tokenize", {"content": text, "add_special": bos})
+            return r.body["tokens"] if r.ok else []
+
+        a, b, more = tokens(RESTORE_A), tokens(RESTORE_B), tokens(RESTORE_MORE, bos=False)
+        responses = [srv.completion(a, n_predict=N_PREDICT)]
+        had_part = None
+        if interrupt:
+            responses.append(srv.post("/slots/0?action=save", {"filename": "a.bin"}))
+            had_part = part.exists()
+            responses.append(srv.completion(b, n_predict=N_PREDICT))
+            if damage == "remove":
+                part.unlink(missing_ok=True)
+            elif damage == "corrupt":
+                part.write_bytes(b"not a llama.cpp sequence state")
+            responses.append(srv.post("/slots/0?action=restore", {"filename": "a.bin"}))
+        since = srv.log_path.stat().st_size
+        last = srv.completion(a + (responses[0].tokens or []) + more, n_predict=N_PREDICT)
+        responses.append(last)
+        stats = last.draft_stats or {}
+        rounds = read_drafted_rounds(srv.log_path, since=since, drafted=stats.get("draft_n"), seq=0) if draft else []
+        return {
+            "responses": responses,
+            "draft_part": had_part,
+            "rounds": rounds,
+            "log": str(srv.log_path),
+            "alive": srv.alive,
+        }
+
+
+def check_restore(ctx: _Ctx, name: str, damage: Literal["none", "remove", "corrupt"]) -> dict:
+    e = ctx.expect(name)
+    run = _restore_run(ctx, name, draft=True, interrupt=True, damage=damage)
+    plain = _restore_run(ctx, name + "_no_draft", draft=False, interrupt=True, damage=damage)
+    responses = run["responses"]
+    completions, restore, last = responses[0::2], responses[3], responses[-1]
+    same = last.ok and plain["responses"][-1].ok and last.tokens == plain["responses"][-1].tokens
+    cache_n = last.timings.get("cache_n")
+    ok = (
+        restore.status == e.restore
+        and all(r.status == e.status for r in completions)
+        and responses[1].ok
+        and (same or not e.same_tokens)
+        and (bool(cache_n) or not e.cached)
+        and (not cache_n or not e.empty_after_restore)
+        and (e.draft_part is None or run["draft_part"] == e.draft_part)
+    )
+    out: dict[str, Any] = {
+        "status": [r.status for r in responses],
+        "expected": e.describe(),
+        "same_tokens_as_no_draft": same,
+        "cache_n_after_restore": cache_n,
+        "draft_part": run["draft_part"],
+        "drafted": run["rounds"],
+        "draft": _draft_stats(completions),
+        "server_alive": run["alive"],
+        "log": run["log"],
+    }
+    if e.same_drafts is not None:
+        uninterrupted = _restore_run(ctx, name + "_uninterrupted", draft=True, interrupt=False)
+        same_drafts = run["rounds"] == uninterrupted["rounds"] and bool(run["rounds"])
+        out["drafted_uninterrupted"] = uninterrupted["rounds"]
+        out["same_drafts"] = same_drafts
+        ok = ok and same_drafts == e.same_drafts and bool(uninterrupted["rounds"])
+    if not restore.ok:
+        out["restore_error"] = restore.error_message
+    out["ok"] = ok
+    return out
+
+
+def _oracle_image(ctx: _Ctx) -> bytes:
+    """The image drafts_vs_twin sends: a given one, else a 168 px square, a 6x6 grid on the tiny
+    projector. Its 6-position hole moves the tiny draft's argmax under the seed's zero rows; the
+    3x3 grid of the other checks leaves it where it was (measured), so the oracle would be blind."""
+    if getattr(ctx.models, "image_files", None):
+        return ctx.image()
+    from ..tiny.image import png_bytes, rgb
+
+    return png_bytes(rgb(168, 168, 0))
+
+
+def _image_drafts(ctx: _Ctx, name: str, binary: Path, models: ServerModels) -> tuple[Response, list[list[int]], str]:
+    """One image /completion on that server and models; what its draft drafted (debug log)."""
+    log = ctx.work_dir / f"{name}.log"
+    log.unlink(missing_ok=True)
+    with ServerProcess(binary, models, ctx.base.with_(verbosity=DEBUG_VERBOSITY), log_path=log) as srv:
+        r = srv.completion(
+            srv.multimodal_prompt(RAW_IMAGE_PROMPT, [_oracle_image(ctx)]), n_predict=N_PREDICT, cache_prompt=False
+        )
+        stats = r.draft_stats or {}
+        return r, read_drafted_rounds(log, drafted=stats.get("draft_n"), seq=0), str(log)
+
+
+def check_drafts_vs_twin(ctx: _Ctx) -> dict:
+    e = ctx.expect("drafts_vs_twin")
+    if ctx.reference is None:
+        return {
+            "status": None,
+            "ok": False,
+            "expected": e.describe(),
+            "error": "no reference given: run_server_checks(..., reference=(baseline llama-server, twin models))",
+        }
+    r, rounds, log = _image_drafts(ctx, "drafts_vs_twin", ctx.binary, ctx.models)
+    ref, ref_rounds, ref_log = _image_drafts(ctx, "drafts_vs_twin_reference", *ctx.reference)
+    same = r.ok and ref.ok and bool(rounds) and rounds == ref_rounds
+    ok = _meets(e, [r]) and ref.ok and (e.same_drafts is None or not r.ok or same == e.same_drafts)
+    out = {
+        "status": r.status,
+        "ok": ok,
+        "expected": e.describe(),
+        "same_drafts": same if r.ok else None,
+        "drafted": rounds,
+        "drafted_reference": ref_rounds,
+        "reference_status": ref.status,
+        "draft": r.draft_stats,
+        "log": log,
+        "reference_log": ref_log,
+    }
+    if not r.ok:
+        out["error"] = r.error_message
     return out
 
 
@@ -374,6 +638,10 @@ _RUNNERS: dict[str, Callable[[_Ctx], dict]] = {
     "alternating": check_alternating,
     "slot_restore": check_slot_restore,
     "slot_restore_ahead": lambda ctx: check_slot_restore(ctx, ahead=True),
+    "restore_drafts": lambda ctx: check_restore(ctx, "restore_drafts", "none"),
+    "restore_no_draft_part": lambda ctx: check_restore(ctx, "restore_no_draft_part", "remove"),
+    "restore_corrupt_draft_part": lambda ctx: check_restore(ctx, "restore_corrupt_draft_part", "corrupt"),
+    "drafts_vs_twin": check_drafts_vs_twin,
 }
 
 
@@ -382,14 +650,22 @@ def _default_images(models: ServerModels) -> list[bytes]:
     if files:
         return [Path(f).read_bytes() for f in files]
     from ..tiny.image import png_bytes, rgb
+
     # 84 px -> a 3x3 grid on the tiny qwen2vl projector: a 3-position hole after the image
     return [png_bytes(rgb(84, 84, seed)) for seed in range(4)]
 
 
-def run_server_checks(server: Manifest | str | os.PathLike, models: ServerModels, *,
-                      variant: str | None = None, checks: Iterable[str] | None = None,
-                      options: ServerOptions | None = None, work_dir: Path | None = None,
-                      images: list[bytes] | None = None) -> dict[str, dict]:
+def run_server_checks(
+    server: Manifest | str | os.PathLike,
+    models: ServerModels,
+    *,
+    variant: str | None = None,
+    checks: Iterable[str] | None = None,
+    options: ServerOptions | None = None,
+    work_dir: Path | None = None,
+    images: list[bytes] | None = None,
+    reference: tuple[Manifest | str | os.PathLike, ServerModels] | None = None,
+) -> dict[str, dict]:
     """Run the checks on one variant; returns ``{check: {"status", "ok", "expected", ...}}``.
 
     ``server``: a manifest (its ``variant`` sets the expectations), a variant name, or a
@@ -398,11 +674,16 @@ def run_server_checks(server: Manifest | str | os.PathLike, models: ServerModels
     models; up to 8 threads and ``-c 4096`` for real ones). ``images``: encoded images
     (default: ``models.image_files``, else synthetic PNGs). ``work_dir``: where the server
     logs go (default: a new temporary directory, kept so that the logs can be read).
+    ``reference``: baseline's llama-server (manifest, name or path) and the models with the draft's
+    reconverted twin, for ``drafts_vs_twin``.
     """
     binary = resolve_binary(server)
     if variant is None:
-        variant = server.variant if isinstance(server, Manifest) else (
-            str(server) if isinstance(server, str) and os.sep not in str(server) else None)
+        variant = (
+            server.variant
+            if isinstance(server, Manifest)
+            else (str(server) if isinstance(server, str) and os.sep not in str(server) else None)
+        )
     wanted = list(checks) if checks is not None else list(CHECKS)
     unknown = sorted(set(wanted) - set(CHECKS))
     if unknown:
@@ -412,7 +693,8 @@ def run_server_checks(server: Manifest | str | os.PathLike, models: ServerModels
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="pyllama-dflash-server-"))
     work = work / (variant or "server")
     work.mkdir(parents=True, exist_ok=True)
-    ctx = _Ctx(binary, models, variant, base, work, images or _default_images(models))
+    ref = (resolve_binary(reference[0]), reference[1]) if reference is not None else None
+    ctx = _Ctx(binary, models, variant, base, work, images or _default_images(models), ref)
 
     results: dict[str, dict] = {}
     for name in wanted:

@@ -39,8 +39,9 @@ def drafted_rounds(log_text: str, seq: int | None = None) -> list[list[int]]:
     return rounds
 
 
-def read_drafted_rounds(log: Path, *, since: int = 0, drafted: int | None = None, seq: int | None = None
-                        ) -> list[list[int]]:
+def read_drafted_rounds(
+    log: Path, *, since: int = 0, drafted: int | None = None, seq: int | None = None
+) -> list[list[int]]:
     """:func:`drafted_rounds` of the log from byte offset ``since``; ``drafted`` is how many tokens
     the server says it drafted there (``timings.draft_n``), so that silence can be told from a
     changed format."""
@@ -52,5 +53,6 @@ def read_drafted_rounds(log: Path, *, since: int = 0, drafted: int | None = None
         raise DraftLogChanged(
             f"{log}: the server drafted {drafted} tokens but logged no line like "
             f"' - seq_id N, draft candidate K, pos P: ID' (was it started with -lv {DEBUG_VERBOSITY}, "
-            "or did common/speculative.cpp change its debug log?)")
+            "or did common/speculative.cpp change its debug log?)"
+        )
     return rounds

@@ -44,8 +44,16 @@ from ..errors import ServerError
 from ..llamabuild.manifest import Manifest, find
 
 __all__ = [
-    "Response", "ServerError", "ServerModels", "ServerOptions", "ServerProcess",
-    "free_port", "model_args", "resolve_binary", "serve", "server_command",
+    "Response",
+    "ServerError",
+    "ServerModels",
+    "ServerOptions",
+    "ServerProcess",
+    "free_port",
+    "model_args",
+    "resolve_binary",
+    "serve",
+    "server_command",
 ]
 
 HOST = "127.0.0.1"
@@ -99,22 +107,46 @@ def model_args(models: ServerModels, *, draft: bool = True, n_draft_max: int | N
     return args
 
 
-def server_command(binary: Path, models: ServerModels, options: ServerOptions, *,
-                   host: str = HOST, port: int) -> list[str]:
+def server_command(
+    binary: Path, models: ServerModels, options: ServerOptions, *, host: str = HOST, port: int
+) -> list[str]:
     """The full command line: models, sizes, caching flags, then ``extra_args`` (they win)."""
     o = options
-    cmd = [str(binary), *model_args(models, draft=o.draft, n_draft_max=o.n_draft_max),
-           "-c", str(o.n_ctx), "-np", str(o.n_parallel), "-t", str(o.threads), "-tb", str(o.threads),
-           # no warmup: it would also encode a large dummy image through the projector
-           "--no-warmup", "--no-webui", "--host", host, "--port", str(port)]
-    for flag, value in (("-b", o.n_batch), ("-ub", o.n_ubatch), ("--cache-ram", o.cache_ram_mib),
-                        ("--ctx-checkpoints", o.ctx_checkpoints), ("--checkpoint-min-step", o.checkpoint_min_step),
-                        ("--slot-save-path", o.slot_save_path), ("-lv", o.verbosity)):
+    cmd = [
+        str(binary),
+        *model_args(models, draft=o.draft, n_draft_max=o.n_draft_max),
+        "-c",
+        str(o.n_ctx),
+        "-np",
+        str(o.n_parallel),
+        "-t",
+        str(o.threads),
+        "-tb",
+        str(o.threads),
+        # no warmup: it would also encode a large dummy image through the projector
+        "--no-warmup",
+        "--no-webui",
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
+    for flag, value in (
+        ("-b", o.n_batch),
+        ("-ub", o.n_ubatch),
+        ("--cache-ram", o.cache_ram_mib),
+        ("--ctx-checkpoints", o.ctx_checkpoints),
+        ("--checkpoint-min-step", o.checkpoint_min_step),
+        ("--slot-save-path", o.slot_save_path),
+        ("-lv", o.verbosity),
+    ):
         if value is not None:
             cmd += [flag, str(value)]
-    for on, off, value in (("--cache-prompt", "--no-cache-prompt", o.cache_prompt),
-                           ("--cache-idle-slots", "--no-cache-idle-slots", o.cache_idle_slots),
-                           ("--kv-unified", "--no-kv-unified", o.kv_unified)):
+    for on, off, value in (
+        ("--cache-prompt", "--no-cache-prompt", o.cache_prompt),
+        ("--cache-idle-slots", "--no-cache-idle-slots", o.cache_idle_slots),
+        ("--kv-unified", "--no-kv-unified", o.kv_unified),
+    ):
         if value is not None:
             cmd.append(on if value else off)
     return cmd + list(o.extra_args)
@@ -220,8 +252,9 @@ class ServerProcess:
     _log_offset: int = field(default=0, init=False, repr=False)  # where this attempt's output starts
 
     @classmethod
-    def for_variant(cls, server: Manifest | str | os.PathLike, models: ServerModels,
-                    options: ServerOptions | None = None, **kw: Any) -> ServerProcess:
+    def for_variant(
+        cls, server: Manifest | str | os.PathLike, models: ServerModels, options: ServerOptions | None = None, **kw: Any
+    ) -> ServerProcess:
         return cls(resolve_binary(server), models, options or ServerOptions(), **kw)
 
     @property
@@ -267,13 +300,19 @@ class ServerProcess:
         self.command = server_command(Path(self.binary), self.models, self.options, host=self.host, port=self.port)
         env = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_PREFIXES)}
         env.update(self.env or {})
-        self._log_file = open(self.log_path, "ab")  # noqa: SIM115 - open for the process's lifetime, closed by stop()
+        self._log_file = open(self.log_path, "ab")
         self._log_offset = self._log_file.tell()
         self._log_file.write(("$ " + " ".join(self.command) + "\n").encode())
         self._log_file.flush()
         # its own process group, so that stop() reaches nothing else and ^C here does not reach it twice
-        self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=self._log_file,
-                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.command,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
         _RUNNING.add(self)
 
     def _wait_healthy(self) -> None:
@@ -281,14 +320,18 @@ class ServerProcess:
         while True:
             rc = self.proc.poll()
             if rc is not None:
-                raise ServerError(f"llama-server exited with code {rc} before it was ready",
-                                  self.log_tail(), self.log_path)
+                raise ServerError(
+                    f"llama-server exited with code {rc} before it was ready", self.log_tail(), self.log_path
+                )
             r = self.request("GET", "/health", timeout=2.0)
             if r.status == 200:
                 return
             if time.monotonic() > deadline:
-                raise ServerError(f"llama-server not healthy after {self.start_timeout:.0f}s "
-                                  f"(last /health: {r.describe()})", self.log_tail(), self.log_path)
+                raise ServerError(
+                    f"llama-server not healthy after {self.start_timeout:.0f}s (last /health: {r.describe()})",
+                    self.log_tail(),
+                    self.log_path,
+                )
             time.sleep(0.05)
 
     def stop(self, timeout: float = 10.0) -> int | None:
@@ -307,7 +350,7 @@ class ServerProcess:
         _RUNNING.discard(self)
         return self.returncode
 
-    def __enter__(self) -> ServerProcess:  # noqa: PYI034 - no typing.Self on Python 3.10
+    def __enter__(self) -> ServerProcess:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -338,8 +381,13 @@ class ServerProcess:
         try:
             with requests.Session() as session:
                 session.trust_env = False  # loopback: no proxies, no .netrc from the environment
-                r = session.request(method, self.base_url + path, data=data, timeout=timeout,
-                                    headers={"Content-Type": "application/json"} if data else None)
+                r = session.request(
+                    method,
+                    self.base_url + path,
+                    data=data,
+                    timeout=timeout,
+                    headers={"Content-Type": "application/json"} if data else None,
+                )
                 status, raw = r.status_code, r.content
         except (requests.RequestException, OSError) as e:
             return Response(None, repr(e), time.monotonic() - t0)
@@ -355,8 +403,15 @@ class ServerProcess:
     def get(self, path: str, timeout: float = 30.0) -> Response:
         return self.request("GET", path, None, timeout)
 
-    def chat(self, messages: Sequence[dict], *, max_tokens: int = 8, temperature: float = 0.0,
-             timeout: float = 120.0, **params: Any) -> Response:
+    def chat(
+        self,
+        messages: Sequence[dict],
+        *,
+        max_tokens: int = 8,
+        temperature: float = 0.0,
+        timeout: float = 120.0,
+        **params: Any,
+    ) -> Response:
         """``POST /v1/chat/completions`` (greedy by default)."""
         body = {"messages": list(messages), "max_tokens": max_tokens, "temperature": temperature, "seed": 0, **params}
         return self.post("/v1/chat/completions", body, timeout)
@@ -371,17 +426,27 @@ class ServerProcess:
         return self._media_marker
 
     def multimodal_prompt(self, text: str, images: Sequence[bytes], placeholder: str = "{image}") -> dict:
-        """A /completion prompt object: ``text`` with each ``placeholder`` standing for the next image (PNG/JPEG bytes)."""
+        """A /completion prompt object: ``text`` with each ``placeholder`` standing for the next image
+        (PNG/JPEG bytes)."""
         if text.count(placeholder) != len(images):
             raise ValueError(f"{text.count(placeholder)} placeholders for {len(images)} images")
-        return {"prompt_string": text.replace(placeholder, self.media_marker()),
-                "multimodal_data": [base64.b64encode(b).decode("ascii") for b in images]}
+        return {
+            "prompt_string": text.replace(placeholder, self.media_marker()),
+            "multimodal_data": [base64.b64encode(b).decode("ascii") for b in images],
+        }
 
-    def completion(self, prompt: Any, *, n_predict: int = 8, temperature: float = 0.0,
-                   timeout: float = 120.0, **params: Any) -> Response:
+    def completion(
+        self, prompt: Any, *, n_predict: int = 8, temperature: float = 0.0, timeout: float = 120.0, **params: Any
+    ) -> Response:
         """``POST /completion`` with the generated token ids (``return_tokens``), greedy by default."""
-        body = {"prompt": prompt, "n_predict": n_predict, "temperature": temperature, "seed": 0,
-                "return_tokens": True, **params}
+        body = {
+            "prompt": prompt,
+            "n_predict": n_predict,
+            "temperature": temperature,
+            "seed": 0,
+            "return_tokens": True,
+            **params,
+        }
         return self.post("/completion", body, timeout)
 
 
@@ -395,7 +460,8 @@ def _stop_all() -> None:
         srv.stop(timeout=5.0)
 
 
-def serve(server: Manifest | str | os.PathLike, models: ServerModels, options: ServerOptions | None = None,
-          **kw: Any) -> ServerProcess:
+def serve(
+    server: Manifest | str | os.PathLike, models: ServerModels, options: ServerOptions | None = None, **kw: Any
+) -> ServerProcess:
     """A not yet started :class:`ServerProcess`: use it as ``with serve(...) as srv:`` or call ``start()``."""
     return ServerProcess.for_variant(server, models, options, **kw)
