@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pyllama_dflash.llamabuild.cli import main  # noqa: E402
+from pyllama_dflash.llamabuild.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

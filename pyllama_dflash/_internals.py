@@ -148,7 +148,7 @@ class NativeHandle:
     def _free(self) -> None:  # pragma: no cover - every subclass overrides
         raise NotImplementedError
 
-    def __enter__(self):  # noqa: ANN204 - returns the subclass
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -157,7 +157,7 @@ class NativeHandle:
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:  # noqa: BLE001 - nothing sensible to do during teardown
+        except Exception:
             pass
 
 
@@ -259,8 +259,9 @@ class BatchBuffers:
     released with the last reference (no native free function is involved).
     """
 
-    def __init__(self, rt: Runtime, n_tokens: int, n_embd: int, n_pos: int,
-                 embd_source: np.ndarray | None = None) -> None:
+    def __init__(
+        self, rt: Runtime, n_tokens: int, n_embd: int, n_pos: int, embd_source: np.ndarray | None = None
+    ) -> None:
         ffi = rt.ffi
         self.n_tokens, self.n_embd, self.n_pos = n_tokens, n_embd, n_pos
         n = max(n_tokens, 1)
@@ -284,7 +285,13 @@ class BatchBuffers:
         if embd_source is not None and n_tokens > 0:
             self.embd = embd_source
         else:
-            self.embd = None if n_embd == 0 else np.frombuffer(ffi.buffer(self._embd), dtype=np.float32)[: n_tokens * n_embd].reshape(n_tokens, n_embd)
+            self.embd = (
+                None
+                if n_embd == 0
+                else np.frombuffer(ffi.buffer(self._embd), dtype=np.float32)[: n_tokens * n_embd].reshape(
+                    n_tokens, n_embd
+                )
+            )
         self.pos = np.frombuffer(ffi.buffer(self._pos), dtype=np.int32)[: n_tokens * n_pos].reshape(n_pos, n_tokens)
         self.n_seq_id = np.frombuffer(ffi.buffer(self._n_seq_id), dtype=np.int32)[:n_tokens]
         self.seq_id = np.frombuffer(ffi.buffer(self.seq_flat), dtype=np.int32)[:n_tokens]
@@ -402,7 +409,8 @@ class MtmdBitmap(NativeHandle):
         NativeHandle.__init__(self, rt)
         lib = rt.lib
         wrapper = lib.mtmd_helper_bitmap_init_from_buf(
-            mtmd.ptr, rt.ffi.from_buffer("unsigned char[]", data), len(data), False, lib.mtmd_helper_init_opt_default())
+            mtmd.ptr, rt.ffi.from_buffer("unsigned char[]", data), len(data), False, lib.mtmd_helper_init_opt_default()
+        )
         if wrapper.video_ctx != rt.ffi.NULL:
             lib.mtmd_helper_video_free(wrapper.video_ctx)
             if wrapper.bitmap != rt.ffi.NULL:

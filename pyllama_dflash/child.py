@@ -27,8 +27,10 @@ from .files import atomic_write_json
 CRASH, ERROR = "CRASH", "ERROR"  # a child that died or timed out; a Python error inside a child
 
 # the lines worth quoting from a dead child's output, best first
-_FATAL = tuple(re.compile(p) for p in (
-    r"GGML_ASSERT|GGML_ABORT", r"terminate called|what\(\):", r"Fatal Python error", r"(?i)\berror\b"))
+_FATAL = tuple(
+    re.compile(p)
+    for p in (r"GGML_ASSERT|GGML_ABORT", r"terminate called|what\(\):", r"Fatal Python error", r"(?i)\berror\b")
+)
 
 
 @dataclass(frozen=True)
@@ -79,8 +81,14 @@ class Finished:
             first = f"child killed by {self.signal}" + (f": {fatal}" if fatal else "")
         else:
             first = f"child exited {self.rc} without a result" + (f": {fatal}" if fatal else "")
-        out = {"status": CRASH if self.rc is None or self.rc != 0 else ERROR, "first_failure": first, "calls": [],
-               "log": str(self.log), "log_tail": self.tail(), "wall_s": round(self.wall_s, 3)}
+        out = {
+            "status": CRASH if self.rc is None or self.rc != 0 else ERROR,
+            "first_failure": first,
+            "calls": [],
+            "log": str(self.log),
+            "log_tail": self.tail(),
+            "wall_s": round(self.wall_s, 3),
+        }
         if self.signal:
             out["signal"] = self.signal
         return out
@@ -107,8 +115,9 @@ def run(cmd: list[str], *, log: Path, timeout: float | None, env: dict[str, str]
     return Finished(rc, time.monotonic() - t0, log, timeout)
 
 
-def run_job(module: str, job: dict, work_dir: Path, name: str, *, timeout: float | None,
-            env: dict[str, str] | None = None) -> dict:
+def run_job(
+    module: str, job: dict, work_dir: Path, name: str, *, timeout: float | None, env: dict[str, str] | None = None
+) -> dict:
     """``python -m module JOB OUT`` in a child: the job goes in as JSON, the result comes back as JSON.
 
     The result gains ``log`` and ``wall_s``; a child that leaves no result gives :meth:`Finished.crash`.
@@ -139,8 +148,12 @@ def job_main(argv: list[str], run_one: Callable[[dict], dict]) -> int:
     job = json.loads(job_path.read_text())
     try:
         result = run_one(job)
-    except Exception as e:  # noqa: BLE001 - reported to the parent as ERROR, with the traceback
-        result = {"status": ERROR, "first_failure": f"{type(e).__name__}: {e}", "calls": [],
-                  "traceback": traceback.format_exc()}
+    except Exception as e:
+        result = {
+            "status": ERROR,
+            "first_failure": f"{type(e).__name__}: {e}",
+            "calls": [],
+            "traceback": traceback.format_exc(),
+        }
     atomic_write_json(out_path, result)
     return 0

@@ -23,21 +23,27 @@ from .flags import PROG, _prog
 
 # name: (module holding main(argv), one line of help); imported only when chosen
 TOOLS: dict[str, tuple[str, str]] = {
-    "build": ("pyllama_dflash.llamabuild.cli",
-              "build llama.cpp (pinned) with each variant of patches/series, side by side (python build.py)"),
+    "build": (
+        "pyllama_dflash.llamabuild.cli",
+        "build llama.cpp (pinned) with each variant of patches/series, side by side (python build.py)",
+    ),
     "repro": ("pyllama_dflash.repro.__main__", "the scenario matrix across every variant of the series"),
     "fuzz": ("pyllama_dflash.fuzz.__main__", "search image/text schedules on every built variant"),
     "bench": ("pyllama_dflash.bench.__main__", "the project's performance figures, as side-by-side ratios"),
     "tiny": ("pyllama_dflash.tiny.__main__", "write the tiny target/draft/mmproj GGUFs"),
-    "upgrade": ("pyllama_dflash.upgrade.__main__",
-                "add rope.dimension_sections to a legacy DFlash draft for an M-RoPE target"),
+    "upgrade": (
+        "pyllama_dflash.upgrade.__main__",
+        "add rope.dimension_sections to a legacy DFlash draft for an M-RoPE target",
+    ),
 }
+
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
-        prog=PROG, description="Reproduce, fix and regression-test llama.cpp's DFlash speculative decoding.",
+        prog=PROG,
+        description="Reproduce, fix and regression-test llama.cpp's DFlash speculative decoding.",
         epilog=f"'{PROG} COMMAND --help' shows a command's own flags. The older forms still work: "
-               "python build.py, python -m pyllama_dflash.<tool>.",
+        "python build.py, python -m pyllama_dflash.<tool>.",
     )
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (_, line) in TOOLS.items():

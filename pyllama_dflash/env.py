@@ -18,8 +18,18 @@ FUZZ_SEED_ENV = "PYLLAMA_DFLASH_FUZZ_SEED"  # fuzzer seed (default 0, so CI is d
 JOBS_ENV = "PYLLAMA_DFLASH_JOBS"  # parallel compile jobs for the test suite's builds
 SKIP_BUILD_ENV = "PYLLAMA_DFLASH_SKIP_BUILD"  # `pip install .` without building the variants
 
-ALL = (CACHE_ENV, PATCHES_ENV, BACKEND_ENV, LIB_DIR_ENV, THREADS_ENV, GGUF_PY_ENV, FUZZ_EXAMPLES_ENV,
-       FUZZ_SEED_ENV, JOBS_ENV, SKIP_BUILD_ENV)
+ALL = (
+    CACHE_ENV,
+    PATCHES_ENV,
+    BACKEND_ENV,
+    LIB_DIR_ENV,
+    THREADS_ENV,
+    GGUF_PY_ENV,
+    FUZZ_EXAMPLES_ENV,
+    FUZZ_SEED_ENV,
+    JOBS_ENV,
+    SKIP_BUILD_ENV,
+)
 
 
 def get(name: str) -> str | None:

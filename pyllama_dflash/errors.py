@@ -99,7 +99,9 @@ class NativeAbort(PyllamaError):
 
 def _short(line: str) -> str:
     """``/long/staged/llama.cpp/src/x.cpp:12: GGML_ASSERT(c) failed`` -> ``GGML_ASSERT(c) failed at src/x.cpp:12``."""
-    m = re.match(r"^(?P<file>\S*?(?P<rel>(?:src|ggml|common|tools|include)/\S+?)):(?P<line>\d+): (?P<msg>.*)$", line.strip())
+    m = re.match(
+        r"^(?P<file>\S*?(?P<rel>(?:src|ggml|common|tools|include)/\S+?)):(?P<line>\d+): (?P<msg>.*)$", line.strip()
+    )
     return f"{m['msg']} at {m['rel']}:{m['line']}" if m else line.strip()
 
 

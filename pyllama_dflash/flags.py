@@ -27,16 +27,30 @@ class _Shared:
 
 SHARED: dict[str, _Shared] = {
     "variants": _Shared(("--variants",), "comma-separated variants", unset="every variant of patches/series"),
-    "fix": _Shared(("--fix",), "the variant that must pass: every scenario in repro, every schedule in fuzz",
-                   unset="the last of the series"),
-    "backend": _Shared(("--backend",), "compute backend: which build of each variant to make or use",
-                       unset="$PYLLAMA_DFLASH_BACKEND or auto: CUDA when nvcc and a GPU are present for a build, "
-                             "the newest build of any backend for a lookup",
-                       kwargs={"choices": ("auto", "cpu", "cuda")}),
-    "jobs": _Shared(("--jobs",), "how many at once: child processes, or compile jobs for build", unset="all cores",
-                    short="-j", kwargs={"type": int, "metavar": "N"}),
-    "timeout": _Shared(("--timeout",), "seconds a child may run before it counts as CRASH: one scenario in repro, "
-                                       "one variant's whole search in fuzz", kwargs={"type": float, "metavar": "S"}),
+    "fix": _Shared(
+        ("--fix",),
+        "the variant that must pass: every scenario in repro, every schedule in fuzz",
+        unset="the last of the series",
+    ),
+    "backend": _Shared(
+        ("--backend",),
+        "compute backend: which build of each variant to make or use",
+        unset="$PYLLAMA_DFLASH_BACKEND or auto: CUDA when nvcc and a GPU are present for a build, "
+        "the newest build of any backend for a lookup",
+        kwargs={"choices": ("auto", "cpu", "cuda")},
+    ),
+    "jobs": _Shared(
+        ("--jobs",),
+        "how many at once: child processes, or compile jobs for build",
+        unset="all cores",
+        short="-j",
+        kwargs={"type": int, "metavar": "N"},
+    ),
+    "timeout": _Shared(
+        ("--timeout",),
+        "seconds a child may run before it counts as CRASH: one scenario in repro, one variant's whole search in fuzz",
+        kwargs={"type": float, "metavar": "S"},
+    ),
 }
 
 

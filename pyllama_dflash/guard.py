@@ -80,8 +80,9 @@ def run_in_child(
             "TMPDIR": str(Path(tmp) / "tmp"),
             "PYTHONPATH": os.pathsep.join(p for p in (_PACKAGE_PARENT, os.environ.get("PYTHONPATH")) if p),
         }
-        done = child.run([sys.executable, "-m", "pyllama_dflash.guard", str(payload), str(result)], log=log,
-                         timeout=timeout, env=env)
+        done = child.run(
+            [sys.executable, "-m", "pyllama_dflash.guard", str(payload), str(result)], log=log, timeout=timeout, env=env
+        )
         if done.rc == 0 and result.is_file():
             kind, value = pickle.loads(result.read_bytes())
             if kind == "ok":
@@ -90,16 +91,18 @@ def run_in_child(
         raise NativeAbort(name, done.how, done.why())
 
 
-def check_load(probe: Callable[..., T], path: Path | str, *args: Any, call: str,
-               timeout: float | None = DEFAULT_TIMEOUT_S) -> T:
+def check_load(
+    probe: Callable[..., T], path: Path | str, *args: Any, call: str, timeout: float | None = DEFAULT_TIMEOUT_S
+) -> T:
     """``probe(str(path), *args)`` in a child first: ModelLoadError names the file and why, even when
     llama.cpp aborted. The cheap refusals (no file, not a GGUF) need no child."""
     check_gguf_file(Path(path))
     try:
         return run_in_child(probe, str(path), *args, call=call, timeout=timeout)
     except NativeAbort as exc:
-        raise ModelLoadError(path, f"llama.cpp aborted while loading it ({exc.how}, in a child process): "
-                                   f"{exc.reason}") from exc
+        raise ModelLoadError(
+            path, f"llama.cpp aborted while loading it ({exc.how}, in a child process): {exc.reason}"
+        ) from exc
 
 
 # ---- the child side ------------------------------------------------------------------------------
@@ -112,12 +115,12 @@ def _child(payload: Path, result: Path) -> int:
         runtime(lib_dir)
         fn, args, kwargs = pickle.loads(blob)
         out: tuple[str, Any] = ("ok", fn(*args, **kwargs))
-    except BaseException as exc:  # noqa: BLE001 - every exception goes back to the caller
+    except BaseException as exc:
         out = ("error", exc)
     try:
         data = pickle.dumps(out)
         pickle.loads(data)  # an exception whose class cannot be rebuilt there fails here, not there
-    except Exception as why:  # noqa: BLE001
+    except Exception as why:
         if out[0] == "error":
             text = "".join(traceback.format_exception_only(type(out[1]), out[1])).strip()
             failure = ChildError(f"raised in the child process: {text}")

@@ -194,8 +194,14 @@ def install(ffi: Any, lib: Any) -> None:
     with _state.lock:
         if _state.lib is not None:
             return
-        expected = (lib.GGML_LOG_LEVEL_NONE, lib.GGML_LOG_LEVEL_DEBUG, lib.GGML_LOG_LEVEL_INFO,
-                    lib.GGML_LOG_LEVEL_WARN, lib.GGML_LOG_LEVEL_ERROR, lib.GGML_LOG_LEVEL_CONT)
+        expected = (
+            lib.GGML_LOG_LEVEL_NONE,
+            lib.GGML_LOG_LEVEL_DEBUG,
+            lib.GGML_LOG_LEVEL_INFO,
+            lib.GGML_LOG_LEVEL_WARN,
+            lib.GGML_LOG_LEVEL_ERROR,
+            lib.GGML_LOG_LEVEL_CONT,
+        )
         if expected != tuple(range(6)):
             raise RuntimeError(f"ggml_log_level values changed: {expected}; update pyllama_dflash/logs.py")
 
@@ -216,7 +222,7 @@ def install(ffi: Any, lib: Any) -> None:
         _state.ffi, _state.lib = ffi, lib
         try:
             _state.common_tap = _CommonFileTap(lib, ffi, _state.joiners["common"])
-        except Exception as exc:  # noqa: BLE001 - llama/mtmd logs still work without it
+        except Exception as exc:
             logging.getLogger(f"{LOGGER_PREFIX}.common").warning("libcommon log tap unavailable: %s", exc)
         atexit.register(_uninstall)
 
@@ -233,7 +239,7 @@ def _uninstall() -> None:
         if tap is not None:
             try:
                 tap.close()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
         _state.lib = None
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .env import CACHE_ENV, PATCHES_ENV
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 # Present in a checkout (and an editable install); absent from an installed wheel,
 # which carries the patch series inside the package instead (see pyproject.toml).
 REPO_DIR = PACKAGE_DIR.parent
 NATIVE_DIR = PACKAGE_DIR / "native"
-
-from .env import CACHE_ENV, PATCHES_ENV
 
 
 def cache_root() -> Path:

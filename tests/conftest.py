@@ -10,6 +10,7 @@ import pytest
 from pyllama_dflash import api, tiny
 from pyllama_dflash.llamabuild import BuildOptions, Manifest, build
 from pyllama_dflash.llamabuild.patchset import load_series
+from pyllama_dflash.scenarios.models import ModelSet, tiny_models
 
 REPO = Path(__file__).resolve().parent.parent
 # every variant of the series, baseline first, and the fix (the last): one definition for every test
@@ -47,7 +48,14 @@ def lib_dir(variants) -> Path:
 
 @pytest.fixture(scope="session")
 def models(tmp_path_factory: pytest.TempPathFactory) -> tiny.TinyModels:
+    """The tiny files: target, the legacy draft and the projector (pyllama_dflash.tiny)."""
     return tiny.write_models(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="session")
+def model_set(tmp_path_factory: pytest.TempPathFactory) -> ModelSet:
+    """What the scenarios run on: the tiny files plus every draft (M-RoPE twin, sliding-window)."""
+    return tiny_models(tmp_path_factory.mktemp("model-set"))
 
 
 @pytest.fixture

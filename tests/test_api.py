@@ -6,17 +6,13 @@ fixture). Tiny models: pyllama_dflash.tiny, written with the pinned tree's gguf-
 
 from __future__ import annotations
 
-import logging
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from pyllama_dflash import api, logs, tiny
+from pyllama_dflash import api, tiny
 from pyllama_dflash.tiny import image
-
-
 
 # fixtures (lib_dir, models, target_model, draft_model, target, draft, spec, projector): conftest.py
 
@@ -213,9 +209,7 @@ def test_truncated_gguf_is_refused_by_llama_cpp_without_crashing(
     assert str(cut) in str(info.value) and info.value.reason
 
 
-def test_draft_with_other_n_embd_is_refused(
-    target: api.Context, tmp_path_factory: pytest.TempPathFactory
-) -> None:
+def test_draft_with_other_n_embd_is_refused(target: api.Context, tmp_path_factory: pytest.TempPathFactory) -> None:
     narrow = tiny.write_models(tmp_path_factory.mktemp("narrow"), config=tiny.TinyConfig(n_embd=32))
     with api.Model(narrow.draft) as other:
         assert other.n_embd != target.model.n_embd

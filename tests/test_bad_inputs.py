@@ -18,12 +18,11 @@ import numpy as np
 import pytest
 
 import pyllama_dflash
+from conftest import VARIANTS
 from pyllama_dflash import api, guard, tiny
 from pyllama_dflash.llamabuild import PatchError, VariantNotBuilt
 from pyllama_dflash.paths import CACHE_ENV, cache_root
 from pyllama_dflash.tiny import image
-
-from conftest import VARIANTS  # noqa: E402 - the series' variants, defined once
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -65,9 +64,12 @@ def _edited(src: Path, dst: Path, key: str, value: int) -> None:
     del reader
 
 
-def _run(args: list[str], env: dict | None = None, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                          env={**os.environ, **(env or {})})
+def _run(
+    args: list[str], env: dict | None = None, cwd: Path | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        args, capture_output=True, text=True, timeout=timeout, cwd=cwd, env={**os.environ, **(env or {})}
+    )
 
 
 # ---- model files ---------------------------------------------------------------------------------
@@ -80,11 +82,14 @@ def test_a_missing_model_file(lib_dir: Path, tmp_path: Path) -> None:
     assert str(info.value) == f"cannot load {missing}: no such file"
 
 
-@pytest.mark.parametrize("name, reason", [
-    ("header-only", "failed to read key-value pairs"),
-    ("cut-in-tensor-info", "failed to read tensor info"),
-    ("cut-in-tensor-data", "is not within the file bounds, model is corrupted or incomplete"),
-])
+@pytest.mark.parametrize(
+    "name, reason",
+    [
+        ("header-only", "failed to read key-value pairs"),
+        ("cut-in-tensor-info", "failed to read tensor info"),
+        ("cut-in-tensor-data", "is not within the file bounds, model is corrupted or incomplete"),
+    ],
+)
 def test_a_truncated_gguf(lib_dir: Path, bad: dict[str, Path], name: str, reason: str) -> None:
     with pytest.raises(api.ModelLoadError) as info:
         api.Model(bad[name])
@@ -97,11 +102,18 @@ def test_a_corrupt_gguf_header(lib_dir: Path, bad: dict[str, Path]) -> None:
     assert str(bad["huge-kv-count"]) in str(info.value) and "failed to read key-value pairs" in str(info.value)
 
 
-@pytest.mark.parametrize("name, signal_name, reason", [
-    ("block-count-1000", "SIGABRT",
-     "GGML_ASSERT(hparams.n_layer_all > 0 && hparams.n_layer_all <= LLAMA_MAX_LAYERS) failed at src/llama-model.cpp"),
-    ("attention-interval-0", "SIGFPE", "Floating point exception"),
-])
+@pytest.mark.parametrize(
+    "name, signal_name, reason",
+    [
+        (
+            "block-count-1000",
+            "SIGABRT",
+            "GGML_ASSERT(hparams.n_layer_all > 0 && hparams.n_layer_all <= LLAMA_MAX_LAYERS) "
+            "failed at src/llama-model.cpp",
+        ),
+        ("attention-interval-0", "SIGFPE", "Floating point exception"),
+    ],
+)
 def test_a_corrupt_gguf_that_makes_llama_cpp_abort_is_loaded_in_a_child(
     lib_dir: Path, bad: dict[str, Path], name: str, signal_name: str, reason: str
 ) -> None:
@@ -114,7 +126,9 @@ def test_a_corrupt_gguf_that_makes_llama_cpp_abort_is_loaded_in_a_child(
     with pytest.raises(api.ModelLoadError) as info:
         api.Model.load_checked(path)
     message = str(info.value)
-    assert message.startswith(f"cannot load {path}: llama.cpp aborted while loading it ({signal_name}, in a child process)")
+    assert message.startswith(
+        f"cannot load {path}: llama.cpp aborted while loading it ({signal_name}, in a child process)"
+    )
     assert reason in message
     assert isinstance(info.value.__cause__, guard.NativeAbort)
 
@@ -151,7 +165,8 @@ def test_a_draft_with_another_n_embd(target: api.Context, tmp_path: Path) -> Non
         api.Context.draft(draft, target)
     assert str(info.value) == (
         f"draft {narrow.draft} has n_embd 32 but target {target.model.path} has n_embd 64: "
-        "the draft reuses the target's token embeddings, so they must match")
+        "the draft reuses the target's token embeddings, so they must match"
+    )
 
 
 @pytest.mark.parametrize("n_vocab", [100, 200])
@@ -162,7 +177,8 @@ def test_a_draft_with_another_vocab(target: api.Context, tmp_path: Path, n_vocab
         api.Context.draft(draft, target)
     assert str(info.value) == (
         f"draft {other.draft} has n_vocab {n_vocab} but target {target.model.path} has n_vocab 128: "
-        "the draft drafts from the target's output head, so the vocabs must match")
+        "the draft drafts from the target's output head, so the vocabs must match"
+    )
 
 
 def test_an_mmproj_made_for_another_n_embd(target_model: api.Model, tmp_path: Path) -> None:
@@ -178,8 +194,11 @@ def test_an_mmproj_made_for_another_n_embd(target_model: api.Model, tmp_path: Pa
 # ---- images ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("data", [b"not an image at all", image.png_bytes(image.rgb(56, 56))[:40], b""],
-                         ids=["text", "truncated-png", "empty"])
+@pytest.mark.parametrize(
+    "data",
+    [b"not an image at all", image.png_bytes(image.rgb(56, 56))[:40], b""],
+    ids=["text", "truncated-png", "empty"],
+)
 def test_image_bytes_that_are_not_an_image(target_model: api.Model, models: tiny.TinyModels, data: bytes) -> None:
     with api.Projector(models.mmproj, target_model) as proj, pytest.raises(api.NativeCallError) as info:
         proj.tokenize(f"look {proj.marker}", [image.png_bytes(image.rgb(56, 56)), data])
@@ -195,7 +214,8 @@ def test_an_image_too_large_for_n_ctx(target: api.Context, target_model: api.Mod
             proj.decode_image(target, img, chunks[0].n_tokens)
     assert str(info.value) == (
         "decode_image: image chunk 1 of 324 tokens (18x18) cannot fit in n_ctx 256 per sequence: "
-        "raise n_ctx or pass image_max_tokens to the Projector")
+        "raise n_ctx or pass image_max_tokens to the Projector"
+    )
     assert target.pos_max(0) == -1  # nothing reached the context
 
 
@@ -204,19 +224,27 @@ def test_an_image_too_large_for_n_ctx(target: api.Context, target_model: api.Mod
 
 def test_a_draft_n_ubatch_smaller_than_its_block(target: api.Context, models: tiny.TinyModels) -> None:
     # llama.cpp: GGML_ASSERT(... "non-causal attention requires n_ubatch >= n_tokens") on the first draft()
-    with api.Model(models.draft) as dm, api.Context.draft(dm, target, n_ubatch=2) as draft, \
-            pytest.raises(api.ContextError) as info:
+    with (
+        api.Model(models.draft) as dm,
+        api.Context.draft(dm, target, n_ubatch=2) as draft,
+        pytest.raises(api.ContextError) as info,
+    ):
         api.Speculative(target, draft)
     assert str(info.value) == (
         "draft context n_ubatch 2 < the draft's block size 4: DFlash decodes its noise block of 4 rows in one "
-        "non-causal ubatch (llama.cpp would abort); use n_ubatch >= 4")
+        "non-causal ubatch (llama.cpp would abort); use n_ubatch >= 4"
+    )
 
 
-@pytest.mark.parametrize("pos, seq, message", [
-    ([-1, 0, 1], 0, "pos of row 0 is [-1]: positions must be >= 0"),
-    ([0, 0, 1], 0, "pos of row 1 repeats 0 after 0 in sequence 0: positions must increase within a sequence"),
-    ([0, 2, 1], 0, "pos of row 2 goes back to 1 after 2 in sequence 0: positions must increase within a sequence"),
-], ids=["negative", "repeated", "decreasing"])
+@pytest.mark.parametrize(
+    "pos, seq, message",
+    [
+        ([-1, 0, 1], 0, "pos of row 0 is [-1]: positions must be >= 0"),
+        ([0, 0, 1], 0, "pos of row 1 repeats 0 after 0 in sequence 0: positions must increase within a sequence"),
+        ([0, 2, 1], 0, "pos of row 2 goes back to 1 after 2 in sequence 0: positions must increase within a sequence"),
+    ],
+    ids=["negative", "repeated", "decreasing"],
+)
 @pytest.mark.parametrize("route", ["decode", "process"])
 def test_a_batch_with_bad_positions(target: api.Context, pos: list[int], seq: int, message: str, route: str) -> None:
     # llama.cpp stores the first two without complaint (and misreports the third)
@@ -246,16 +274,19 @@ def _load_unguarded(path: str) -> str:
         return m.arch
 
 
-def test_run_in_child_returns_raises_and_survives_an_abort(lib_dir: Path, models: tiny.TinyModels,
-                                                          bad: dict[str, Path], tmp_path: Path) -> None:
+def test_run_in_child_returns_raises_and_survives_an_abort(
+    lib_dir: Path, models: tiny.TinyModels, bad: dict[str, Path], tmp_path: Path
+) -> None:
     assert guard.run_in_child(_load_unguarded, str(models.target)) == "qwen35"
     with pytest.raises(api.ModelLoadError, match="no such file"):  # the child's exception, as itself
         guard.run_in_child(_load_unguarded, str(tmp_path / "missing.gguf"))
     with pytest.raises(guard.NativeAbort) as info:
         guard.run_in_child(_load_unguarded, str(bad["block-count-1000"]), call="load block-count-1000")
     assert info.value.how == "SIGABRT"
-    assert str(info.value).startswith("load block-count-1000: llama.cpp aborted the child process running it (SIGABRT): "
-                                      "GGML_ASSERT(hparams.n_layer_all > 0")
+    assert str(info.value).startswith(
+        "load block-count-1000: llama.cpp aborted the child process running it (SIGABRT): "
+        "GGML_ASSERT(hparams.n_layer_all > 0"
+    )
 
 
 def _decode_once(path: str) -> int:
@@ -295,14 +326,18 @@ def test_a_variant_that_is_not_built(variants, pristine: Path, tmp_path: Path, m
     monkeypatch.setenv(CACHE_ENV, str(empty))  # never the real cache: nothing there is touched
     with pytest.raises(VariantNotBuilt) as info:
         pyllama_dflash.load("full")
-    assert str(info.value) == (
-        f"variant 'full' is not built in {empty}/variants; run: python build.py --variant full")
+    assert str(info.value) == (f"variant 'full' is not built in {empty}/variants; run: python build.py --variant full")
 
-    proc = _run([PY, "-m", "pyllama_dflash.repro", "--no-build", "--variants", "full"], cwd=REPO,
-                env={CACHE_ENV: str(empty), "LLAMA_CPP_DIR": str(pristine)})
+    proc = _run(
+        [PY, "-m", "pyllama_dflash.repro", "--no-build", "--variants", "full"],
+        cwd=REPO,
+        env={CACHE_ENV: str(empty), "LLAMA_CPP_DIR": str(pristine)},
+    )
     assert proc.returncode == 2
-    assert f"repro: error: variant 'full' is not built in {empty}/variants; run: python build.py --variant full" \
+    assert (
+        f"repro: error: variant 'full' is not built in {empty}/variants; run: python build.py --variant full"
         in proc.stderr
+    )
     assert list(empty.iterdir()) == []
 
 
@@ -311,8 +346,10 @@ def test_llama_dir_that_is_not_llama_cpp(tmp_path: Path) -> None:
     (tmp_path / "tree" / "README.md").write_text("not llama.cpp\n")
     proc = _run([PY, str(REPO / "build.py"), "--variant", "baseline", "--llama-dir", str(tmp_path / "tree")])
     assert proc.returncode == 2
-    assert (f"build.py: error: --llama-dir {tmp_path / 'tree'}: not a llama.cpp source tree (missing CMakeLists.txt, "
-            "include/llama.h, common/speculative.cpp, tools/mtmd/mtmd.h)") in proc.stderr
+    assert (
+        f"build.py: error: --llama-dir {tmp_path / 'tree'}: not a llama.cpp source tree (missing CMakeLists.txt, "
+        "include/llama.h, common/speculative.cpp, tools/mtmd/mtmd.h)"
+    ) in proc.stderr
     proc = _run([PY, str(REPO / "build.py"), "--llama-dir", str(tmp_path / "nowhere")])
     assert proc.returncode == 2
     assert f"build.py: error: --llama-dir {tmp_path / 'nowhere'}: no such directory" in proc.stderr
@@ -347,8 +384,11 @@ print("alive", flush=True)
 
 def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
     """Every file under root (Python's own __pycache__ aside) with its size and mtime."""
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in root.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
 
 
 def test_bad_inputs_write_nothing_outside_the_cache(
@@ -373,12 +413,31 @@ def test_bad_inputs_write_nothing_outside_the_cache(
     real_cache = {CACHE_ENV: str(cache_root())}  # named explicitly: the builds live there
     runs = [
         ([str(checkout / "build.py"), "--variant", "x"], {}, "unknown variant 'x'"),
-        ([str(checkout / "build.py"), "--variant", "baseline", "--llama-dir", str(cwd)], {}, "not a llama.cpp source tree"),
+        (
+            [str(checkout / "build.py"), "--variant", "baseline", "--llama-dir", str(cwd)],
+            {},
+            "not a llama.cpp source tree",
+        ),
         (["-m", "pyllama_dflash.repro", "--variants", "x"], {}, "unknown variant 'x'"),
-        (["-m", "pyllama_dflash.repro", "--no-build", "--variants", "full"], {CACHE_ENV: str(empty_cache)}, "is not built"),
+        (
+            ["-m", "pyllama_dflash.repro", "--no-build", "--variants", "full"],
+            {CACHE_ENV: str(empty_cache)},
+            "is not built",
+        ),
         (["-c", "import pyllama_dflash; pyllama_dflash.load('full')"], {CACHE_ENV: str(empty_cache)}, "is not built"),
-        (["-c", _SCRIPT, str(models.target), str(other_vocab.draft), str(other_embd.mmproj),
-          str(bad["cut-in-tensor-info"]), str(bad["block-count-1000"])], real_cache, "alive"),
+        (
+            [
+                "-c",
+                _SCRIPT,
+                str(models.target),
+                str(other_vocab.draft),
+                str(other_embd.mmproj),
+                str(bad["cut-in-tensor-info"]),
+                str(bad["block-count-1000"]),
+            ],
+            real_cache,
+            "alive",
+        ),
     ]
     outputs = []
     for args, extra, expected in runs:
@@ -387,9 +446,12 @@ def test_bad_inputs_write_nothing_outside_the_cache(
         outputs.append(proc.stdout)
     script = outputs[-1]
     for line in (
-        "missing: ModelLoadError: cannot load", "truncated: ModelLoadError: cannot load",
-        "aborting: ModelLoadError: cannot load", "vocab: IncompatibleModelsError: draft",
-        "mmproj: ModelLoadError: cannot load", "positions: ValueError: llama_decode: pos of row 1 repeats 4",
+        "missing: ModelLoadError: cannot load",
+        "truncated: ModelLoadError: cannot load",
+        "aborting: ModelLoadError: cannot load",
+        "vocab: IncompatibleModelsError: draft",
+        "mmproj: ModelLoadError: cannot load",
+        "positions: ValueError: llama_decode: pos of row 1 repeats 4",
     ):
         assert line in script, script
 
@@ -401,9 +463,12 @@ def test_bad_inputs_write_nothing_outside_the_cache(
 def test_repro_draft_that_is_no_draft_gets_a_clear_error(variants, models, tmp_path):
     """--draft alone swaps the tiny plain draft; a missing file or a GGUF that is not a DFlash draft
     is named, and nothing is run."""
-    for draft, expected in ((tmp_path / "nope.gguf", "no such file"),
-                            (models.target, "not a DFlash draft (general.architecture is 'qwen35')")):
+    for draft, expected in (
+        (tmp_path / "nope.gguf", "no such file"),
+        (models.target, "not a DFlash draft (general.architecture is 'qwen35')"),
+    ):
         proc = _run([PY, "-m", "pyllama_dflash.repro", "--no-build", "--draft", str(draft)])
         assert proc.returncode == 2, proc.stdout + proc.stderr
-        assert "repro: error: --draft" in proc.stderr and str(draft) in proc.stderr and expected in proc.stderr, \
+        assert "repro: error: --draft" in proc.stderr and str(draft) in proc.stderr and expected in proc.stderr, (
             proc.stderr
+        )

@@ -12,20 +12,25 @@ from pathlib import Path
 
 import pytest
 
+from pyllama_dflash.files import file_lock, sha256_file
 from pyllama_dflash.llamabuild import manifest as manifest_mod
 from pyllama_dflash.llamabuild import pinned, toolchain
-from pyllama_dflash.files import file_lock, sha256_file
-from pyllama_dflash.paths import cache_root
 from pyllama_dflash.llamabuild.patchset import apply_series, load_series
 from pyllama_dflash.llamabuild.stage import Stage
+from pyllama_dflash.paths import cache_root
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"
 
 
 def build_py(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "build.py"), *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=3600)
+    return subprocess.run(
+        [sys.executable, str(REPO / "build.py"), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=3600,
+    )
 
 
 def test_staging_leaves_the_pristine_tree_byte_identical(pristine, tmp_path):
@@ -121,8 +126,8 @@ def test_manifests_record_provenance_and_patches(variants):
 @pytest.mark.parametrize("variant", ["baseline", "zero-fill", "full"])
 def test_each_variant_loads_from_python_and_reports_system_info(variants, variant):
     code = (
-        "import pyllama_dflash as p; m = p.load(%r); from pyllama_dflash import api; "
-        "print(m.lib_dir); print(api.system_info())" % variant
+        f"import pyllama_dflash as p; m = p.load({variant!r}); from pyllama_dflash import api; "
+        "print(m.lib_dir); print(api.system_info())"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -143,7 +148,9 @@ def test_a_test_series_builds_incrementally_beside_the_project_variants(variants
         shutil.rmtree(old)  # a previous run's: this test wants to see the incremental build
     work = cache_root() / "work" / variants["baseline"].data["build_key"]
     with file_lock(work / "lock"):  # put the shared stage back to baseline content first
-        Stage(work / "llama.cpp", Path(variants["baseline"].data["source"]["path"])).sync({}, ["common/speculative.cpp"])
+        Stage(work / "llama.cpp", Path(variants["baseline"].data["source"]["path"])).sync(
+            {}, ["common/speculative.cpp"]
+        )
     proc = build_py("--patches", str(DATA / "test-patches"), "--variant", "test-comment", "--jobs", "2")
     assert proc.returncode == 0, proc.stderr
     built = {line.split()[0]: Path(line.split()[-1]) for line in proc.stdout.splitlines() if line.strip()}

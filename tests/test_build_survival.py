@@ -27,11 +27,11 @@ from pathlib import Path
 import pytest
 
 import pyllama_dflash
+from pyllama_dflash.files import file_lock, sha256_file
 from pyllama_dflash.llamabuild import VariantNotBuilt
 from pyllama_dflash.llamabuild import manifest as manifests
-from pyllama_dflash.files import file_lock, sha256_file
-from pyllama_dflash.paths import cache_root
 from pyllama_dflash.llamabuild.stage import Stage
+from pyllama_dflash.paths import cache_root
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"
@@ -51,7 +51,10 @@ class Build:
         self.t0 = time.monotonic()
         self.proc = subprocess.Popen(
             [sys.executable, str(REPO / "build.py"), "--patches", str(series), "--variant", VARIANT, "--jobs", "2"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
         )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -247,8 +250,12 @@ def test_a_cache_entry_missing_a_library_is_refused_then_rebuilt(env: Env, clean
         pyllama_dflash.load(VARIANT, patches_dir=env.series)
     assert f"{final.name}: {missing} is missing" in str(info.value)
 
-    listed = subprocess.run([sys.executable, str(REPO / "build.py"), "--list", "--patches", str(env.series)],
-                            capture_output=True, text=True, timeout=120)
+    listed = subprocess.run(
+        [sys.executable, str(REPO / "build.py"), "--list", "--patches", str(env.series)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert f"{VARIANT:12s} broken    ({missing} is missing)" in listed.stdout, listed.stdout
 
     rebuilt = Build(env.series)
@@ -256,7 +263,6 @@ def test_a_cache_entry_missing_a_library_is_refused_then_rebuilt(env: Env, clean
     env.timings["rebuild of a broken entry"] = rebuilt.wall
     assert f"{VARIANT}: rebuilding ({missing} is missing)" in rebuilt.text
     assert missing.exists() and _outputs(final) == clean.outputs
-    code = (f"import pyllama_dflash as p; m = p.load({VARIANT!r}, patches_dir={str(env.series)!r}); "
-            "print(m.lib_dir)")
+    code = f"import pyllama_dflash as p; m = p.load({VARIANT!r}, patches_dir={str(env.series)!r}); print(m.lib_dir)"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert loaded.returncode == 0 and loaded.stdout.strip() == str(final), loaded.stderr

@@ -69,8 +69,9 @@ def test_the_shared_flags_read_the_same_in_repro_and_fuzz():
         # only the tool's own default may differ
         assert r.rpartition(" (default: ")[0] == f.rpartition(" (default: ")[0], (flag, r, f)
     # the help is one string in both parsers, not two copies that happen to agree
-    helps = [{a.option_strings[0]: a.help for a in p._actions if a.option_strings} for p in (repro_parser(),
-                                                                                            fuzz_parser())]
+    helps = [
+        {a.option_strings[0]: a.help for a in p._actions if a.option_strings} for p in (repro_parser(), fuzz_parser())
+    ]
     for flag in SHARED_IN_REPRO_AND_FUZZ:
         assert helps[0][flag] == helps[1][flag]
 

@@ -18,15 +18,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import VARIANTS
 from pyllama_dflash.fuzz.invariant import DraftAhead, DraftHole, SpecFailed, TargetFailed, failed_call
 from pyllama_dflash.fuzz.runner import examples_from_env, replay_variants, search_variants, seed_from_env
 from pyllama_dflash.fuzz.schedule import Schedule, ScheduleError, words
 from pyllama_dflash.fuzz.strategy import normalize, raw_steps, schedules
-from pyllama_dflash.scenarios.models import tiny_models
 from pyllama_dflash.scenarios.record import Call
-
-from conftest import FIX, VARIANTS  # noqa: E402 - the series' variants, defined once
-
 
 # -- the format and the strategy (no native code) ------------------------------------------------
 
@@ -44,7 +41,7 @@ def test_generated_schedules_are_valid_and_round_trip(schedule):
 def test_deleting_a_raw_step_still_gives_a_valid_schedule(raws):
     # what the shrinker does: any sublist of raw steps normalizes to a valid schedule
     for i in range(len(raws)):
-        normalize(2, raws[:i] + raws[i + 1:]).validate()
+        normalize(2, raws[:i] + raws[i + 1 :]).validate()
 
 
 def test_steps_llama_server_could_not_take_are_refused():
@@ -53,10 +50,21 @@ def test_steps_llama_server_could_not_take_are_refused():
         [{"op": "generate", "seq": 0, "n": 2}],  # nothing sampled to draft from
         [p, {"op": "rewind", "seq": 0, "to": "c0"}],  # no such checkpoint
         # c1 lies past the rewind to c0: no longer a prefix of the sequence
-        [p, {"op": "save", "seq": 0, "name": "c0"}, p, {"op": "save", "seq": 0, "name": "c1"},
-         {"op": "rewind", "seq": 0, "to": "c0"}, p, {"op": "rewind", "seq": 0, "to": "c1"}],
-        [p, {"op": "save", "seq": 0, "name": "c0"}, {"op": "restore", "seq": 0, "name": "c0"},
-         {"op": "rewind", "seq": 0, "to": "c0"}],  # a restore brings another history
+        [
+            p,
+            {"op": "save", "seq": 0, "name": "c0"},
+            p,
+            {"op": "save", "seq": 0, "name": "c1"},
+            {"op": "rewind", "seq": 0, "to": "c0"},
+            p,
+            {"op": "rewind", "seq": 0, "to": "c1"},
+        ],
+        [
+            p,
+            {"op": "save", "seq": 0, "name": "c0"},
+            {"op": "restore", "seq": 0, "name": "c0"},
+            {"op": "rewind", "seq": 0, "to": "c0"},
+        ],  # a restore brings another history
         [{"op": "prompt", "seq": 0, "parts": [{"image": [2, 9]}]}],  # outside the grid limits
         [{"op": "batch", "texts": [[0, words(9)], [1, words(8)]]}],  # 17 tokens > n_batch 16
     ]
@@ -69,8 +77,14 @@ def test_steps_llama_server_could_not_take_are_refused():
 
 def test_a_refused_call_is_told_apart_by_the_batch_check():
     def call(x: int, y: int, who: str = "spec") -> Call:
-        return Call("s", who, "common_speculative_process", 0, False,
-                    log=[f"... for sequence 0 is X = {x}", f"... a starting position of Y = {y}"])
+        return Call(
+            "s",
+            who,
+            "common_speculative_process",
+            0,
+            False,
+            log=[f"... for sequence 0 is X = {x}", f"... a starting position of Y = {y}"],
+        )
 
     assert isinstance(failed_call(call(1, 5)), DraftHole)
     assert isinstance(failed_call(call(12, 5)), DraftAhead)
@@ -83,15 +97,16 @@ def test_a_refused_call_is_told_apart_by_the_batch_check():
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    return tiny_models(tmp_path_factory.mktemp("tiny-models"))
-
-
-@pytest.fixture(scope="module")
-def fuzzed(variants, models, tmp_path_factory) -> dict[str, dict]:
+def fuzzed(variants, model_set, tmp_path_factory) -> dict[str, dict]:
     assert set(VARIANTS) <= set(variants), f"built variants: {sorted(variants)}"
-    return search_variants(list(VARIANTS), models, examples=examples_from_env(), seed=seed_from_env(),
-                           parallel=2, work_dir=tmp_path_factory.mktemp("fuzz"))
+    return search_variants(
+        list(VARIANTS),
+        model_set,
+        examples=examples_from_env(),
+        seed=seed_from_env(),
+        parallel=2,
+        work_dir=tmp_path_factory.mktemp("fuzz"),
+    )
 
 
 def _kinds(result: dict) -> dict[str, dict]:
@@ -149,26 +164,37 @@ def test_the_shrunk_schedule_replays_through_repro(fuzzed, variant, kind, tmp_pa
     found = _kinds(fuzzed[variant])[kind]
     path = Schedule.from_json(found["schedule"]).save(tmp_path / f"{variant}-{kind}.json")
     report = tmp_path / "report.json"
-    proc = subprocess.run([sys.executable, "-m", "pyllama_dflash.repro", "--no-build", "--schedule", str(path),
-                           "--json", str(report)], check=False, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyllama_dflash.repro", "--no-build", "--schedule", str(path), "--json", str(report)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr  # full passes it
     results = json.loads(report.read_text())["results"]
     replayed = results[variant]
     assert replayed["status"] == "FAIL" and replayed["kind"] == kind, replayed
     # the same call fails, at the same positions
-    assert {k: replayed["failing_call"][k] for k in ("step", "api", "seq", "pos")} == \
-        {k: found["failing_call"][k] for k in ("step", "api", "seq", "pos")}
+    assert {k: replayed["failing_call"][k] for k in ("step", "api", "seq", "pos")} == {
+        k: found["failing_call"][k] for k in ("step", "api", "seq", "pos")
+    }
     assert results["full"]["status"] == "PASS"
     row = next(line for line in proc.stdout.splitlines() if line.startswith(path.name))
-    assert row.split()[-len(VARIANTS):] == [results[v]["status"] for v in VARIANTS]
+    assert row.split()[-len(VARIANTS) :] == [results[v]["status"] for v in VARIANTS]
 
 
 def test_a_shrunk_drift_replays_through_repro_as_drift(fuzzed, tmp_path):
     found = _kinds(fuzzed["zero-fill"])["drift"]
     path = Schedule.from_json(found["schedule"]).save(tmp_path / "zero-fill-drift.json")
     report = tmp_path / "report.json"
-    proc = subprocess.run([sys.executable, "-m", "pyllama_dflash.repro", "--no-build", "--schedule", str(path),
-                           "--json", str(report)], check=False, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyllama_dflash.repro", "--no-build", "--schedule", str(path), "--json", str(report)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr  # full drafts what the twin drafts
     results = json.loads(report.read_text())["results"]
     assert results["zero-fill"]["status"] == "DRIFT" and results["zero-fill"]["kind"] == "drift"
@@ -179,28 +205,38 @@ DRIFT_SCHEDULES = sorted((Path(__file__).parent / "data" / "schedules").glob("dr
 
 
 @pytest.mark.parametrize("path", DRIFT_SCHEDULES, ids=lambda p: p.stem)
-def test_the_drift_schedules_drift_on_zero_fill_and_not_on_full(variants, models, path, tmp_path):
+def test_the_drift_schedules_drift_on_zero_fill_and_not_on_full(variants, model_set, path, tmp_path):
     """The drafting-exactness schedules (one image; two images and two turns; two sequences): the
     seed's zero-fill drafts otherwise than the twin on baseline, the fix drafts exactly the same,
     and so does the twin itself under the fix (it needs no fill and gets none)."""
     schedule = Schedule.load(path)
-    for draft in (models.draft, models.draft_mrope):
-        results = replay_variants(schedule, list(VARIANTS), models.with_draft(draft), work_dir=tmp_path / draft.stem)
+    for draft in (model_set.draft, model_set.draft_mrope):
+        results = replay_variants(schedule, list(VARIANTS), model_set.with_draft(draft), work_dir=tmp_path / draft.stem)
         zf, full = results["zero-fill"], results["full"]
         assert zf["status"] == "DRIFT" and "drafts differ from the reference" in zf["first_failure"], zf
         assert full["status"] == "PASS" and full["stats"]["drift_checked"] == 1, full
         assert full["drafted"] > 0
 
 
-def test_a_rewind_trims_both_memories_so_text_only_rewinds_pass_everywhere(variants, models, tmp_path):
+def test_a_rewind_trims_both_memories_so_text_only_rewinds_pass_everywhere(variants, model_set, tmp_path):
     # llama-server's rewind (checkpoint, then slot.mem.seq_rm on both memories) never leaves the
     # draft ahead, unlike a target-only restore: even baseline passes where no image is involved
     p = {"op": "prompt", "seq": 0, "parts": [words(4)]}
-    schedule = Schedule(2, [p, {"op": "save", "seq": 0, "name": "c0"}, {"op": "generate", "seq": 0, "n": 3},
-                            {"op": "rewind", "seq": 0, "to": "c0"}, {"op": "generate", "seq": 0, "n": 2},
-                            {"op": "batch", "texts": [[0, words(2)], [1, words(3)]]},
-                            {"op": "rewind", "seq": 0, "to": None}, p, {"op": "generate", "seq": 0, "n": 2}])
-    results = replay_variants(schedule, list(VARIANTS), models, work_dir=tmp_path)
+    schedule = Schedule(
+        2,
+        [
+            p,
+            {"op": "save", "seq": 0, "name": "c0"},
+            {"op": "generate", "seq": 0, "n": 3},
+            {"op": "rewind", "seq": 0, "to": "c0"},
+            {"op": "generate", "seq": 0, "n": 2},
+            {"op": "batch", "texts": [[0, words(2)], [1, words(3)]]},
+            {"op": "rewind", "seq": 0, "to": None},
+            p,
+            {"op": "generate", "seq": 0, "n": 2},
+        ],
+    )
+    results = replay_variants(schedule, list(VARIANTS), model_set, work_dir=tmp_path)
     for v in VARIANTS:
         assert results[v]["status"] == "PASS", (v, results[v])
         assert results[v]["drafted"] > 0
@@ -231,7 +267,12 @@ print("ok")
 """
 
 
-def test_session_rewind_and_its_reference_replay(variants, models):
-    proc = subprocess.run([sys.executable, "-c", _SESSION_REWIND, json.dumps(models.to_json())], check=False,
-                          capture_output=True, text=True, timeout=120)
+def test_session_rewind_and_its_reference_replay(variants, model_set):
+    proc = subprocess.run(
+        [sys.executable, "-c", _SESSION_REWIND, json.dumps(model_set.to_json())],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout[-2000:] + proc.stderr[-4000:]

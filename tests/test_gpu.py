@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import VARIANTS
 from pyllama_dflash.llamabuild import VariantNotBuilt, find
 from pyllama_dflash.llamabuild.toolchain import nvidia_gpu_present
 from pyllama_dflash.repro.runner import Job, run_matrix
 from pyllama_dflash.scenarios.catalog import EXPECTED, SCENARIOS
-from pyllama_dflash.scenarios.models import tiny_models
-
-from conftest import FIX, VARIANTS  # noqa: E402 - the series' variants, defined once
 
 
 def _cuda_builds() -> bool:
@@ -26,16 +24,20 @@ def _cuda_builds() -> bool:
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(not (nvidia_gpu_present() and _cuda_builds()),
-                       reason="needs CUDA builds of every variant (build.py --backend cuda) and an NVIDIA device"),
+    pytest.mark.skipif(
+        not (nvidia_gpu_present() and _cuda_builds()),
+        reason="needs CUDA builds of every variant (build.py --backend cuda) and an NVIDIA device",
+    ),
 ]
 
 
 @pytest.fixture(scope="module")
-def gpu_matrix(tmp_path_factory):
-    models = tiny_models(tmp_path_factory.mktemp("tiny-models"))
-    jobs = [Job(s, v, models, {"n_batch": 16, "n_ubatch": 16, "n_gpu_layers": 99}, backend="cuda")
-            for s in SCENARIOS for v in VARIANTS]
+def gpu_matrix(model_set, tmp_path_factory):
+    jobs = [
+        Job(s, v, model_set, {"n_batch": 16, "n_ubatch": 16, "n_gpu_layers": 99}, backend="cuda")
+        for s in SCENARIOS
+        for v in VARIANTS
+    ]
     return run_matrix(jobs, parallel=2, work_dir=tmp_path_factory.mktemp("gpu-matrix"))
 
 

@@ -21,7 +21,8 @@ PACKAGE_DIR = Path(pyllama_dflash.__file__).parent
 # Exceptions that steer control flow inside the harness and never reach a caller, so they need
 # not derive from PyllamaError: each is raised and caught within one run of the harness.
 INTERNAL = {
-    "pyllama_dflash.scenarios.record.StopScenario": "ends a scenario run at its first failing call; the runner catches it",
+    "pyllama_dflash.scenarios.record.StopScenario": "ends a scenario run at its first failing call; "
+    "the runner catches it",
     "pyllama_dflash.fuzz.invariant.Violation": "a broken invariant handed to hypothesis, which shrinks and reports it",
 }
 
@@ -43,7 +44,9 @@ def _module_name(path: Path) -> str:
 
 def _is_module(name: str) -> bool:
     rel = Path(*name.split("."))
-    return (PACKAGE_DIR.parent / rel).with_suffix(".py").is_file() or (PACKAGE_DIR.parent / rel / "__init__.py").is_file()
+    return (PACKAGE_DIR.parent / rel).with_suffix(".py").is_file() or (
+        PACKAGE_DIR.parent / rel / "__init__.py"
+    ).is_file()
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -84,8 +87,9 @@ def test_every_public_exception_derives_from_pyllama_error():
     assert len(found) > 20, sorted(found)  # the walk saw the package, not an empty shell
     internal_roots = tuple(cls for key, cls in found.items() if key in INTERNAL)
     assert len(internal_roots) == len(INTERNAL), "an INTERNAL entry names no class"
-    outside = sorted(key for key, cls in found.items()
-                     if not issubclass(cls, PyllamaError) and not issubclass(cls, internal_roots))
+    outside = sorted(
+        key for key, cls in found.items() if not issubclass(cls, PyllamaError) and not issubclass(cls, internal_roots)
+    )
     assert outside == [], f"not under PyllamaError: {outside}"
 
 
@@ -132,9 +136,11 @@ def test_no_module_imports_a_module_that_imports_it_back():
 
 
 def test_every_folder_of_python_code_is_a_package():
-    missing = sorted(str(d.relative_to(PACKAGE_DIR.parent)) for d in PACKAGE_DIR.rglob("*")
-                     if d.is_dir() and "__pycache__" not in d.parts and any(d.glob("*.py"))
-                     and not (d / "__init__.py").is_file())
+    missing = sorted(
+        str(d.relative_to(PACKAGE_DIR.parent))
+        for d in PACKAGE_DIR.rglob("*")
+        if d.is_dir() and "__pycache__" not in d.parts and any(d.glob("*.py")) and not (d / "__init__.py").is_file()
+    )
     assert missing == []
 
 

@@ -29,7 +29,10 @@ def test_the_wheel_carries_the_series_the_native_sources_and_every_package(tmp_p
     out = tmp_path / "wheel"
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(src)],
-        capture_output=True, text=True, env={**os.environ, "PYLLAMA_DFLASH_SKIP_BUILD": "1"}, timeout=600,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYLLAMA_DFLASH_SKIP_BUILD": "1"},
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (wheel,) = out.glob("pyllama_dflash-*.whl")

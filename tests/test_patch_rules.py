@@ -14,8 +14,6 @@ import sys
 
 import pytest
 
-from pyllama_dflash.scenarios.models import tiny_models
-
 _CHILD = r"""
 import json, sys
 from pyllama_dflash import api, load
@@ -52,12 +50,13 @@ print(json.dumps(out))
 
 
 @pytest.fixture(scope="module")
-def runs(variants, tmp_path_factory) -> dict[tuple[str, str], dict]:
-    models = json.dumps(tiny_models(tmp_path_factory.mktemp("tiny-models")).to_json())
+def runs(variants, model_set) -> dict[tuple[str, str], dict]:
+    models = json.dumps(model_set.to_json())
     out = {}
     for variant, draft in (("baseline", "legacy"), ("baseline", "twin"), ("full", "legacy"), ("full", "twin")):
-        proc = subprocess.run([sys.executable, "-c", _CHILD, variant, draft, models], capture_output=True, text=True,
-                              timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-c", _CHILD, variant, draft, models], capture_output=True, text=True, timeout=120
+        )
         assert proc.returncode == 0, (variant, draft, proc.stderr[-3000:])
         out[(variant, draft)] = json.loads(proc.stdout.strip().splitlines()[-1])
     return out

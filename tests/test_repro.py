@@ -11,24 +11,26 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from conftest import FIX, VARIANTS
 from pyllama_dflash.repro.runner import REFERENCE, run_table
 from pyllama_dflash.scenarios.catalog import EXPECTED, SCENARIOS
-from pyllama_dflash.scenarios.models import tiny_models
-
-from conftest import FIX, VARIANTS  # noqa: E402 - the series' variants, defined once
 
 
 @pytest.fixture(scope="session")
-def matrix(variants, tmp_path_factory) -> dict[tuple[str, str], dict]:
+def matrix(variants, model_set, tmp_path_factory) -> dict[tuple[str, str], dict]:
     """Every cell, judged by the drift oracle; the reference runs under (scenario, REFERENCE)."""
     assert set(VARIANTS) <= set(variants), f"built variants: {sorted(variants)}"
-    models = tiny_models(tmp_path_factory.mktemp("tiny-models"))
-    table = run_table(list(SCENARIOS), list(VARIANTS), models, {"n_batch": 16, "n_ubatch": 16}, parallel=2,
-                      work_dir=tmp_path_factory.mktemp("matrix"))
+    table = run_table(
+        list(SCENARIOS),
+        list(VARIANTS),
+        model_set,
+        {"n_batch": 16, "n_ubatch": 16},
+        parallel=2,
+        work_dir=tmp_path_factory.mktemp("matrix"),
+    )
     return {(sid, v): r for sid, row in table.items() for v, r in row.items()}
 
 
@@ -151,8 +153,10 @@ def test_a_restored_slot_drafts_as_its_conversation_only_where_the_server_restor
     slots = matrix[("S12", "slots")]
     assert slots["status"] == "PASS" and slots["exact"] is True, slots.get("first_failure")
     restores = [c for c in slots["calls"] if c["step"] == "restore A"]
-    assert [(c["who"], c["api"]) for c in restores] == [("target", "llama_state_seq_set_data"),
-                                                         ("draft", "llama_state_seq_set_data")]
+    assert [(c["who"], c["api"]) for c in restores] == [
+        ("target", "llama_state_seq_set_data"),
+        ("draft", "llama_state_seq_set_data"),
+    ]
 
 
 def test_the_fix_trims_a_draft_ahead_with_a_warning(matrix):
@@ -165,9 +169,20 @@ def test_the_fix_trims_a_draft_ahead_with_a_warning(matrix):
 def test_repro_cli_json_and_exit_status(variants, tmp_path):
     out = tmp_path / "report.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pyllama_dflash.repro", "--no-build", "--scenarios", "S1,S8",
-         "--expect-baseline-fail", "--json", str(out)],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pyllama_dflash.repro",
+            "--no-build",
+            "--scenarios",
+            "S1,S8",
+            "--expect-baseline-fail",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(out.read_text())
@@ -186,7 +201,9 @@ def test_repro_cli_json_and_exit_status(variants, tmp_path):
 def test_repro_exits_non_zero_when_the_fix_is_baseline(variants):
     proc = subprocess.run(
         [sys.executable, "-m", "pyllama_dflash.repro", "--no-build", "--scenarios", "S1", "--fix", "baseline"],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 1
     assert "baseline FAIL on S1" in proc.stderr

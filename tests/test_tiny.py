@@ -46,12 +46,8 @@ def _tensors(gguf, path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
     return {t.name: (tuple(int(x) for x in t.shape), t.tensor_type.name) for t in r.tensors}
 
 
-@pytest.fixture(scope="module")
-def models(gguf, tmp_path_factory):
-    return tiny.write_models(tmp_path_factory.mktemp("tiny"))
-
-
 # --- determinism, size, speed ---------------------------------------------------------
+
 
 def test_same_bytes_twice(gguf, tmp_path):
     t0 = time.perf_counter()
@@ -84,6 +80,7 @@ def test_sizes(models):
 
 # --- cache behaviour ------------------------------------------------------------------
 
+
 def test_write_models_skips_up_to_date(gguf, tmp_path):
     first = tiny.write_models(tmp_path)
     assert set(first.written) == {"target", "draft", "mmproj"}
@@ -113,6 +110,7 @@ def test_config_change_rewrites(gguf, tmp_path):
 
 
 # --- contents ---------------------------------------------------------------------------
+
 
 def test_target_keys_and_tensors(gguf, models):
     cfg = models.config
@@ -185,10 +183,10 @@ def test_the_reconverted_twin_has_the_same_tensors_byte_for_byte(gguf, tmp_path,
     legacy = gguf.GGUFReader(tiny.write_models(tmp_path, draft_swa=swa).draft)
     twin = gguf.GGUFReader(tiny.write_models(tmp_path, draft_swa=swa, draft_mrope=True).draft)
     assert [t.name for t in legacy.tensors] == [t.name for t in twin.tensors]
-    for a, b in zip(legacy.tensors, twin.tensors):
+    for a, b in zip(legacy.tensors, twin.tensors, strict=True):
         assert (a.tensor_type, list(a.shape)) == (b.tensor_type, list(b.shape)), a.name
         assert a.data.tobytes() == b.data.tobytes(), a.name
-    keys = lambda r: {k for k in r.fields if not k.startswith("GGUF.")}  # noqa: E731
+    keys = lambda r: {k for k in r.fields if not k.startswith("GGUF.")}
     assert keys(twin) - keys(legacy) == {"dflash.rope.dimension_sections"}
     assert keys(legacy) - keys(twin) == set()
 
@@ -218,6 +216,7 @@ def test_config_validation():
 
 # --- tokenizer model and image grid ---------------------------------------------------------
 
+
 def test_test_vocab_tokenizer():
     # 5-byte chunks, so a few words make a handful of tokens
     ids = tiny.tokenize_test_vocab("Describe this image please")
@@ -225,26 +224,30 @@ def test_test_vocab_tokenizer():
     assert tiny.tokenize_test_vocab("hello") == [sum(b * 31 ** (4 - i) for i, b in enumerate(b"hello")) % 128]
 
 
-@pytest.mark.parametrize("size,grid", [
-    ((56, 56), (3, 3)),     # below 8 tokens: upscaled to 84x84
-    ((84, 84), (3, 3)),
-    ((112, 112), (4, 4)),
-    ((168, 168), (6, 6)),   # 36 tokens > n_batch 32
-    ((252, 84), (9, 3)),
-])
+@pytest.mark.parametrize(
+    "size,grid",
+    [
+        ((56, 56), (3, 3)),  # below 8 tokens: upscaled to 84x84
+        ((84, 84), (3, 3)),
+        ((112, 112), (4, 4)),
+        ((168, 168), (6, 6)),  # 36 tokens > n_batch 32
+        ((252, 84), (9, 3)),
+    ],
+)
 def test_image_grid(size, grid):
     assert tiny.image_grid(*size) == grid
 
 
 # --- PNG ---------------------------------------------------------------------------------------
 
+
 def _parse_png(data: bytes) -> tuple[int, int, bytes]:
     assert data[:8] == image.PNG_SIGNATURE
     pos, chunks = 8, []
     while pos < len(data):
-        (n,) = struct.unpack(">I", data[pos:pos + 4])
-        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + n]
-        (crc,) = struct.unpack(">I", data[pos + 8 + n:pos + 12 + n])
+        (n,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + n]
+        (crc,) = struct.unpack(">I", data[pos + 8 + n : pos + 12 + n])
         assert crc == zlib.crc32(kind + body) & 0xFFFFFFFF, kind
         chunks.append((kind, body))
         pos += 12 + n

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pyllama_dflash.scenarios.models import ModelSet, tiny_models
+from pyllama_dflash.scenarios.models import ModelSet
 from pyllama_dflash.tiny import gguf_module
 from pyllama_dflash.tiny._write import FINGERPRINT_KEY
 from pyllama_dflash.upgrade import SECTIONS_KEY, DraftUpgradeError, inspect, upgrade
@@ -26,8 +26,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def ms(tmp_path_factory: pytest.TempPathFactory) -> ModelSet:
-    return tiny_models(tmp_path_factory.mktemp("upgrade-tiny"))
+def ms(model_set: ModelSet) -> ModelSet:
+    return model_set
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +58,13 @@ def _kv_map(g: gs.GGUFFile) -> dict[str, tuple[Any, ...]]:
 
 
 def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pyllama_dflash.upgrade", *map(str, args)],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "pyllama_dflash.upgrade", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
 
 
 # ---- the upgrade itself -------------------------------------------------------------------------
@@ -98,7 +103,7 @@ def test_upgraded_legacy_is_the_reconverted_twin(ms: ModelSet, legacy: Path, tmp
     for an M-RoPE target."""
     out = upgrade(legacy, tmp_path / "out.gguf").out
     dst, twin = gs.read_gguf(out), gs.read_gguf(ms.draft_mrope)
-    strip = lambda g: {k: v for k, v in _kv_map(g).items() if k != FINGERPRINT_KEY}  # noqa: E731
+    strip = lambda g: {k: v for k, v in _kv_map(g).items() if k != FINGERPRINT_KEY}
     assert strip(dst) == strip(twin)
     assert dst.tensors == twin.tensors
     assert _data_section(dst) == _data_section(twin)
@@ -184,8 +189,7 @@ def test_check_without_target(ms: ModelSet, capsys: pytest.CaptureFixture[str]) 
     assert "does not use M-RoPE" in capsys.readouterr().out
 
 
-def test_cli_upgrade_and_noop(ms: ModelSet, legacy: Path, tmp_path: Path,
-                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_upgrade_and_noop(ms: ModelSet, legacy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cli.gguf"
     assert main([str(legacy), "-o", str(out)]) == 0
     assert f"wrote {out}" in capsys.readouterr().out
@@ -213,8 +217,9 @@ def _truncated(src: Path, dst: Path, cut: int) -> Path:
     return dst
 
 
-@pytest.mark.parametrize("case", ["not-gguf", "empty", "target", "cut-kv", "cut-tensor-info", "cut-data",
-                                  "cut-data-end"])
+@pytest.mark.parametrize(
+    "case", ["not-gguf", "empty", "target", "cut-kv", "cut-tensor-info", "cut-data", "cut-data-end"]
+)
 def test_bad_input_refused(case: str, ms: ModelSet, tmp_path: Path) -> None:
     g = gs.read_gguf(ms.draft)
     if case == "not-gguf":
@@ -282,6 +287,7 @@ def test_missing_head_size_keys(tmp_path: Path, gguf: Any) -> None:
 
 def test_error_is_a_pyllama_error() -> None:
     from pyllama_dflash._internals import PyllamaError
+
     assert issubclass(DraftUpgradeError, PyllamaError) and issubclass(DraftUpgradeError, ValueError)
 
 
@@ -309,8 +315,7 @@ class _ReadSpy:
 
 
 @pytest.mark.parametrize("chunk", [4096, gs.CHUNK_SIZE])
-def test_streams_in_bounded_reads(chunk: int, legacy: Path, tmp_path: Path,
-                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_streams_in_bounded_reads(chunk: int, legacy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sizes: list[int] = []
     real_open = open
 
@@ -347,7 +352,7 @@ def test_gguf_py_reads_the_upgraded_draft(legacy: Path, tmp_path: Path, gguf: An
         if not k.startswith("GGUF."):
             assert r.fields[k].contents() == f.contents(), k
     assert [t.name for t in r.tensors] == [t.name for t in src.tensors]
-    for a, b in zip(r.tensors, src.tensors):
+    for a, b in zip(r.tensors, src.tensors, strict=True):
         assert a.tensor_type == b.tensor_type and np.array_equal(a.data, b.data), a.name
 
 
@@ -367,9 +372,9 @@ def test_reader_agrees_with_gguf_py(ms: ModelSet, gguf: Any) -> None:
         assert ours.data_offset == theirs.data_offset
         fields = {k: f.contents() for k, f in theirs.fields.items() if not k.startswith("GGUF.")}
         assert {kv.key: kv.value for kv in ours.kvs} == fields
-        assert [(t.name, t.shape, t.offset) for t in ours.tensors] == \
-               [(t.name, tuple(int(x) for x in t.shape), t.data_offset - theirs.data_offset)
-                for t in theirs.tensors]
+        assert [(t.name, t.shape, t.offset) for t in ours.tensors] == [
+            (t.name, tuple(int(x) for x in t.shape), t.data_offset - theirs.data_offset) for t in theirs.tensors
+        ]
         assert [t.nbytes() for t in ours.tensors] == [int(t.n_bytes) for t in theirs.tensors]
 
 
@@ -410,8 +415,11 @@ def test_synthetic_roundtrip(synthetic: Path, tmp_path: Path, gguf: Any) -> None
     assert g.get("t.u64") == 2**63 + 5 and g.get("t.f64") == 1e-300 and g.get("t.bool") is True
     assert g.get("t.str") == "héllo\nworld" and g.get("t.strs") == ["a", "", "ünï"]
     assert g.get("t.nested") == [[1, 2, 3], [4], [5, 6]] and g.kv("t.nested").item_type is gs.ValueType.ARRAY
-    assert [(t.type_name, t.shape, t.nbytes()) for t in g.tensors] == \
-           [("Q8_0", (64, 2), 2 * 34 * 2), ("F16", (3, 2), 12), ("F32", (5,), 20)]
+    assert [(t.type_name, t.shape, t.nbytes()) for t in g.tensors] == [
+        ("Q8_0", (64, 2), 2 * 34 * 2),
+        ("F16", (3, 2), 12),
+        ("F32", (5,), 20),
+    ]
 
     out = upgrade(synthetic, tmp_path / "out.gguf").out
     assert gs.read_gguf(out).get(SECTIONS_KEY) == [8, 0, 0, 0]
@@ -421,7 +429,7 @@ def test_synthetic_roundtrip(synthetic: Path, tmp_path: Path, gguf: Any) -> None
     r = gguf.GGUFReader(out)
     assert r.fields[SECTIONS_KEY].contents() == [8, 0, 0, 0]
     src = gguf.GGUFReader(synthetic)
-    for a, b in zip(r.tensors, src.tensors):
+    for a, b in zip(r.tensors, src.tensors, strict=True):
         assert np.array_equal(a.data, b.data)
 
 

@@ -15,15 +15,14 @@ import pytest
 
 from pyllama_dflash.repro.runner import REFERENCE, run_table
 from pyllama_dflash.scenarios.catalog import SCENARIOS
-from pyllama_dflash.scenarios.models import tiny_models
 from pyllama_dflash.server import run_server_checks
 from pyllama_dflash.upgrade import upgrade
 
 
 @pytest.fixture(scope="module")
-def upgraded(tmp_path_factory):
+def upgraded(model_set, tmp_path_factory):
     """The tiny models with both legacy drafts (plain, sliding-window) replaced by upgraded copies."""
-    models = tiny_models(tmp_path_factory.mktemp("tiny-models"))
+    models = model_set
     out = tmp_path_factory.mktemp("upgraded")
     plain = upgrade(models.draft, out / "plain-upgraded.gguf").out
     swa = upgrade(models.draft_swa, out / "swa-upgraded.gguf").out
@@ -31,8 +30,9 @@ def upgraded(tmp_path_factory):
 
 
 def test_the_upgraded_draft_passes_every_scenario_on_baseline_without_drift(variants, upgraded, tmp_path):
-    table = run_table(list(SCENARIOS), ["baseline"], upgraded, {"n_batch": 16, "n_ubatch": 16}, parallel=2,
-                      work_dir=tmp_path)
+    table = run_table(
+        list(SCENARIOS), ["baseline"], upgraded, {"n_batch": 16, "n_ubatch": 16}, parallel=2, work_dir=tmp_path
+    )
     for sid, row in table.items():
         run, ref = row["baseline"], row[REFERENCE]
         if sid == "S7":
@@ -49,12 +49,16 @@ def test_the_upgraded_draft_passes_every_scenario_on_baseline_without_drift(vari
         assert run["drift"] is None and run["drafts"] == ref["drafts"] != [], sid
 
 
-def test_the_check_mode_tells_an_affected_draft_from_an_upgraded_one(upgraded):
+def test_the_check_mode_tells_an_affected_draft_from_an_upgraded_one(upgraded, model_set):
     def check(draft) -> int:
-        return subprocess.run([sys.executable, "-m", "pyllama_dflash.upgrade", str(draft), "--check", "--target",
-                               str(upgraded.target)], capture_output=True, text=True, timeout=60).returncode
+        return subprocess.run(
+            [sys.executable, "-m", "pyllama_dflash.upgrade", str(draft), "--check", "--target", str(upgraded.target)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).returncode
 
-    legacy = tiny_models().draft
+    legacy = model_set.draft
     assert check(legacy) == 1 and check(upgraded.draft) == 0
 
 
@@ -63,8 +67,13 @@ def test_llama_server_on_baseline_answers_200_with_the_upgraded_draft(variants, 
     """Where baseline answers 500 with the legacy draft, the upgraded one gets 200 and the same
     tokens as without the draft."""
     server = variants["baseline"].binary("llama-server")
-    results = run_server_checks(server, upgraded, variant="baseline (upgraded draft)", work_dir=tmp_path,
-                                checks=["chat_image", "exact_text", "exact_image", "two_turn"])
+    results = run_server_checks(
+        server,
+        upgraded,
+        variant="baseline (upgraded draft)",
+        work_dir=tmp_path,
+        checks=["chat_image", "exact_text", "exact_image", "two_turn"],
+    )
     for name, r in results.items():
         assert r["ok"], (name, r)
     assert results["chat_image"]["status"] == 200

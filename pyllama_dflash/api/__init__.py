@@ -74,4 +74,3 @@ def init(lib_dir: Path | str | None = None) -> Runtime:
 def system_info() -> str:
     rt = runtime()
     return rt.string(rt.lib.llama_print_system_info())
-

@@ -32,7 +32,7 @@ class _Owner:
     """
 
     _handle: NativeHandle
-    last_log: list[logs.LogLine] = []  # noqa: RUF012 - replaced, never mutated, per instance
+    last_log: list[logs.LogLine] = []
 
     def _ptr(self) -> Any:
         self._handle._require_open()
@@ -62,4 +62,3 @@ class _Owner:
 
 
 _O = TypeVar("_O", bound=_Owner)
-

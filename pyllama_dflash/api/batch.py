@@ -62,7 +62,8 @@ def _check_positions(batch: Batch, via: str) -> None:
             k = int(np.argmax(bad))
             what = "repeats" if step[k] == 0 else "goes back to"
             raise ValueError(
-                f"{via}: pos of row {int(rows[k + 1])} {what} {int(t[k + 1])} after {int(t[k])} in sequence {int(seq)}: "
+                f"{via}: pos of row {int(rows[k + 1])} {what} {int(t[k + 1])} after {int(t[k])} "
+                f"in sequence {int(seq)}: "
                 "positions must increase within a sequence"
             )
 
@@ -180,4 +181,3 @@ class Batch:
     def __repr__(self) -> str:
         first = int(self.pos[0, 0]) if self.n_tokens else None
         return f"Batch({self.kind}, n_tokens={self.n_tokens}, n_pos={self.n_pos}, first_pos={first})"
-

@@ -193,14 +193,18 @@ class Context(_Owner):
         if via == "llama_decode":
             # the compat path reads n_tokens rows of this width and n_pos_per_embd position rows
             if batch.n_embd != self.decode_embd_width:
-                raise ValueError(f"{via}: embedding rows are {batch.n_embd} wide, this context reads {self.decode_embd_width}")
+                raise ValueError(
+                    f"{via}: embedding rows are {batch.n_embd} wide, this context reads {self.decode_embd_width}"
+                )
             if batch.n_pos != self.model.n_pos_per_embd:
                 raise ValueError(
                     f"{via}: {self.model.path.name} reads {self.model.n_pos_per_embd} position row(s) per embedding, "
                     f"the batch has {batch.n_pos}"
                 )
         elif batch.n_embd not in self.process_embd_widths:
-            raise ValueError(f"{via}: embedding rows are {batch.n_embd} wide, this context takes {self.process_embd_widths}")
+            raise ValueError(
+                f"{via}: embedding rows are {batch.n_embd} wide, this context takes {self.process_embd_widths}"
+            )
 
     def decode(self, batch: Batch) -> int:
         """``llama_decode``; returns its code (0 ok, 1 no KV slot, 2 aborted, -1 invalid batch, < -1 fatal)."""
@@ -222,8 +226,17 @@ class Context(_Owner):
         ext = self._batch_ext.ptr
 
         def fill_and_process() -> int:
-            filled = lib.pyllama_dflash_batch_ext_fill(ext, batch.n_tokens, b.token, b.embd, batch.n_embd, b.pos,
-                                                       batch.n_pos, batch._buffers.seq_flat, b.logits)
+            filled = lib.pyllama_dflash_batch_ext_fill(
+                ext,
+                batch.n_tokens,
+                b.token,
+                b.embd,
+                batch.n_embd,
+                b.pos,
+                batch.n_pos,
+                batch._buffers.seq_flat,
+                b.logits,
+            )
             if filled != 0:
                 raise ValueError(f"llama_process: batch rejected while filling: {self._rt.shim_error()}")
             return int(lib.llama_process(ptr, lib.LLAMA_PROCESS_TYPE_DECODE, ext))
@@ -267,7 +280,9 @@ class Context(_Owner):
     def state_seq_set(self, seq_id: int, data: bytes) -> bool:
         """Replace the sequence's state with one from :meth:`state_seq_get`; False if refused."""
         ffi, lib = self._rt.ffi, self._rt.lib
-        n, _ = self._logged(lambda: int(lib.llama_state_seq_set_data(self._ptr(), ffi.from_buffer(data), len(data), seq_id)))
+        n, _ = self._logged(
+            lambda: int(lib.llama_state_seq_set_data(self._ptr(), ffi.from_buffer(data), len(data), seq_id))
+        )
         return n == len(data) and n > 0
 
     # -- outputs --
@@ -288,4 +303,3 @@ class Context(_Owner):
     def __repr__(self) -> str:
         kind = "draft " if self.is_draft else ""
         return f"<{kind}Context of {self.model.path.name}>"
-

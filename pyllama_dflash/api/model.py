@@ -43,8 +43,7 @@ class Model(_Owner):
         layer count, a division by a zero hyperparameter); here that raises ModelLoadError naming
         the file and the assertion, and this interpreter lives on. Costs one extra load.
         """
-        guard.check_load(_probe_model, path, n_gpu_layers, call=f"llama_model_load_from_file({path})",
-                         timeout=timeout)
+        guard.check_load(_probe_model, path, n_gpu_layers, call=f"llama_model_load_from_file({path})", timeout=timeout)
         return cls(path, n_gpu_layers=n_gpu_layers)
 
     @property
@@ -105,7 +104,6 @@ class Model(_Owner):
 
     def __repr__(self) -> str:
         return f"Model({str(self.path)!r}, arch={self.arch!r}, n_embd={self.n_embd}, n_layer={self.n_layer})"
-
 
 
 def _probe_model(path: str, n_gpu_layers: int) -> dict:

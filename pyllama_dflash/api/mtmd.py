@@ -136,7 +136,6 @@ class Chunks(_Owner, Sequence[Chunk]):
         return iter(self._items)
 
 
-
 class Projector(_Owner):
     """An mtmd projector (mmproj GGUF) over a target model."""
 
@@ -171,8 +170,9 @@ class Projector(_Owner):
     def load_checked(cls, path: Path | str, model: Model, *, timeout: float | None = 600.0, **kwargs: Any) -> Projector:
         """Like ``Projector(path, model, ...)``, for a file nobody vouched for: a child process loads
         it over ``model.path`` first, so a clip loader that aborts raises ModelLoadError here."""
-        guard.check_load(_probe_projector, path, str(model.path), 0, call=f"mtmd_init_from_file({path})",
-                         timeout=timeout)
+        guard.check_load(
+            _probe_projector, path, str(model.path), 0, call=f"mtmd_init_from_file({path})", timeout=timeout
+        )
         return cls(path, model, **kwargs)
 
     @property
@@ -205,19 +205,28 @@ class Projector(_Owner):
                 continue
             arr = np.asarray(img)
             if arr.ndim != 3 or arr.shape[2] != 3 or arr.dtype != np.uint8:
-                raise ValueError(f"image {k} must be uint8 RGB [h, w, 3] or an image file's bytes, got {arr.dtype} {arr.shape}")
+                raise ValueError(
+                    f"image {k} must be uint8 RGB [h, w, 3] or an image file's bytes, got {arr.dtype} {arr.shape}"
+                )
             bitmaps.append(MtmdBitmap(rt, arr))
         try:
             chunks = MtmdChunks(rt, self._handle)
             raw = text.encode()
             c_text = ffi.new("char[]", raw)
-            inp = ffi.new("mtmd_input_text *", {"text": c_text, "text_len": len(raw), "add_special": add_special,
-                                                "parse_special": parse_special})
+            inp = ffi.new(
+                "mtmd_input_text *",
+                {"text": c_text, "text_len": len(raw), "add_special": add_special, "parse_special": parse_special},
+            )
             c_bitmaps = ffi.new("mtmd_bitmap *[]", [b.ptr for b in bitmaps] or 1)
-            rc, cap = self._logged(lambda: int(lib.mtmd_tokenize(self._ptr(), chunks.ptr, inp, c_bitmaps, len(bitmaps))))
+            rc, cap = self._logged(
+                lambda: int(lib.mtmd_tokenize(self._ptr(), chunks.ptr, inp, c_bitmaps, len(bitmaps)))
+            )
             if rc != 0:
                 chunks.close()
-                reason = {1: "the number of images does not match the number of markers", 2: "image preprocessing failed"}
+                reason = {
+                    1: "the number of images does not match the number of markers",
+                    2: "image preprocessing failed",
+                }
                 check_error("mtmd_tokenize", False, f"rc {rc}: {reason.get(rc, 'unknown error')}", cap.lines)
             return Chunks(rt, chunks)
         finally:
@@ -228,8 +237,11 @@ class Projector(_Owner):
         """Run the vision encoder on an image chunk; returns a copy of its embeddings [n_tokens, n_embd_inp]."""
         ptr = self._encode(chunk)
         width = self.model.n_embd_inp
-        return np.frombuffer(self._rt.ffi.buffer(ptr, chunk.n_tokens * width * 4), dtype=np.float32).reshape(
-            chunk.n_tokens, width).copy()
+        return (
+            np.frombuffer(self._rt.ffi.buffer(ptr, chunk.n_tokens * width * 4), dtype=np.float32)
+            .reshape(chunk.n_tokens, width)
+            .copy()
+        )
 
     def _encode(self, chunk: Chunk) -> Any:
         lib = self._rt.lib
@@ -276,10 +288,20 @@ class Projector(_Owner):
         handle = ffi.new_handle(state)
         new_n_past = ffi.new("llama_pos *", n_past)
         with logs.Capture(min_level=logging.WARNING) as cap:
-            rc = int(lib.mtmd_helper_decode_image_chunk(
-                self._ptr(), ctx._ptr(), chunk.ptr, embd, n_past, seq_id, n_batch, new_n_past,
-                lib.pyllama_dflash_on_image_batch, handle,
-            ))
+            rc = int(
+                lib.mtmd_helper_decode_image_chunk(
+                    self._ptr(),
+                    ctx._ptr(),
+                    chunk.ptr,
+                    embd,
+                    n_past,
+                    seq_id,
+                    n_batch,
+                    new_n_past,
+                    lib.pyllama_dflash_on_image_batch,
+                    handle,
+                )
+            )
         ctx.n_decode_calls += 1
         ctx.last_log = cap.lines
         if speculative is not None:
@@ -289,8 +311,6 @@ class Projector(_Owner):
         if state.shim_error:
             raise NativeCallError("pyllama_dflash_spec_process_embd_view", state.shim_error, cap.lines)
         return ImageDecodeResult(rc=rc, n_past=int(new_n_past[0]), spec_results=state.spec_results, log=cap.lines)
-
-
 
 
 def _probe_projector(path: str, model_path: str, n_gpu_layers: int) -> bool:

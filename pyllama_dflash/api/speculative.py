@@ -99,8 +99,12 @@ class Speculative(_Owner):
         rc = self._run(
             "pyllama_dflash_spec_process_tokens",
             lambda: lib.pyllama_dflash_spec_process_tokens(
-                self._ptr(), n, ffi.from_buffer("llama_token[]", tok), ffi.from_buffer("llama_pos[]", positions),
-                ffi.from_buffer("llama_seq_id[]", seqs), ffi.from_buffer("int8_t[]", out),
+                self._ptr(),
+                n,
+                ffi.from_buffer("llama_token[]", tok),
+                ffi.from_buffer("llama_pos[]", positions),
+                ffi.from_buffer("llama_seq_id[]", seqs),
+                ffi.from_buffer("int8_t[]", out),
             ),
         )
         return rc == lib.PYLLAMA_DFLASH_TRUE
@@ -125,8 +129,13 @@ class Speculative(_Owner):
         rc = self._run(
             "pyllama_dflash_spec_process_embd",
             lambda: lib.pyllama_dflash_spec_process_embd(
-                self._ptr(), n, ffi.from_buffer("float[]", rows), n_embd,
-                ffi.from_buffer("llama_pos[]", positions), positions.shape[0], ffi.from_buffer("llama_seq_id[]", seqs),
+                self._ptr(),
+                n,
+                ffi.from_buffer("float[]", rows),
+                n_embd,
+                ffi.from_buffer("llama_pos[]", positions),
+                positions.shape[0],
+                ffi.from_buffer("llama_seq_id[]", seqs),
             ),
         )
         return rc == lib.PYLLAMA_DFLASH_TRUE
@@ -137,7 +146,9 @@ class Speculative(_Owner):
         ffi, lib = self._rt.ffi, self._rt.lib
         self._run(
             "pyllama_dflash_spec_begin",
-            lambda: lib.pyllama_dflash_spec_begin(self._ptr(), seq_id, ffi.from_buffer("llama_token[]", toks), toks.shape[0]),
+            lambda: lib.pyllama_dflash_spec_begin(
+                self._ptr(), seq_id, ffi.from_buffer("llama_token[]", toks), toks.shape[0]
+            ),
         )
 
     def draft(
@@ -166,5 +177,3 @@ class Speculative(_Owner):
             raise ValueError(f"n_accepted {n_accepted} out of range")
         lib = self._rt.lib
         self._run("pyllama_dflash_spec_accept", lambda: lib.pyllama_dflash_spec_accept(self._ptr(), seq_id, n_accepted))
-
-

@@ -56,8 +56,13 @@ HOLES = (3, 6, 12, 24, 48, 96, 192, 384, 768, 1024)
 def worker(variant: str, task: str, args: dict, timeout: float = 1800) -> dict:
     """One measurement in a child process of its own, for one variant (see worker.py)."""
     with tempfile.TemporaryDirectory(prefix="pyllama-dflash-bench-") as tmp:
-        result = child.run_job("pyllama_dflash.bench.worker", {"variant": variant, "task": task, "args": args},
-                               Path(tmp), f"{variant}-{task}", timeout=timeout)
+        result = child.run_job(
+            "pyllama_dflash.bench.worker",
+            {"variant": variant, "task": task, "args": args},
+            Path(tmp),
+            f"{variant}-{task}",
+            timeout=timeout,
+        )
     if result.get("status") != "OK":
         tail = "\n".join(result.get("log_tail", []))
         raise RuntimeError(f"bench worker {variant} {task}: {result.get('first_failure')}\n{tail}")
@@ -72,24 +77,37 @@ def bench_build(cold: bool) -> dict:
         with tempfile.TemporaryDirectory(prefix="pyllama-dflash-coldbuild-") as tmp:
             env = {**os.environ, CACHE_ENV: tmp}
             times = {}
-            for name, args in (("baseline", ["--variant", "baseline"]), ("zero-fill", ["--variant", "zero-fill"]),
-                               ("full", ["--variant", "full"]), ("no-op", ["--variant", "all"])):
+            for name, args in (
+                ("baseline", ["--variant", "baseline"]),
+                ("zero-fill", ["--variant", "zero-fill"]),
+                ("full", ["--variant", "full"]),
+                ("no-op", ["--variant", "all"]),
+            ):
                 t0 = time.monotonic()
-                subprocess.run([*repo_build, "--llama-dir", src, "--quiet", *args], env=env, check=True,
-                               capture_output=True)
+                subprocess.run(
+                    [*repo_build, "--llama-dir", src, "--quiet", *args], env=env, check=True, capture_output=True
+                )
                 times[name] = time.monotonic() - t0
-        return {"source": "cold build in a temporary cache", "first_s": times["baseline"],
-                "extra_s": {"zero-fill": times["zero-fill"], "full": times["full"]}, "noop_s": times["no-op"],
-                "ratio_second_to_first": times["zero-fill"] / times["baseline"]}
+        return {
+            "source": "cold build in a temporary cache",
+            "first_s": times["baseline"],
+            "extra_s": {"zero-fill": times["zero-fill"], "full": times["full"]},
+            "noop_s": times["no-op"],
+            "ratio_second_to_first": times["zero-fill"] / times["baseline"],
+        }
     built = {m.variant: m for m in build(["all"], BuildOptions(quiet=True))}
     t0 = time.monotonic()
     subprocess.run([*repo_build, "--variant", "all", "--quiet"], check=True, capture_output=True)
     noop = time.monotonic() - t0
     first = built["baseline"].data["timings"]["total"]
     extra = {v: m.data["timings"]["total"] for v, m in built.items() if v != "baseline"}
-    return {"source": "timings recorded in the manifests (built " + built["baseline"].data["built_at"] + "), live no-op",
-            "first_s": first, "extra_s": extra, "noop_s": noop,
-            "ratio_second_to_first": next(iter(extra.values())) / first if extra else None}
+    return {
+        "source": "timings recorded in the manifests (built " + built["baseline"].data["built_at"] + "), live no-op",
+        "first_s": first,
+        "extra_s": extra,
+        "noop_s": noop,
+        "ratio_second_to_first": next(iter(extra.values())) / first if extra else None,
+    }
 
 
 def bench_matrix() -> dict:
@@ -106,8 +124,14 @@ def bench_matrix() -> dict:
     results = [r for row in table.values() for r in row.values()]
     child_wall = sum(r["wall_s"] for r in results)
     inside = sum(r.get("timings", {}).get("total_s", 0.0) for r in results)
-    return {"runs": len(results), "references": len(table), "wall_s": wall, "child_wall_s": child_wall,
-            "child_work_s": inside, "startup_share": (child_wall - inside) / child_wall if child_wall else None}
+    return {
+        "runs": len(results),
+        "references": len(table),
+        "wall_s": wall,
+        "child_wall_s": child_wall,
+        "child_work_s": inside,
+        "startup_share": (child_wall - inside) / child_wall if child_wall else None,
+    }
 
 
 def bench_overhead(rounds: int) -> dict:
@@ -122,8 +146,13 @@ def bench_overhead(rounds: int) -> dict:
             per_variant[v].append(med[v])
         pairs.append(med["full"] / med["baseline"])
     lo, hi = stats.bootstrap_median(pairs)
-    return {"rounds": rounds, "ratio_median": stats.summary(pairs)["median"], "ratio_ci95": [lo, hi],
-            "ratios": pairs, "tok_per_s": {v: stats.summary(x) for v, x in per_variant.items()}}
+    return {
+        "rounds": rounds,
+        "ratio_median": stats.summary(pairs)["median"],
+        "ratio_ci95": [lo, hi],
+        "ratios": pairs,
+        "tok_per_s": {v: stats.summary(x) for v, x in per_variant.items()},
+    }
 
 
 def _callgrind_ir(variant: str, n_tokens: int, out_dir: Path) -> int:
@@ -131,15 +160,27 @@ def _callgrind_ir(variant: str, n_tokens: int, out_dir: Path) -> int:
     out = out_dir / f"callgrind.{variant}.{n_tokens}"
     job = out_dir / f"{variant}-{n_tokens}.job.json"
     atomic_write_json(job, {"variant": variant, "task": "spec_loop", "args": {"n_tokens": n_tokens, "repeats": 1}})
-    done = child.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-m",
-                      "pyllama_dflash.bench.worker", str(job), str(out_dir / f"{variant}-{n_tokens}.result.json")],
-                     log=out_dir / f"{variant}-{n_tokens}.log", timeout=3600,
-                     env={"PYTHONHASHSEED": "0", THREADS_ENV: "1"})
+    done = child.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            "-m",
+            "pyllama_dflash.bench.worker",
+            str(job),
+            str(out_dir / f"{variant}-{n_tokens}.result.json"),
+        ],
+        log=out_dir / f"{variant}-{n_tokens}.log",
+        timeout=3600,
+        env={"PYTHONHASHSEED": "0", THREADS_ENV: "1"},
+    )
     found = re.findall(r"Collected : (\d+)", "\n".join(done.tail(50)))
     if done.rc == -signal.SIGILL:
         raise SectionUnavailable(
             "valgrind cannot execute an instruction of this native build (SIGILL; valgrind "
-            f"{_valgrind_version()} lacks some of the CPU features -march=native enabled here)")
+            f"{_valgrind_version()} lacks some of the CPU features -march=native enabled here)"
+        )
     if done.rc != 0 or not found:
         raise RuntimeError(f"callgrind run of {variant} failed ({done.how}):\n" + "\n".join(done.why()))
     return int(found[-1])
@@ -158,13 +199,19 @@ def bench_overhead_instructions(short: int = 32, long: int = 288) -> dict:
     with tempfile.TemporaryDirectory(prefix="pyllama-dflash-callgrind-") as tmp:
         ir = {v: {n: _callgrind_ir(v, n, Path(tmp)) for n in (short, long)} for v in ("baseline", "full")}
     per_token = {v: (x[long] - x[short]) / (long - short) for v, x in ir.items()}
-    return {"tokens": [short, long], "instructions": ir, "per_token": per_token,
-            "ratio": per_token["full"] / per_token["baseline"]}
+    return {
+        "tokens": [short, long],
+        "instructions": ir,
+        "per_token": per_token,
+        "ratio": per_token["full"] / per_token["baseline"],
+    }
 
 
 def bench_fill(repeats: int) -> dict:
-    out = {"plain_draft": worker("full", "fill_curve", {"holes": list(HOLES), "repeats": repeats}),
-           "swa_draft": worker("full", "fill_curve", {"holes": list(HOLES), "repeats": repeats, "draft": "swa"})}
+    out = {
+        "plain_draft": worker("full", "fill_curve", {"holes": list(HOLES), "repeats": repeats}),
+        "swa_draft": worker("full", "fill_curve", {"holes": list(HOLES), "repeats": repeats, "draft": "swa"}),
+    }
     for curve in out.values():
         # the per-position cost as the slope of a least-squares line: steadier than any one point
         h = [p["hole"] for p in curve["points"]]
@@ -179,8 +226,11 @@ def bench_bindings() -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog=tool_prog("python -m pyllama_dflash.bench"), description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog=tool_prog("python -m pyllama_dflash.bench"),
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--only", help=f"comma-separated sections ({', '.join(SECTIONS)}); default: all")
     ap.add_argument("--cold-build", action="store_true", help="measure a real cold build (about 11 min on 2 cores)")
     ap.add_argument("--rounds", type=int, default=16, help="interleaved rounds for the overhead ratio")
@@ -197,13 +247,20 @@ def main(argv: list[str] | None = None) -> int:
     report: dict = {
         "date": dt.date.today().isoformat(),
         "machine": {"cpus": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version()},
-        "llama_cpp": {"release": head.data["source"].get("release"), "commit": head.data["source"]["provenance"].get("commit"),
-                      "backend": head.backend},
+        "llama_cpp": {
+            "release": head.data["source"].get("release"),
+            "commit": head.data["source"]["provenance"].get("commit"),
+            "backend": head.backend,
+        },
     }
-    runners = {"build": lambda: bench_build(args.cold_build), "matrix": bench_matrix,
-               "overhead": lambda: bench_overhead(args.rounds), "instructions": bench_overhead_instructions,
-               "fill": lambda: bench_fill(args.repeats),
-               "bindings": bench_bindings}
+    runners = {
+        "build": lambda: bench_build(args.cold_build),
+        "matrix": bench_matrix,
+        "overhead": lambda: bench_overhead(args.rounds),
+        "instructions": bench_overhead_instructions,
+        "fill": lambda: bench_fill(args.repeats),
+        "bindings": bench_bindings,
+    }
     for section in only:
         t0 = time.monotonic()
         print(f"bench: {section} ...", file=sys.stderr, flush=True)

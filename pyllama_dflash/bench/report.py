@@ -21,49 +21,82 @@ def _figures(r: dict) -> list[tuple[str, str]]:
     if "matrix" in r:
         x = r["matrix"]
         refs = f", {x['references']} of them drift references" if x.get("references") else ""
-        rows.append((f"repro matrix on the tiny models: {x['runs']} runs{refs}, wall time (aim < 30 s)", _s(x["wall_s"])))
+        rows.append(
+            (f"repro matrix on the tiny models: {x['runs']} runs{refs}, wall time (aim < 30 s)", _s(x["wall_s"]))
+        )
         rows.append(("repro matrix: share of child time spent starting up", f"{100 * x['startup_share']:.0f}%"))
     if "overhead" in r:
         o = r["overhead"]
         lo, hi = o["ratio_ci95"]
-        rows.append((f"text-only speculative loop, tok/s `full` / `baseline` (aim 1.00 ± 0.02), {o['rounds']} rounds",
-                     f"{o['ratio_median']:.3f} (95% CI {lo:.3f}-{hi:.3f})"))
-    rows += [(f"section `{name}`", f"not measured: {sec['skipped']}") for name, sec in r.items()
-             if isinstance(sec, dict) and "skipped" in sec]
+        rows.append(
+            (
+                f"text-only speculative loop, tok/s `full` / `baseline` (aim 1.00 ± 0.02), {o['rounds']} rounds",
+                f"{o['ratio_median']:.3f} (95% CI {lo:.3f}-{hi:.3f})",
+            )
+        )
+    rows += [
+        (f"section `{name}`", f"not measured: {sec['skipped']}")
+        for name, sec in r.items()
+        if isinstance(sec, dict) and "skipped" in sec
+    ]
     if "instructions" in r and "ratio" in r["instructions"]:
         x = r["instructions"]
-        rows.append(("the same loop under callgrind: instructions per token `full` / `baseline` "
-                     f"({x['per_token']['baseline'] / 1e6:.2f} M per token)", f"{x['ratio']:.4f}"))
+        rows.append(
+            (
+                "the same loop under callgrind: instructions per token `full` / `baseline` "
+                f"({x['per_token']['baseline'] / 1e6:.2f} M per token)",
+                f"{x['ratio']:.4f}",
+            )
+        )
     if "fill" in r and "plain_draft" in r["fill"]:
         fit, fit_swa = r["fill"]["plain_draft"]["fit"], r["fill"]["swa_draft"]["fit"]
-        rows.append(("draft fill and removal per position (slope over h = 3..1024)",
-                     f"{fit['per_position_s'] * 1e6:.1f} µs (sliding-window draft: {fit_swa['per_position_s'] * 1e6:.1f} µs)"))
+        rows.append(
+            (
+                "draft fill and removal per position (slope over h = 3..1024)",
+                f"{fit['per_position_s'] * 1e6:.1f} µs "
+                f"(sliding-window draft: {fit_swa['per_position_s'] * 1e6:.1f} µs)",
+            )
+        )
     if "bindings" in r:
-        rows += [(f"{p['rows']}-row embedding batch, n_embd {p['n_embd']}: numpy vs per-row loop (aim ≥ 50x)",
-                  f"{p['ratio']:.0f}x ({_s(p['numpy_s'])} vs {_s(p['loop_s'])})") for p in r["bindings"]["points"]]
+        rows += [
+            (
+                f"{p['rows']}-row embedding batch, n_embd {p['n_embd']}: numpy vs per-row loop (aim ≥ 50x)",
+                f"{p['ratio']:.0f}x ({_s(p['numpy_s'])} vs {_s(p['loop_s'])})",
+            )
+            for p in r["bindings"]["points"]
+        ]
     return rows
 
 
 def _fill_table(fill: dict) -> list[str]:
-    out = ["Draft fill and removal for a hole of h positions (`full`), against the target's decode of the "
-           "h x 3 image chunk that makes such a hole (medians):", "",
-           "| h | fill | removal | per position | seen as extra process() time | image encode | image decode | "
-           "(fill + removal) / decode | fill + removal, sliding-window draft |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "Draft fill and removal for a hole of h positions (`full`), against the target's decode of the "
+        "h x 3 image chunk that makes such a hole (medians):",
+        "",
+        "| h | fill | removal | per position | seen as extra process() time | image encode | image decode | "
+        "(fill + removal) / decode | fill + removal, sliding-window draft |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     swa = {p["hole"]: p for p in fill["swa_draft"]["points"]}
     for p in fill["plain_draft"]["points"]:
         q = swa.get(p["hole"])
-        out.append(f"| {p['hole']} | {_s(p['fill_s'])} | {_s(p['remove_s'])} | {p['per_position_us']:.1f} µs | "
-                   f"{_s(p['process_delta_s'])} | {_s(p['image_encode_s'])} | {_s(p['image_decode_s'])} | "
-                   f"{p['fill_over_decode']:.3f} | {_s(q['fill_remove_s']) if q else 'n/a'} |")
+        out.append(
+            f"| {p['hole']} | {_s(p['fill_s'])} | {_s(p['remove_s'])} | {p['per_position_us']:.1f} µs | "
+            f"{_s(p['process_delta_s'])} | {_s(p['image_encode_s'])} | {_s(p['image_decode_s'])} | "
+            f"{p['fill_over_decode']:.3f} | {_s(q['fill_remove_s']) if q else 'n/a'} |"
+        )
     return out
 
 
 def markdown(r: dict) -> str:
     m, lc = r["machine"], r["llama_cpp"]
-    out = [f"Measured {r['date']} on {m['cpus']} cores ({m['machine']}, Python {m['python']}), "
-           f"llama.cpp {lc['release']} ({(lc['commit'] or '')[:7]}), {lc['backend']} build.", "",
-           "| figure | value |", "|---|---|"]
+    out = [
+        f"Measured {r['date']} on {m['cpus']} cores ({m['machine']}, Python {m['python']}), "
+        f"llama.cpp {lc['release']} ({(lc['commit'] or '')[:7]}), {lc['backend']} build.",
+        "",
+        "| figure | value |",
+        "|---|---|",
+    ]
     out += [f"| {k} | {v} |" for k, v in _figures(r)]
     if "fill" in r and "plain_draft" in r["fill"]:
         out += ["", *_fill_table(r["fill"])]

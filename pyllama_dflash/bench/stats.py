@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -18,7 +18,9 @@ def summary(samples: Sequence[float]) -> dict:
     }
 
 
-def bootstrap_median(samples: Sequence[float], n_boot: int = 5000, level: float = 0.95, seed: int = 0) -> tuple[float, float]:
+def bootstrap_median(
+    samples: Sequence[float], n_boot: int = 5000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
     """Percentile bootstrap interval of the median."""
     xs = np.asarray(samples, dtype=float)
     rng = np.random.default_rng(seed)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -117,18 +117,29 @@ def fill_curve(args: dict) -> dict:
 
     base = _median(lambda: process_after(0), repeats)
     for h in holes:
-        fills, removals = zip(*(fill_direct(h) for _ in range(repeats)))
+        fills, removals = zip(*(fill_direct(h) for _ in range(repeats)), strict=True)
         fill, removal = float(np.median(fills)), float(np.median(removals))
         both = fill + removal
         # cross-check: fill, injection and removal seen from outside, as the extra time of
         # process() after a hole
-        delta = _median(lambda: process_after(h), repeats) - base
-        encs, alls = zip(*(image_decode(h) for _ in range(max(1, repeats // 2))))
+        delta = _median(lambda h=h: process_after(h), repeats) - base
+        encs, alls = zip(*(image_decode(h) for _ in range(max(1, repeats // 2))), strict=True)
         enc, total = float(np.median(encs)), float(np.median(alls))
-        out.append({"hole": h, "fill_s": fill, "remove_s": removal, "fill_remove_s": both,
-                    "process_delta_s": delta, "per_position_us": 1e6 * both / h,
-                    "image_encode_s": enc, "image_decode_s": max(total - enc, 0.0), "image_total_s": total,
-                    "fill_over_decode": both / max(total - enc, 1e-9), "fill_over_total": both / total})
+        out.append(
+            {
+                "hole": h,
+                "fill_s": fill,
+                "remove_s": removal,
+                "fill_remove_s": both,
+                "process_delta_s": delta,
+                "per_position_us": 1e6 * both / h,
+                "image_encode_s": enc,
+                "image_decode_s": max(total - enc, 0.0),
+                "image_total_s": total,
+                "fill_over_decode": both / max(total - enc, 1e-9),
+                "fill_over_total": both / total,
+            }
+        )
     for obj in (projector, spec, draft, target, dm, tm):
         obj.close()
     return {"no_hole_process_s": base, "points": out}

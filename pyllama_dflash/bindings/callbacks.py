@@ -13,8 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 
-def native_callback(ffi: Any, name: str, *, error_result: Any = None,
-                    on_error: Callable[..., None] | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def native_callback(
+    ffi: Any, name: str, *, error_result: Any = None, on_error: Callable[..., None] | None = None
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Define the extern "Python" function ``name`` of ffi as the decorated function.
 
     ``on_error(exc, *args)`` gets an exception the function raised (with the same arguments C
@@ -26,11 +27,11 @@ def native_callback(ffi: Any, name: str, *, error_result: Any = None,
         def guarded(*args: Any) -> Any:
             try:
                 return fn(*args)
-            except BaseException as exc:  # noqa: BLE001 - C cannot take a Python exception
+            except BaseException as exc:
                 if on_error is not None:
                     try:
                         on_error(exc, *args)
-                    except BaseException:  # noqa: BLE001, S110 - still nothing may reach C
+                    except BaseException:
                         pass
                 return error_result
 

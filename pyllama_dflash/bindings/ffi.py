@@ -61,7 +61,9 @@ def load_module(lib_dir: Path) -> tuple[Any, Any]:
             raise BindingLoadError(f"cannot load {path}: {exc}") from exc
         abi = int(module.lib.pyllama_dflash_shim_abi())
         if abi != drift.SHIM_ABI:
-            raise BindingLoadError(f"{path}: shim ABI {abi}, bindings expect {drift.SHIM_ABI}; rebuild the shim and module")
+            raise BindingLoadError(
+                f"{path}: shim ABI {abi}, bindings expect {drift.SHIM_ABI}; rebuild the shim and module"
+            )
         _loaded = (wanted, module)
         return module.ffi, module.lib
 

@@ -100,12 +100,21 @@ def compile_module(out_dir: Path, include_dirs: list[Path], lib_dir: Path, tmp_d
 def _main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tree", type=Path, required=True, help="llama.cpp source tree")
-    parser.add_argument("--lib-dir", type=Path, required=True, help="dir with libllama.so ... libpyllama_dflash_shim.so")
+    parser.add_argument(
+        "--lib-dir", type=Path, required=True, help="dir with libllama.so ... libpyllama_dflash_shim.so"
+    )
     parser.add_argument("--out", type=Path, required=True, help="where the module goes (normally --lib-dir)")
     parser.add_argument("--tmp", type=Path, default=None)
     args = parser.parse_args(argv)
     tree = args.tree
-    include_dirs = [tree / "include", tree / "ggml/include", tree / "tools/mtmd", tree / "common", tree / "src", SHIM_HEADER.parent]
+    include_dirs = [
+        tree / "include",
+        tree / "ggml/include",
+        tree / "tools/mtmd",
+        tree / "common",
+        tree / "src",
+        SHIM_HEADER.parent,
+    ]
     with tempfile.TemporaryDirectory() as scratch:
         path = compile_module(args.out, include_dirs, args.lib_dir, args.tmp or Path(scratch))
     print(path)

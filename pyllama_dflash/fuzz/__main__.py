@@ -24,18 +24,30 @@ from .schedule import Schedule
 
 def parser() -> argparse.ArgumentParser:
     shared = common_parser("variants", "fix", "jobs", "timeout", "backend", jobs=2, timeout=1800.0)
-    ap = argparse.ArgumentParser(prog=tool_prog("python -m pyllama_dflash.fuzz"), description=__doc__.split("\n\n")[0],
-                                 parents=[shared])
-    ap.add_argument("--examples", type=int, default=None,
-                    help="schedules per variant (default: $PYLLAMA_DFLASH_FUZZ_EXAMPLES or 50)")
+    ap = argparse.ArgumentParser(
+        prog=tool_prog("python -m pyllama_dflash.fuzz"), description=__doc__.split("\n\n")[0], parents=[shared]
+    )
+    ap.add_argument(
+        "--examples",
+        type=int,
+        default=None,
+        help="schedules per variant (default: $PYLLAMA_DFLASH_FUZZ_EXAMPLES or 50)",
+    )
     ap.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: $PYLLAMA_DFLASH_FUZZ_SEED or 0)")
     ap.add_argument("--max-steps", type=int, default=8, help="raw steps per schedule (a request is up to 4 steps)")
     ap.add_argument("--exact", action="store_true", help="also compare the output with decoding without the draft")
-    ap.add_argument("--no-drift", action="store_true",
-                    help="skip the drift oracle (each schedule also run on baseline with the draft's reconverted "
-                         "twin, whose drafts every completed run must equal)")
-    ap.add_argument("--ignore", default="", metavar="KINDS",
-                    help="comma-separated violation kinds that end a run without failing it (to look past a known one)")
+    ap.add_argument(
+        "--no-drift",
+        action="store_true",
+        help="skip the drift oracle (each schedule also run on baseline with the draft's reconverted "
+        "twin, whose drafts every completed run must equal)",
+    )
+    ap.add_argument(
+        "--ignore",
+        default="",
+        metavar="KINDS",
+        help="comma-separated violation kinds that end a run without failing it (to look past a known one)",
+    )
     ap.add_argument("--out", type=Path, help="folder for the shrunk schedules (default: a new temporary folder)")
     return ap
 
@@ -57,9 +69,19 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="pyllama-dflash-schedules-"))
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    results = search_variants(variants, tiny_models(), examples=examples, seed=seed, max_steps=args.max_steps,
-                              exact=args.exact, ignore=tuple(k for k in args.ignore.split(",") if k),
-                              backend=backend, parallel=args.jobs, timeout_s=args.timeout, drift=not args.no_drift)
+    results = search_variants(
+        variants,
+        tiny_models(),
+        examples=examples,
+        seed=seed,
+        max_steps=args.max_steps,
+        exact=args.exact,
+        ignore=tuple(k for k in args.ignore.split(",") if k),
+        backend=backend,
+        parallel=args.jobs,
+        timeout_s=args.timeout,
+        drift=not args.no_drift,
+    )
     broken = False
     for v in variants:
         r = results[v]
@@ -68,9 +90,11 @@ def main(argv: list[str] | None = None) -> int:
             broken |= v == fix
             continue
         found = r["failures"]
-        print(f"{v}: {r['runs']} schedules run ({r['steps_run']} steps, {r['examples']} examples asked, "
-              f"shrinking included) in {r['wall_s']:.1f}s: {len(found) or 'no'} violation kind(s); "
-              f"checks {r['stats']}")
+        print(
+            f"{v}: {r['runs']} schedules run ({r['steps_run']} steps, {r['examples']} examples asked, "
+            f"shrinking included) in {r['wall_s']:.1f}s: {len(found) or 'no'} violation kind(s); "
+            f"checks {r['stats']}"
+        )
         for f in found:
             broken |= v == fix
             print(f"  {f['kind']} (first seen at run {r['first_failure_run'].get(f['kind'], '?')}): {f['message']}")

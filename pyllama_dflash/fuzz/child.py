@@ -37,15 +37,23 @@ def run_job(job: dict) -> dict:
         if job["mode"] == "search":
             from .search import search
 
-            result = search(models, examples=job["examples"], seed_=job.get("seed", 0),
-                            max_steps=job.get("max_steps", 8), exact=job.get("exact", False), config=config,
-                            ignore=frozenset(job.get("ignore", ())), reference=reference).to_json()
+            result = search(
+                models,
+                examples=job["examples"],
+                seed_=job.get("seed", 0),
+                max_steps=job.get("max_steps", 8),
+                exact=job.get("exact", False),
+                config=config,
+                ignore=frozenset(job.get("ignore", ())),
+                reference=reference,
+            ).to_json()
         else:
             from .execute import execute
             from .schedule import Schedule
 
-            result = execute(Schedule.from_json(job["schedule"]), models, config, exact=job.get("exact", True),
-                             reference=reference).to_json()
+            result = execute(
+                Schedule.from_json(job["schedule"]), models, config, exact=job.get("exact", True), reference=reference
+            ).to_json()
     result["variant"] = job["variant"]
     result["total_s"] = round(time.monotonic() - t0, 3)
     return result

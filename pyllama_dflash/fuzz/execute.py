@@ -7,9 +7,9 @@ schedule file works without the test extra.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from typing import Callable
 
 import numpy as np
 
@@ -53,8 +53,15 @@ def _image(w: int, h: int) -> np.ndarray:
     return tiny_image.rgb(w, h, 0)
 
 
-def execute(schedule: Schedule, models: ModelSet, config: dict | None = None, *, exact: bool = False,
-            reference: Callable[[Schedule], dict] | None = None, check: bool = True) -> Outcome:
+def execute(
+    schedule: Schedule,
+    models: ModelSet,
+    config: dict | None = None,
+    *,
+    exact: bool = False,
+    reference: Callable[[Schedule], dict] | None = None,
+    check: bool = True,
+) -> Outcome:
     """Run the schedule; a broken invariant ends the run (as llama-server drops the slot) and is returned.
 
     With exact, a run that completed is replayed without the draft, and the generated tokens

@@ -181,8 +181,11 @@ class CheckedRecord(Record):
         if draft != expected:
             where = self.calls[-1].step if self.calls else "start"
             cls = DraftBehind if draft < expected else DraftPast
-            raise cls(f"{where}: seq {seq}: the draft's memory ends at {draft}, expected {expected} ({why}; "
-                      f"target ends at {target})", call or (self.calls[-1] if self.calls else None))
+            raise cls(
+                f"{where}: seq {seq}: the draft's memory ends at {draft}, expected {expected} ({why}; "
+                f"target ends at {target})",
+                call or (self.calls[-1] if self.calls else None),
+            )
 
     def check_all(self) -> None:
         assert self.session is not None

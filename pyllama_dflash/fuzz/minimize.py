@@ -24,11 +24,11 @@ def _simpler(step: Step) -> Iterator[Step]:
         for i, part in enumerate(step["parts"]):
             parts = step["parts"]
             if isinstance(part, str) and len(part) > 5:
-                yield {**step, "parts": [*parts[:i], words(1), *parts[i + 1:]]}
+                yield {**step, "parts": [*parts[:i], words(1), *parts[i + 1 :]]}
             if len(parts) > 1:
-                yield {**step, "parts": [*parts[:i], *parts[i + 1:]]}
+                yield {**step, "parts": [*parts[:i], *parts[i + 1 :]]}
             if isinstance(part, dict) and part["image"] != [GRID_MIN, GRID_MIN]:
-                yield {**step, "parts": [*parts[:i], {"image": [GRID_MIN, GRID_MIN]}, *parts[i + 1:]]}
+                yield {**step, "parts": [*parts[:i], {"image": [GRID_MIN, GRID_MIN]}, *parts[i + 1 :]]}
     elif op == "batch":
         for i, (seq, text) in enumerate(step["texts"]):
             if len(text) > 5:
@@ -39,10 +39,10 @@ def _simpler(step: Step) -> Iterator[Step]:
 
 def _candidates(steps: list[Step]) -> Iterator[list[Step]]:
     for i in range(len(steps)):
-        yield steps[:i] + steps[i + 1:]
+        yield steps[:i] + steps[i + 1 :]
     for i, step in enumerate(steps):
         for simpler in _simpler(step):
-            yield [*steps[:i], simpler, *steps[i + 1:]]
+            yield [*steps[:i], simpler, *steps[i + 1 :]]
 
 
 def minimize(schedule: Schedule, fails: Callable[[Schedule], bool]) -> tuple[Schedule, int]:

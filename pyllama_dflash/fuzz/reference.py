@@ -32,10 +32,22 @@ class ReferenceProcess:
             raise ValueError(f"no reconverted twin of the draft {models.draft} to take the reference from")
         self.models = models.with_draft(twin)
         self._log = tempfile.NamedTemporaryFile(prefix="pyllama-dflash-reference-", suffix=".log", delete=False)
-        cmd = [sys.executable, "-m", "pyllama_dflash.fuzz.reference", json.dumps(self.models.to_json()),
-               json.dumps(config or {}), backend or ""]
-        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-                                      text=True, env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+        cmd = [
+            sys.executable,
+            "-m",
+            "pyllama_dflash.fuzz.reference",
+            json.dumps(self.models.to_json()),
+            json.dumps(config or {}),
+            backend or "",
+        ]
+        self._proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+        )
 
     def drafts(self, schedule: Schedule) -> dict:
         assert self._proc.stdin is not None and self._proc.stdout is not None
@@ -45,8 +57,10 @@ class ReferenceProcess:
             line = self._proc.stdout.readline()
             return json.loads(line)
         except (OSError, ValueError) as e:
-            raise ReferenceDied(f"the reference process ({BASELINE} + twin) stopped answering "
-                                f"(exit {self._proc.poll()}): {e}; last log lines:\n{self._tail()}") from None
+            raise ReferenceDied(
+                f"the reference process ({BASELINE} + twin) stopped answering "
+                f"(exit {self._proc.poll()}): {e}; last log lines:\n{self._tail()}"
+            ) from None
 
     def _tail(self, n: int = 12) -> str:
         self._log.flush()
@@ -85,8 +99,7 @@ def main(argv: list[str]) -> int:
     sys.stdout = sys.stderr
     for line in sys.stdin:
         outcome = execute(Schedule.from_json(json.loads(line)), models, config, check=False)
-        out.write(json.dumps({"status": outcome.status,
-                              "rounds": [asdict(r) for r in outcome.record.rounds]}) + "\n")
+        out.write(json.dumps({"status": outcome.status, "rounds": [asdict(r) for r in outcome.record.rounds]}) + "\n")
         out.flush()
     return 0
 

@@ -38,25 +38,68 @@ def _parallel(jobs: dict[str, dict], parallel: int, work_dir: Path | None, timeo
         return {name: f.result() for name, f in futures.items()}
 
 
-def search_variants(variants: list[str], models: ModelSet, *, examples: int, seed: int = DEFAULT_SEED,
-                    max_steps: int = 8, exact: bool = False, ignore: tuple[str, ...] = (),
-                    backend: str | None = None, parallel: int = 2, timeout_s: float = 600.0,
-                    work_dir: Path | None = None, drift: bool = True) -> dict[str, dict]:
+def search_variants(
+    variants: list[str],
+    models: ModelSet,
+    *,
+    examples: int,
+    seed: int = DEFAULT_SEED,
+    max_steps: int = 8,
+    exact: bool = False,
+    ignore: tuple[str, ...] = (),
+    backend: str | None = None,
+    parallel: int = 2,
+    timeout_s: float = 600.0,
+    work_dir: Path | None = None,
+    drift: bool = True,
+) -> dict[str, dict]:
     """The hypothesis search on each variant, one child each; per variant its SearchResult as JSON."""
-    jobs = {f"search-{v}": {"mode": "search", "variant": v, "backend": backend, "models": models.to_json(),
-                            "config": CONFIG, "examples": examples, "seed": seed, "max_steps": max_steps,
-                            "exact": exact, "ignore": list(ignore), "drift": drift} for v in variants}
+    jobs = {
+        f"search-{v}": {
+            "mode": "search",
+            "variant": v,
+            "backend": backend,
+            "models": models.to_json(),
+            "config": CONFIG,
+            "examples": examples,
+            "seed": seed,
+            "max_steps": max_steps,
+            "exact": exact,
+            "ignore": list(ignore),
+            "drift": drift,
+        }
+        for v in variants
+    }
     results = _parallel(jobs, parallel, work_dir, timeout_s)
     return {v: results[f"search-{v}"] for v in variants}
 
 
-def replay_variants(schedule: Schedule, variants: list[str], models: ModelSet, *, config: dict | None = None,
-                    backend: str | None = None, exact: bool = True, parallel: int = 2, timeout_s: float = 300.0,
-                    work_dir: Path | None = None, drift: bool = True) -> dict[str, dict]:
+def replay_variants(
+    schedule: Schedule,
+    variants: list[str],
+    models: ModelSet,
+    *,
+    config: dict | None = None,
+    backend: str | None = None,
+    exact: bool = True,
+    parallel: int = 2,
+    timeout_s: float = 300.0,
+    work_dir: Path | None = None,
+    drift: bool = True,
+) -> dict[str, dict]:
     """One schedule on each variant; per variant an Outcome as JSON (status, kind, first_failure, ...)."""
-    jobs = {f"replay-{v}": {"mode": "replay", "variant": v, "backend": backend, "models": models.to_json(),
-                            "config": config or CONFIG, "schedule": schedule.to_json(), "exact": exact,
-                            "drift": drift}
-            for v in variants}
+    jobs = {
+        f"replay-{v}": {
+            "mode": "replay",
+            "variant": v,
+            "backend": backend,
+            "models": models.to_json(),
+            "config": config or CONFIG,
+            "schedule": schedule.to_json(),
+            "exact": exact,
+            "drift": drift,
+        }
+        for v in variants
+    }
     results = _parallel(jobs, parallel, work_dir, timeout_s)
     return {v: results[f"replay-{v}"] for v in variants}

@@ -49,8 +49,24 @@ N_BATCH = 16  # SessionConfig's n_batch: one text_batch must fit in it
 SEQ_CELLS = 224
 GEN_EXTRA = 4  # a drafting round's verify batch: the anchor and n_max (3) drafted tokens
 
-WORDS = ("tree", "blue", "moon", "rock", "fish", "lamp", "wind", "gold", "ship", "milk",
-         "door", "rain", "salt", "wolf", "leaf", "star")
+WORDS = (
+    "tree",
+    "blue",
+    "moon",
+    "rock",
+    "fish",
+    "lamp",
+    "wind",
+    "gold",
+    "ship",
+    "milk",
+    "door",
+    "rain",
+    "salt",
+    "wolf",
+    "leaf",
+    "star",
+)
 
 Step = dict[str, Any]
 
@@ -124,8 +140,11 @@ class Tracker:
                 if isinstance(p, str):
                     continue
                 grid = p.get("image") if isinstance(p, dict) else None
-                if not (isinstance(grid, list) and len(grid) == 2 and all(
-                        isinstance(g, int) and GRID_MIN <= g <= GRID_MAX for g in grid)):
+                if not (
+                    isinstance(grid, list)
+                    and len(grid) == 2
+                    and all(isinstance(g, int) and GRID_MIN <= g <= GRID_MAX for g in grid)
+                ):
                     return f"an image part is {{'image': [nx, ny]}} with {GRID_MIN} <= nx, ny <= {GRID_MAX}, not {p!r}"
             if not any(isinstance(p, dict) or text_cells(p) for p in parts):
                 return "a prompt must evaluate at least one token"
@@ -151,8 +170,7 @@ class Tracker:
         elif op == "rewind":
             to = step.get("to")
             if to is not None and to not in sm.checkpoints:
-                return (f"{to!r} is not a checkpoint of seq {seq} that is still a prefix of it "
-                        f"(valid: {sm.checkpoints})")
+                return f"{to!r} is not a checkpoint of seq {seq} that is still a prefix of it (valid: {sm.checkpoints})"
         return None
 
     def _batch_problem(self, step: Step) -> str | None:
@@ -165,7 +183,7 @@ class Tracker:
         n = [text_cells(t[1]) if isinstance(t[1], str) else 0 for t in texts]
         if min(n) < 1 or sum(n) > N_BATCH:
             return f"a batch needs 1 or more tokens per sequence and {N_BATCH} at most in all, not {n}"
-        for s, k in zip(seqs, n):
+        for s, k in zip(seqs, n, strict=True):
             if self.seqs[s].cells + k > SEQ_CELLS:
                 return f"the batch would overflow seq {s}'s {SEQ_CELLS} cells"
         return None

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 try:
     from builtins import BaseExceptionGroup  # Python >= 3.11
@@ -38,14 +38,29 @@ class SearchResult:
     wall_s: float = 0.0
 
     def to_json(self) -> dict:
-        return {"examples": self.examples, "runs": self.runs, "failing_runs": self.failing_runs,
-                "first_failure_run": self.first_failure_run, "failures": self.failures,
-                "stats": dict(self.stats), "steps_run": self.steps_run, "wall_s": round(self.wall_s, 3)}
+        return {
+            "examples": self.examples,
+            "runs": self.runs,
+            "failing_runs": self.failing_runs,
+            "first_failure_run": self.first_failure_run,
+            "failures": self.failures,
+            "stats": dict(self.stats),
+            "steps_run": self.steps_run,
+            "wall_s": round(self.wall_s, 3),
+        }
 
 
-def search(models: ModelSet, *, examples: int, seed_: int = 0, max_steps: int = 8, exact: bool = False,
-           config: dict | None = None, ignore: frozenset[str] = frozenset(),
-           reference: Callable[[Schedule], dict] | None = None) -> SearchResult:
+def search(
+    models: ModelSet,
+    *,
+    examples: int,
+    seed_: int = 0,
+    max_steps: int = 8,
+    exact: bool = False,
+    config: dict | None = None,
+    ignore: frozenset[str] = frozenset(),
+    reference: Callable[[Schedule], dict] | None = None,
+) -> SearchResult:
     """Run up to `examples` schedules (and the shrinking of what fails).
 
     Kinds in ignore end a run as llama-server would (the slot is dropped) but do not fail it:
@@ -57,9 +72,17 @@ def search(models: ModelSet, *, examples: int, seed_: int = 0, max_steps: int = 
     t0 = time.monotonic()
 
     @seed(seed_)
-    @settings(max_examples=examples, database=None, deadline=None, derandomize=False, print_blob=False,
-              phases=(Phase.generate, Phase.shrink), report_multiple_bugs=True, verbosity=Verbosity.quiet,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=examples,
+        database=None,
+        deadline=None,
+        derandomize=False,
+        print_blob=False,
+        phases=(Phase.generate, Phase.shrink),
+        report_multiple_bugs=True,
+        verbosity=Verbosity.quiet,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(schedules(max_steps=max_steps))
     def holds(schedule: Schedule) -> None:
         result.runs += 1
@@ -79,7 +102,7 @@ def search(models: ModelSet, *, examples: int, seed_: int = 0, max_steps: int = 
 
     try:
         holds()
-    except Exception as e:  # noqa: BLE001 - hypothesis re-raises the shrunk failure(s); one group for several
+    except Exception as e:
         for exc in _leaves(e):
             result.failures.append(_failure(exc))
     for failure in result.failures:
@@ -89,8 +112,14 @@ def search(models: ModelSet, *, examples: int, seed_: int = 0, max_steps: int = 
     return result
 
 
-def _minimize(failure: dict, models: ModelSet, config: dict | None, exact: bool, result: SearchResult,
-              reference: Callable[[Schedule], dict] | None) -> None:
+def _minimize(
+    failure: dict,
+    models: ModelSet,
+    config: dict | None,
+    exact: bool,
+    result: SearchResult,
+    reference: Callable[[Schedule], dict] | None,
+) -> None:
     """Hypothesis's shrunk schedule, then minimize()'s pass on its steps; the failure is the final run's."""
     last: list[Violation] = []
 
@@ -117,8 +146,16 @@ def _leaves(e: BaseException) -> list[BaseException]:
 
 def _failure(exc: BaseException) -> dict:
     if isinstance(exc, Violation):
-        return {"kind": exc.kind, "message": str(exc), "schedule": exc.schedule,
-                "failing_call": exc.call.to_json() if exc.call else None}
+        return {
+            "kind": exc.kind,
+            "message": str(exc),
+            "schedule": exc.schedule,
+            "failing_call": exc.call.to_json() if exc.call else None,
+        }
     # a Python error in the harness or the fuzzer itself: not a verdict on the variant
-    return {"kind": "error", "message": f"{type(exc).__name__}: {exc}", "schedule": getattr(exc, "schedule", None),
-            "failing_call": None}
+    return {
+        "kind": "error",
+        "message": f"{type(exc).__name__}: {exc}",
+        "schedule": getattr(exc, "schedule", None),
+        "failing_call": None,
+    }

@@ -35,15 +35,18 @@ _pick = st.integers(0, 7)
 _grid = st.tuples(st.integers(GRID_MIN, GRID_MAX), st.integers(GRID_MIN, GRID_MAX))
 _content = st.one_of(
     st.tuples(st.just("text"), st.integers(1, MAX_TEXT)),
-    st.tuples(st.just("image"), st.integers(0, MAX_WORDS_AROUND), st.lists(_grid, min_size=1, max_size=2),
-              st.integers(0, MAX_WORDS_AROUND)),
+    st.tuples(
+        st.just("image"),
+        st.integers(0, MAX_WORDS_AROUND),
+        st.lists(_grid, min_size=1, max_size=2),
+        st.integers(0, MAX_WORDS_AROUND),
+    ),
     st.tuples(st.just("none")),
 )
 
 
 def _request() -> st.SearchStrategy[tuple]:
-    return st.tuples(st.just("request"), _seq, st.integers(CONTINUE, RESTORE), _pick, _content,
-                     st.integers(0, MAX_GEN))
+    return st.tuples(st.just("request"), _seq, st.integers(CONTINUE, RESTORE), _pick, _content, st.integers(0, MAX_GEN))
 
 
 _generate = st.tuples(st.just("generate"), _seq, st.integers(1, MAX_GEN))
@@ -110,8 +113,11 @@ def normalize(n_seq: int, raws: list[RawStep]) -> Schedule:
     for raw in raws:
         for step in expand(raw, t, len(steps)):
             # a generate with nothing to draft from yet: a one-word prompt first, as a request would have
-            if (not add(step) and step["op"] == "generate"
-                    and add({"op": "prompt", "seq": step["seq"], "parts": [words(1, len(steps))]})):
+            if (
+                not add(step)
+                and step["op"] == "generate"
+                and add({"op": "prompt", "seq": step["seq"], "parts": [words(1, len(steps))]})
+            ):
                 add(step)
     return Schedule(n_seq, _used_saves_only(steps))
 

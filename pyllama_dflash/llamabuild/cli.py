@@ -20,13 +20,21 @@ def parser() -> argparse.ArgumentParser:
         description="Build llama.cpp (pinned) with each prefix of patches/series, side by side.",
         parents=[common_parser("backend", "jobs", short=True)],
     )
-    ap.add_argument("--variant", action="append", metavar="NAME",
-                    help="baseline, a variant named in patches/series, or all (default: all); repeatable")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        metavar="NAME",
+        help="baseline, a variant named in patches/series, or all (default: all); repeatable",
+    )
     ap.add_argument("--list", action="store_true", help="list the variants and whether each is built")
     ap.add_argument("--check", action="store_true", help="dry-run every patch against the source, build nothing")
     ap.add_argument("--cuda-arch", metavar="ARCHS", help="CMAKE_CUDA_ARCHITECTURES for a CUDA build, e.g. 90")
-    ap.add_argument("--llama-dir", type=Path, metavar="PATH",
-                    help="use this llama.cpp tree (default: $LLAMA_CPP_DIR, vendor/llama.cpp, or the pinned sdist)")
+    ap.add_argument(
+        "--llama-dir",
+        type=Path,
+        metavar="PATH",
+        help="use this llama.cpp tree (default: $LLAMA_CPP_DIR, vendor/llama.cpp, or the pinned sdist)",
+    )
     ap.add_argument("--allow-unpinned", action="store_true", help="accept a tree that is not the pinned release")
     ap.add_argument("--patches", type=Path, metavar="DIR", help="patch series folder (default: patches/)")
     ap.add_argument("--quiet", "-q", action="store_true", help="print only errors and the result")
@@ -36,8 +44,13 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     opts = builder.BuildOptions(
-        llama_dir=args.llama_dir, allow_unpinned=args.allow_unpinned, backend=args.backend,
-        cuda_arch=args.cuda_arch, jobs=args.jobs, patches_dir=args.patches, quiet=args.quiet,
+        llama_dir=args.llama_dir,
+        allow_unpinned=args.allow_unpinned,
+        backend=args.backend,
+        cuda_arch=args.cuda_arch,
+        jobs=args.jobs,
+        patches_dir=args.patches,
+        quiet=args.quiet,
     )
     t0 = time.monotonic()
     try:

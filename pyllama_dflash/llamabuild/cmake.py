@@ -14,8 +14,14 @@ _NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\]\s+(.*)")
 _MAKE_STEP = re.compile(r"^\[\s*(\d+)%\]\s+(.*)")
 
 
-def run_logged(cmd: list[str], log_path: Path, progress: Progress, what: str, cwd: Path | None = None,
-               keep_fds: tuple[int, ...] = ()) -> None:
+def run_logged(
+    cmd: list[str],
+    log_path: Path,
+    progress: Progress,
+    what: str,
+    cwd: Path | None = None,
+    keep_fds: tuple[int, ...] = (),
+) -> None:
     """Run ``cmd`` appending its output to ``log_path``; report ``[n/m]`` steps as they pass.
 
     ``keep_fds`` are inherited by the command and everything it starts (the build folder's lock).
@@ -24,8 +30,16 @@ def run_logged(cmd: list[str], log_path: Path, progress: Progress, what: str, cw
     with open(log_path, "a", encoding="utf-8", errors="replace") as log:
         log.write(f"\n$ {' '.join(cmd)}\n")
         log.flush()
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace", bufsize=1, pass_fds=keep_fds)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            bufsize=1,
+            pass_fds=keep_fds,
+        )
         assert proc.stdout is not None
         last_report = 0.0
         try:
@@ -41,8 +55,10 @@ def run_logged(cmd: list[str], log_path: Path, progress: Progress, what: str, cw
                     n, total, rest = int(m2.group(1)), 100, m2.group(2)
                 now = time.monotonic()
                 if now - last_report >= 10 or n == total:
-                    progress.say(f"{what} [{n}/{total}] {'link ' if rest.startswith('Linking') else ''}"
-                                 f"{rest.split()[-1] if rest.split() else ''}")
+                    progress.say(
+                        f"{what} [{n}/{total}] {'link ' if rest.startswith('Linking') else ''}"
+                        f"{rest.split()[-1] if rest.split() else ''}"
+                    )
                     last_report = now
             rc = proc.wait()
         except BaseException:

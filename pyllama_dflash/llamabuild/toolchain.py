@@ -32,7 +32,9 @@ def user_cmake_args() -> tuple[str, ...]:
 
 
 def _cuda_requested_by(cmake_args: tuple[str, ...]) -> bool:
-    return any(a.upper().replace(" ", "") in ("-DGGML_CUDA=ON", "-DGGML_CUDA=1", "-DGGML_CUDA=TRUE") for a in cmake_args)
+    return any(
+        a.upper().replace(" ", "") in ("-DGGML_CUDA=ON", "-DGGML_CUDA=1", "-DGGML_CUDA=TRUE") for a in cmake_args
+    )
 
 
 def select(backend: str | None = None, cuda_arch: str | None = None) -> Toolchain:
@@ -42,7 +44,9 @@ def select(backend: str | None = None, cuda_arch: str | None = None) -> Toolchai
         raise ToolchainError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)}")
     args = user_cmake_args()
     if backend == "auto":
-        backend = "cuda" if _cuda_requested_by(args) or (cuda_toolkit_problems() == [] and nvidia_gpu_present()) else "cpu"
+        backend = (
+            "cuda" if _cuda_requested_by(args) or (cuda_toolkit_problems() == [] and nvidia_gpu_present()) else "cpu"
+        )
     if backend == "cuda":
         problems = cuda_toolkit_problems()
         if problems:
@@ -68,9 +72,7 @@ def nvidia_gpu_present() -> bool:
 
 def cuda_toolkit_problems() -> list[str]:
     """What is missing for a CUDA build of ggml: nvcc and cuBLAS (ggml-cuda links it)."""
-    nvcc = shutil.which("nvcc") or next(
-        (p for p in ("/usr/local/cuda/bin/nvcc",) if os.access(p, os.X_OK)), None
-    )
+    nvcc = shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc",) if os.access(p, os.X_OK)), None)
     if nvcc is None:
         return ["nvcc not found (install the CUDA toolkit or put its bin/ on PATH)"]
     root = Path(nvcc).resolve().parent.parent
@@ -82,16 +84,23 @@ def cuda_toolkit_problems() -> list[str]:
 
 def cmake_configure_args(tc: Toolchain, llama_dir: Path, build_number: int | None, commit: str | None) -> list[str]:
     args = [
-        "-G", tc.generator,
+        "-G",
+        tc.generator,
         "-DCMAKE_BUILD_TYPE=Release",
         f"-DLLAMA_CPP_DIR={llama_dir}",
         "-DBUILD_SHARED_LIBS=ON",
         # binaries and libraries land together in bin/ with an $ORIGIN rpath, so a
         # variant's outputs can be copied out of the shared build folder and still load
         "-DCMAKE_BUILD_RPATH_USE_ORIGIN=ON",
-        "-DLLAMA_BUILD_COMMON=ON", "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON",
-        "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_APP=OFF",
-        "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
+        "-DLLAMA_BUILD_COMMON=ON",
+        "-DLLAMA_BUILD_TOOLS=ON",
+        "-DLLAMA_BUILD_SERVER=ON",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_BUILD_APP=OFF",
+        "-DLLAMA_OPENSSL=OFF",
+        "-DLLAMA_BUILD_UI=OFF",
+        "-DLLAMA_USE_PREBUILT_UI=OFF",
         "-DGGML_CCACHE=OFF",
     ]
     if build_number is not None:

@@ -14,10 +14,11 @@ def format_table(table: dict[str, dict[str, dict]], variants: list[str], scenari
     titles = {sid: f"{sid:4s} {scenarios[sid].title}" for sid in table}
     w0 = max(len(t) for t in titles.values()) + 2
     widths = [max(len(v), max(len(cell(table[sid][v])) for sid in table)) + 2 for v in variants]
-    lines = ["scenario".ljust(w0) + "".join(v.ljust(w) for v, w in zip(variants, widths))]
+    lines = ["scenario".ljust(w0) + "".join(v.ljust(w) for v, w in zip(variants, widths, strict=True))]
     lines.append("-" * len(lines[0]))
     for sid in table:
-        lines.append(titles[sid].ljust(w0) + "".join(cell(table[sid][v]).ljust(w) for v, w in zip(variants, widths)))
+        cells = (cell(table[sid][v]).ljust(w) for v, w in zip(variants, widths, strict=True))
+        lines.append(titles[sid].ljust(w0) + "".join(cells))
     notes = []
     for sid, row in table.items():
         for v in variants:
@@ -42,9 +43,9 @@ def format_server_table(server: dict[str, dict[str, dict]], variants: list[str])
 
     w0 = max(len(c) for c in checks) + 2
     widths = [max(len(v), *(len(cell(server[v][c])) for c in checks)) + 2 for v in variants]
-    lines = ["llama-server check".ljust(w0) + "".join(v.ljust(w) for v, w in zip(variants, widths))]
+    lines = ["llama-server check".ljust(w0) + "".join(v.ljust(w) for v, w in zip(variants, widths, strict=True))]
     lines.append("-" * len(lines[0]))
     for c in checks:
-        lines.append(c.ljust(w0) + "".join(cell(server[v][c]).ljust(w) for v, w in zip(variants, widths)))
+        lines.append(c.ljust(w0) + "".join(cell(server[v][c]).ljust(w) for v, w in zip(variants, widths, strict=True)))
     lines.append("(!) marks a result other than the expected one")
     return "\n".join(lines)

@@ -8,8 +8,8 @@ schedules run on the real tokenizer and projector.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -154,27 +154,55 @@ def s12(env: Env) -> None:
         env.record.drift = f"restored A against A uninterrupted: {found.summary()}"
 
 
-SCENARIOS: dict[str, Scenario] = {sc.id: sc for sc in [
-    Scenario("S1", "text, image, text", "the reported bug: a 3x3 image between two texts, then generation", s1),
-    Scenario("S2", "image first, then text",
-             "the image is the prompt's first media chunk (mtmd still puts <|vision_start|> before it)", s2),
-    Scenario("S3", "image larger than n_batch", "a 6x6 image (36 rows) decoded in 3 sub-batches of n_batch 16", s3),
-    Scenario("S4", "text, image, text, image, text", "two holes in one prompt", s4),
-    Scenario("S5", "two sequences, interleaved", "seq 0 and 1 share batches; each gets an image", s5, n_seq=2),
-    Scenario("S6", "sliding-window draft, hole > window",
-             "a draft with a 4-position window meets the 6-position hole of the large image", s6, draft="swa"),
-    Scenario("S7", "draft ahead at a request boundary",
-             "the target is restored to a checkpoint while the draft keeps its longer tail, then new text", s7),
-    Scenario("S8", "text only", "control: no image at all", s8),
-    Scenario("S9", "M-RoPE draft", "control: S1 with a draft that has rope.dimension_sections", s9, draft="mrope"),
-    Scenario("S10", "draft behind when drafting starts",
-             "the target alone is restored to a saved slot (text + image + text the draft never saw); "
-             "the first round drafts at its next position", s10),
-    Scenario("S11", "image whose last sub-batch is one row",
-             "an 11x3 image (33 rows) in sub-batches of 16, 16 and 1: the 1-row tail is not skipped as pinned", s11),
-    Scenario("S12", "slot restored across conversations",
-             "save A, run B on the slot, restore A and continue it: the drafts must equal A uninterrupted", s12),
-]}
+SCENARIOS: dict[str, Scenario] = {
+    sc.id: sc
+    for sc in [
+        Scenario("S1", "text, image, text", "the reported bug: a 3x3 image between two texts, then generation", s1),
+        Scenario(
+            "S2",
+            "image first, then text",
+            "the image is the prompt's first media chunk (mtmd still puts <|vision_start|> before it)",
+            s2,
+        ),
+        Scenario("S3", "image larger than n_batch", "a 6x6 image (36 rows) decoded in 3 sub-batches of n_batch 16", s3),
+        Scenario("S4", "text, image, text, image, text", "two holes in one prompt", s4),
+        Scenario("S5", "two sequences, interleaved", "seq 0 and 1 share batches; each gets an image", s5, n_seq=2),
+        Scenario(
+            "S6",
+            "sliding-window draft, hole > window",
+            "a draft with a 4-position window meets the 6-position hole of the large image",
+            s6,
+            draft="swa",
+        ),
+        Scenario(
+            "S7",
+            "draft ahead at a request boundary",
+            "the target is restored to a checkpoint while the draft keeps its longer tail, then new text",
+            s7,
+        ),
+        Scenario("S8", "text only", "control: no image at all", s8),
+        Scenario("S9", "M-RoPE draft", "control: S1 with a draft that has rope.dimension_sections", s9, draft="mrope"),
+        Scenario(
+            "S10",
+            "draft behind when drafting starts",
+            "the target alone is restored to a saved slot (text + image + text the draft never saw); "
+            "the first round drafts at its next position",
+            s10,
+        ),
+        Scenario(
+            "S11",
+            "image whose last sub-batch is one row",
+            "an 11x3 image (33 rows) in sub-batches of 16, 16 and 1: the 1-row tail is not skipped as pinned",
+            s11,
+        ),
+        Scenario(
+            "S12",
+            "slot restored across conversations",
+            "save A, run B on the slot, restore A and continue it: the drafts must equal A uninterrupted",
+            s12,
+        ),
+    ]
+}
 
 # What each variant must do (the test suite asserts this table). Every run that completes is also
 # judged by the drift oracle (drift.py): its drafts against the same scenario's on baseline with the
@@ -184,8 +212,20 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
     # <|vision_end|>, so even an image-first prompt puts one text row (position 0) in the draft
     # before the image, and the draft's memory is not empty when the hole appears. The batch
     # check is skipped only for an empty memory, which no prompt through mtmd_tokenize reaches.
-    "baseline": {"S1": (FAIL,), "S2": (FAIL,), "S3": (FAIL,), "S4": (FAIL,), "S5": (FAIL,), "S6": (FAIL,),
-                 "S7": (FAIL,), "S8": (PASS,), "S9": (PASS,), "S10": (FAIL,), "S11": (FAIL,), "S12": (DRIFT,)},
+    "baseline": {
+        "S1": (FAIL,),
+        "S2": (FAIL,),
+        "S3": (FAIL,),
+        "S4": (FAIL,),
+        "S5": (FAIL,),
+        "S6": (FAIL,),
+        "S7": (FAIL,),
+        "S8": (PASS,),
+        "S9": (PASS,),
+        "S10": (FAIL,),
+        "S11": (FAIL,),
+        "S12": (DRIFT,),
+    },
     # The seed's zero-fill ends every FAIL that the hole caused, but its zero rows stay in the
     # draft's memory and every later noise block attends to them: the drafts drift, and on S9 it
     # fills an M-RoPE draft that needed nothing. Two image scenarios show no drift on the tiny
@@ -194,16 +234,29 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
     #   the zero rows are outside every later noise block's window, as if removed.
     # - S5: the tiny draft drafts one repeated token per sequence there ([60] and [68]); the
     #   zero rows do not move its argmax. The oracle can only see what the drafts show.
-    "zero-fill": {"S1": (DRIFT,), "S2": (DRIFT,), "S3": (DRIFT,), "S4": (DRIFT,), "S5": (PASS,), "S6": (PASS,),
-                  "S7": (FAIL,), "S8": (PASS,), "S9": (DRIFT,), "S10": (DEGRADED,), "S11": (DRIFT,),
-                  "S12": (DRIFT,)},
+    "zero-fill": {
+        "S1": (DRIFT,),
+        "S2": (DRIFT,),
+        "S3": (DRIFT,),
+        "S4": (DRIFT,),
+        "S5": (PASS,),
+        "S6": (PASS,),
+        "S7": (FAIL,),
+        "S8": (PASS,),
+        "S9": (DRIFT,),
+        "S10": (DEGRADED,),
+        "S11": (DRIFT,),
+        "S12": (DRIFT,),
+    },
     # S7's reference fails too (the twin's memory is ahead of the restored target as well), so
     # S7 is judged by its calls and output only. S10 is the draft()-side case: the fill exists only
     # for the noise block's decode, which attends to it, so its first round may drift in principle;
     # on the tiny models it drafts what the twin drafts (measured: 0 of 5 rounds differ).
     # S12 is llama-server's own: every variant whose server restores the target alone drifts there,
     # whatever its libcommon does; 0003 (variant slots) saves and restores the draft with the slot.
-    "full": {**{sid: (PASS,) for sid in ("S1", "S2", "S3", "S4", "S5", "S6", "S7", "S8", "S9", "S10", "S11")},
-             "S12": (DRIFT,)},
+    "full": {
+        **{sid: (PASS,) for sid in ("S1", "S2", "S3", "S4", "S5", "S6", "S7", "S8", "S9", "S10", "S11")},
+        "S12": (DRIFT,),
+    },
     "slots": {sid: (PASS,) for sid in ("S1", "S2", "S3", "S4", "S5", "S6", "S7", "S8", "S9", "S10", "S11", "S12")},
 }

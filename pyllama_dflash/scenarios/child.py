@@ -76,8 +76,9 @@ def run_job(job: dict) -> dict:
         result["exact"] = reference == record.generated
         if not result["exact"]:
             result["status"] = "FAIL"
-            result["first_failure"] = (f"output differs from greedy decoding without the draft: "
-                                       f"{record.generated} != {reference}")
+            result["first_failure"] = (
+                f"output differs from greedy decoding without the draft: {record.generated} != {reference}"
+            )
     result["timings"] = {"init_s": round(t_init, 3), "total_s": round(time.monotonic() - t0, 3)}
     return result
 

@@ -36,8 +36,10 @@ class Drift:
 
     def summary(self) -> str:
         why = " (only where draft() met a draft behind the target)" if self.behind_only else ""
-        return (f"drafts differ from the reference in {self.differing}/{self.total} rounds{why}; first in round "
-                f"{self.round} (seq {self.seq} at pos {self.pos0}): drafted {self.run}, reference {self.reference}")
+        return (
+            f"drafts differ from the reference in {self.differing}/{self.total} rounds{why}; first in round "
+            f"{self.round} (seq {self.seq} at pos {self.pos0}): drafted {self.run}, reference {self.reference}"
+        )
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -49,16 +51,24 @@ _COMPARED = ("seq", "pos0", "tokens")
 def drafts(rounds: list[dict]) -> list[dict]:
     """The drafting rounds of a result, reduced to what the oracle compares (and whether the
     draft was behind when the round began)."""
-    return [{"seq": r["seq"], "pos0": r["pos0"], "tokens": list(r.get("tokens", [])),
-             "behind": bool(r.get("draft_behind", False))} for r in rounds]
+    return [
+        {
+            "seq": r["seq"],
+            "pos0": r["pos0"],
+            "tokens": list(r.get("tokens", [])),
+            "behind": bool(r.get("draft_behind", False)),
+        }
+        for r in rounds
+    ]
 
 
 def compare(run: list[dict], reference: list[dict]) -> Drift | None:
     """None when both drafted the same tokens at the same positions in every round."""
     total = max(len(run), len(reference))
     missing = {"seq": -1, "pos0": -1, "tokens": [], "behind": False}
-    pairs = [(run[i] if i < len(run) else missing, reference[i] if i < len(reference) else missing)
-             for i in range(total)]
+    pairs = [
+        (run[i] if i < len(run) else missing, reference[i] if i < len(reference) else missing) for i in range(total)
+    ]
     differ = [i for i, (a, b) in enumerate(pairs) if any(a[k] != b[k] for k in _COMPARED)]
     if not differ:
         return None
@@ -83,8 +93,9 @@ def judge(result: dict, reference: dict | None) -> dict:
     ref_status = reference.get("status")
     result["reference"] = {"status": ref_status, "drafts": drafts(reference.get("rounds", []))}
     if ref_status not in COMPARABLE:
-        result["reference"]["note"] = (f"the reference itself is {ref_status}: "
-                                       f"{reference.get('first_failure') or 'no drafts to compare'}")
+        result["reference"]["note"] = (
+            f"the reference itself is {ref_status}: {reference.get('first_failure') or 'no drafts to compare'}"
+        )
         return result
     if result.get("status") not in COMPARABLE:
         return result

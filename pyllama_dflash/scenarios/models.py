@@ -53,7 +53,8 @@ class ModelSet:
 
     def to_json(self) -> dict:
         return {
-            "target": str(self.target), "draft": str(self.draft),
+            "target": str(self.target),
+            "draft": str(self.draft),
             "mmproj": str(self.mmproj) if self.mmproj else None,
             "draft_mrope": str(self.draft_mrope) if self.draft_mrope else None,
             "draft_swa": str(self.draft_swa) if self.draft_swa else None,
@@ -65,10 +66,18 @@ class ModelSet:
 
     @classmethod
     def from_json(cls, d: dict) -> ModelSet:
-        p = lambda v: Path(v) if v else None  # noqa: E731
-        return cls(Path(d["target"]), Path(d["draft"]), p(d["mmproj"]), p(d["draft_mrope"]), p(d["draft_swa"]),
-                   d.get("swa_window"), tuple(Path(x) for x in d.get("image_files", ())), d.get("real", False),
-                   draft_swa_mrope=p(d.get("draft_swa_mrope")))
+        p = lambda v: Path(v) if v else None
+        return cls(
+            Path(d["target"]),
+            Path(d["draft"]),
+            p(d["mmproj"]),
+            p(d["draft_mrope"]),
+            p(d["draft_swa"]),
+            d.get("swa_window"),
+            tuple(Path(x) for x in d.get("image_files", ())),
+            d.get("real", False),
+            draft_swa_mrope=p(d.get("draft_swa_mrope")),
+        )
 
 
 def tiny_models(out_dir: Path | None = None, seed: int = 0) -> ModelSet:
@@ -79,8 +88,9 @@ def tiny_models(out_dir: Path | None = None, seed: int = 0) -> ModelSet:
     mrope = tiny.write_models(out, seed=seed, draft_mrope=True)
     swa = tiny.write_models(out, seed=seed, draft_swa=SWA_WINDOW)
     swa_mrope = tiny.write_models(out, seed=seed, draft_mrope=True, draft_swa=SWA_WINDOW)
-    return ModelSet(plain.target, plain.draft, plain.mmproj, mrope.draft, swa.draft, SWA_WINDOW,
-                    draft_swa_mrope=swa_mrope.draft)
+    return ModelSet(
+        plain.target, plain.draft, plain.mmproj, mrope.draft, swa.draft, SWA_WINDOW, draft_swa_mrope=swa_mrope.draft
+    )
 
 
 def small_image(seed: int = 0) -> np.ndarray:

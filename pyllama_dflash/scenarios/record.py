@@ -43,7 +43,9 @@ class Call:
         positions = [line for line in key if _POSITION.search(line)]
         rest = [line for line in key if line not in positions]
         quoted = " | ".join(positions[-2:] + rest[-3:])
-        return f"{self.step}: {self.who} {self.api}{rc}{verdict} (seq {self.seq}{where}){': ' + quoted if quoted else ''}"
+        return (
+            f"{self.step}: {self.who} {self.api}{rc}{verdict} (seq {self.seq}{where}){': ' + quoted if quoted else ''}"
+        )
 
     def to_json(self) -> dict:
         d = asdict(self)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -68,20 +68,30 @@ class Session:
     def _open(self) -> None:
         cfg, m, enter = self.cfg, self.models, self._stack.enter_context
         self.target_model = enter(api.Model(m.target, n_gpu_layers=cfg.n_gpu_layers))
-        self.target = enter(api.Context(
-            self.target_model, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, n_ubatch=cfg.n_ubatch, n_seq_max=cfg.n_seq,
-            # llama-server: recurrent-state snapshots so a rejected draft can be rolled back (kept
-            # in the reference run too: saved sequence states then fit either context)
-            n_rs_seq=cfg.n_max,
-        ))
+        self.target = enter(
+            api.Context(
+                self.target_model,
+                n_ctx=cfg.n_ctx,
+                n_batch=cfg.n_batch,
+                n_ubatch=cfg.n_ubatch,
+                n_seq_max=cfg.n_seq,
+                # llama-server: recurrent-state snapshots so a rejected draft can be rolled back (kept
+                # in the reference run too: saved sequence states then fit either context)
+                n_rs_seq=cfg.n_max,
+            )
+        )
         self.spec: api.Speculative | None = None
         self.draft: api.Context | None = None
         if self.speculative:
             self.draft_model = enter(api.Model(m.draft, n_gpu_layers=cfg.n_gpu_layers))
-            self.draft = enter(api.Context.draft(self.draft_model, self.target, n_batch=cfg.n_batch, n_ubatch=cfg.n_ubatch))
+            self.draft = enter(
+                api.Context.draft(self.draft_model, self.target, n_batch=cfg.n_batch, n_ubatch=cfg.n_ubatch)
+            )
             # before the target decodes anything: the driver turns on layer-input extraction
             self.spec = enter(api.Speculative(self.target, self.draft, n_seq=cfg.n_seq, n_max=cfg.n_max))
-        self.projector = enter(api.Projector(m.mmproj, self.target_model, use_gpu=cfg.n_gpu_layers != 0)) if m.mmproj else None
+        self.projector = (
+            enter(api.Projector(m.mmproj, self.target_model, use_gpu=cfg.n_gpu_layers != 0)) if m.mmproj else None
+        )
 
     def close(self) -> None:
         self._stack.close()
@@ -132,7 +142,7 @@ class Session:
         last[ends] = True
         batch = api.Batch.tokens(tokens, positions, seq_id=seq_ids, logits=last)
         self._decode_target(batch, step, seq=-1)
-        for (seq, _), end, t in zip(parts, ends, toks):
+        for (seq, _), end, t in zip(parts, ends, toks, strict=True):
             st = self.seqs[seq]
             st.n_past += len(t)
             st.text_tokens.extend(int(x) for x in t)
@@ -143,7 +153,7 @@ class Session:
         st = self.seqs[seq]
         n_batch = self.cfg.n_batch
         for off in range(0, len(tokens), n_batch):
-            part = np.asarray(tokens[off: off + n_batch], dtype=np.int32)
+            part = np.asarray(tokens[off : off + n_batch], dtype=np.int32)
             batch = api.Batch.tokens(part, pos0=st.n_past, seq_id=seq, logits="last")
             self._decode_target(batch, step, seq)
             st.n_past += len(part)
@@ -158,31 +168,73 @@ class Session:
         def on_batch(b: api.ImageBatch) -> None:
             sub_batches.append((int(b.pos[0].min()), int(b.pos[0].max()), b.n_tokens))
 
-        res = self.projector.decode_image(self.target, chunk, st.n_past, seq_id=seq, speculative=self.spec,
-                                          on_batch=on_batch)
+        res = self.projector.decode_image(
+            self.target, chunk, st.n_past, seq_id=seq, speculative=self.spec, on_batch=on_batch
+        )
         lines = [str(x) for x in res.log]
         # one call per sub-batch the driver saw (llama-server's post-decode callback), then the decode
         for k, (lo, hi, n) in enumerate(sub_batches):
             if k < len(res.spec_results):
-                self.record.add(Call(f"{step} sub-batch {k + 1}/{len(sub_batches)}", "spec",
-                                     "common_speculative_process", seq, res.spec_results[k] == 1,
-                                     pos=(lo, hi), n=n, log=lines if res.spec_results[k] != 1 else []))
-        self.record.add(Call(step, "target", "mtmd_helper_decode_image_chunk", seq, res.rc == 0, rc=res.rc,
-                             pos=(st.n_past, res.n_past - 1), n=chunk.n_tokens, log=lines if res.rc else []))
+                self.record.add(
+                    Call(
+                        f"{step} sub-batch {k + 1}/{len(sub_batches)}",
+                        "spec",
+                        "common_speculative_process",
+                        seq,
+                        res.spec_results[k] == 1,
+                        pos=(lo, hi),
+                        n=n,
+                        log=lines if res.spec_results[k] != 1 else [],
+                    )
+                )
+        self.record.add(
+            Call(
+                step,
+                "target",
+                "mtmd_helper_decode_image_chunk",
+                seq,
+                res.rc == 0,
+                rc=res.rc,
+                pos=(st.n_past, res.n_past - 1),
+                n=chunk.n_tokens,
+                log=lines if res.rc else [],
+            )
+        )
         st.n_past = res.n_past
         st.image_pending = True
 
     def _decode_target(self, batch: api.Batch, step: str, seq: int) -> None:
         rc = self.target.process(batch)
-        self.record.add(Call(step, "target", "llama_process", seq, rc == 0, rc=rc, pos=_span(batch),
-                             n=batch.n_tokens, log=[str(x) for x in self.target.last_log] if rc else []))
+        self.record.add(
+            Call(
+                step,
+                "target",
+                "llama_process",
+                seq,
+                rc == 0,
+                rc=rc,
+                pos=_span(batch),
+                n=batch.n_tokens,
+                log=[str(x) for x in self.target.last_log] if rc else [],
+            )
+        )
 
     def _spec_process(self, batch: api.Batch, step: str, seq: int) -> None:
         if self.spec is None:
             return
         ok = self.spec.process(batch)
-        self.record.add(Call(step, "spec", "common_speculative_process", seq, ok, pos=_span(batch),
-                             n=batch.n_tokens, log=[str(x) for x in self.spec.last_log]))
+        self.record.add(
+            Call(
+                step,
+                "spec",
+                "common_speculative_process",
+                seq,
+                ok,
+                pos=_span(batch),
+                n=batch.n_tokens,
+                log=[str(x) for x in self.spec.last_log],
+            )
+        )
 
     # -- generation ----------------------------------------------------------------------------
 
@@ -213,8 +265,18 @@ class Session:
             behind = 0 <= self.draft.pos_max(seq) < pos0 - 1
             drafted = self.spec.draft(seq, id_last, pos0, n_max=n_draft)  # trims the noise block like llama-server
             lines = [str(x) for x in self.spec.last_log]
-            self.record.add(Call(step, "spec", "common_speculative_draft", seq, True, pos=(pos0, pos0 + n_draft),
-                                 n=len(drafted), log=lines))
+            self.record.add(
+                Call(
+                    step,
+                    "spec",
+                    "common_speculative_draft",
+                    seq,
+                    True,
+                    pos=(pos0, pos0 + n_draft),
+                    n=len(drafted),
+                    log=lines,
+                )
+            )
         verify = api.Batch.tokens([id_last, *drafted], pos0=pos0, seq_id=seq, logits="all")
         self._decode_target(verify, step, seq)
         picks = [self.target.argmax(i) for i in range(len(drafted) + 1)]
@@ -232,7 +294,9 @@ class Session:
             if drafted:
                 self.spec.accept(seq, accepted)
             if n_draft > 0:
-                self.record.rounds.append(Round(seq, pos0, len(drafted), accepted, st.image_pending, list(drafted), behind))
+                self.record.rounds.append(
+                    Round(seq, pos0, len(drafted), accepted, st.image_pending, list(drafted), behind)
+                )
                 st.image_pending = False
         return new_tokens
 
@@ -244,8 +308,9 @@ class Session:
         self.ops.append(("save_slot", seq))
         st = self.seqs[seq]
         draft = self.draft.state_seq_get(seq) if self.draft is not None and self.cfg.server_saves_draft else None
-        return SavedSlot(self.target.state_seq_get(seq), draft,
-                         SeqState(st.n_past, st.id_last, False, list(st.text_tokens)))
+        return SavedSlot(
+            self.target.state_seq_get(seq), draft, SeqState(st.n_past, st.id_last, False, list(st.text_tokens))
+        )
 
     def restore_slot(self, seq: int, saved: SavedSlot, step: str = "restore slot") -> None:
         """``POST /slots/N?action=restore`` as the variant's llama-server does it.
@@ -284,8 +349,9 @@ class Session:
         self.record.add(Call(step, "target", "llama_state_seq_set_data", seq, ok, pos=(0, st.n_past - 1)))
         self.seqs[seq] = SeqState(st.n_past, st.id_last, False, list(st.text_tokens))
 
-    def rewind(self, seq: int, pos: int, checkpoint: tuple[bytes, SeqState] | None = None,
-               step: str = "rewind") -> None:
+    def rewind(
+        self, seq: int, pos: int, checkpoint: tuple[bytes, SeqState] | None = None, step: str = "rewind"
+    ) -> None:
         """Keep seq's positions below pos and drop the rest from the target and the draft.
 
         llama-server does this when a new prompt shares only a prefix with what the slot holds:
@@ -297,16 +363,25 @@ class Session:
         trim that follows cuts to pos anyway): pass the target's checkpoint, saved at pos (by
         :meth:`save_target`). Unlike :meth:`restore_target`, the draft is trimmed too.
         """
-        self.ops.append(("rewind", seq, pos, None if checkpoint is None or id(checkpoint) in self._own_saves
-                         else checkpoint, checkpoint is not None, step))
+        self.ops.append(
+            (
+                "rewind",
+                seq,
+                pos,
+                None if checkpoint is None or id(checkpoint) in self._own_saves else checkpoint,
+                checkpoint is not None,
+                step,
+            )
+        )
         st = self.seqs[seq]
         if checkpoint is not None:
             data, saved = checkpoint
             if pos > saved.n_past:
                 raise ValueError(f"rewind: pos {pos} lies past the checkpoint's end {saved.n_past}")
             ok = self.target.state_seq_set(seq, data)
-            self.record.add(Call(f"{step} checkpoint", "target", "llama_state_seq_set_data", seq, ok,
-                                 pos=(0, saved.n_past - 1)))
+            self.record.add(
+                Call(f"{step} checkpoint", "target", "llama_state_seq_set_data", seq, ok, pos=(0, saved.n_past - 1))
+            )
             st = saved
         ok = self.target.seq_rm(seq, pos, -1)
         self.record.add(Call(step, "target", "llama_memory_seq_rm", seq, ok, pos=(pos, -1)))

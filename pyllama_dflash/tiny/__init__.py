@@ -18,8 +18,18 @@ from .mmproj import image_grid, write_mmproj
 from .target import write_target
 
 __all__ = [
-    "ENV_VAR", "GgufUnavailable", "TinyConfig", "TinyModels", "draft_filename", "gguf_module", "image_grid",
-    "tokenize_test_vocab", "write_draft", "write_mmproj", "write_models", "write_target",
+    "ENV_VAR",
+    "GgufUnavailable",
+    "TinyConfig",
+    "TinyModels",
+    "draft_filename",
+    "gguf_module",
+    "image_grid",
+    "tokenize_test_vocab",
+    "write_draft",
+    "write_mmproj",
+    "write_models",
+    "write_target",
 ]
 
 
@@ -88,8 +98,7 @@ class TinyModels:
         """
         args = ["-m", str(self.target), "--mmproj", str(self.mmproj), "-c", str(n_ctx), "--no-warmup"]
         if spec:
-            args += ["-md", str(self.draft), "--spec-type", "draft-dflash",
-                     "--spec-draft-n-max", str(self.n_draft_max)]
+            args += ["-md", str(self.draft), "--spec-type", "draft-dflash", "--spec-draft-n-max", str(self.n_draft_max)]
         return args
 
 
@@ -102,9 +111,15 @@ def draft_filename(mrope: bool = False, swa: int | None = None) -> str:
     return "-".join(parts) + ".gguf"
 
 
-def write_models(out_dir: Path, *, seed: int = 0, draft_mrope: bool = False,
-                 draft_swa: int | None = None, config: TinyConfig | None = None,
-                 gguf_tree: Path | None = None) -> TinyModels:
+def write_models(
+    out_dir: Path,
+    *,
+    seed: int = 0,
+    draft_mrope: bool = False,
+    draft_swa: int | None = None,
+    config: TinyConfig | None = None,
+    gguf_tree: Path | None = None,
+) -> TinyModels:
     """Write (or reuse) the three tiny GGUFs in `out_dir`.
 
     Files already present with the same generator fingerprint are left
@@ -125,5 +140,13 @@ def write_models(out_dir: Path, *, seed: int = 0, draft_mrope: bool = False,
         written.append("draft")
     if write_mmproj(mmproj, cfg, seed=seed, gguf=g):
         written.append("mmproj")
-    return TinyModels(target=target, draft=draft, mmproj=mmproj, config=cfg, seed=seed,
-                      draft_mrope=draft_mrope, draft_swa=draft_swa, written=tuple(written))
+    return TinyModels(
+        target=target,
+        draft=draft,
+        mmproj=mmproj,
+        config=cfg,
+        seed=seed,
+        draft_mrope=draft_mrope,
+        draft_swa=draft_swa,
+        written=tuple(written),
+    )

@@ -19,22 +19,38 @@ def _size(text: str) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog=tool_prog("python -m pyllama_dflash.tiny"),
-                                 description="Write the tiny target/draft/mmproj GGUFs.")
+    ap = argparse.ArgumentParser(
+        prog=tool_prog("python -m pyllama_dflash.tiny"), description="Write the tiny target/draft/mmproj GGUFs."
+    )
     ap.add_argument("out_dir", type=Path)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--draft-mrope", action="store_true",
-                    help="give the draft rope.dimension_sections (control: it then accepts position jumps)")
-    ap.add_argument("--draft-swa", type=int, default=None, metavar="N",
-                    help="give the draft a sliding window of N positions")
-    ap.add_argument("--gguf-tree", type=Path, default=None,
-                    help="llama.cpp tree whose gguf-py to use (default: $PYLLAMA_DFLASH_GGUF_PY or the pristine tree)")
-    ap.add_argument("--image", type=_size, action="append", default=[], metavar="WxH",
-                    help="also write a synthetic PNG of this size (repeatable)")
+    ap.add_argument(
+        "--draft-mrope",
+        action="store_true",
+        help="give the draft rope.dimension_sections (control: it then accepts position jumps)",
+    )
+    ap.add_argument(
+        "--draft-swa", type=int, default=None, metavar="N", help="give the draft a sliding window of N positions"
+    )
+    ap.add_argument(
+        "--gguf-tree",
+        type=Path,
+        default=None,
+        help="llama.cpp tree whose gguf-py to use (default: $PYLLAMA_DFLASH_GGUF_PY or the pristine tree)",
+    )
+    ap.add_argument(
+        "--image",
+        type=_size,
+        action="append",
+        default=[],
+        metavar="WxH",
+        help="also write a synthetic PNG of this size (repeatable)",
+    )
     args = ap.parse_args(argv)
 
-    m = write_models(args.out_dir, seed=args.seed, draft_mrope=args.draft_mrope,
-                     draft_swa=args.draft_swa, gguf_tree=args.gguf_tree)
+    m = write_models(
+        args.out_dir, seed=args.seed, draft_mrope=args.draft_mrope, draft_swa=args.draft_swa, gguf_tree=args.gguf_tree
+    )
     images = {}
     for w, h in args.image:
         p = args.out_dir / f"tiny-{w}x{h}-s{args.seed}.png"
@@ -42,10 +58,24 @@ def main(argv: list[str] | None = None) -> int:
         write_bytes_atomic(p, data)
         nx, ny = image_grid(w, h, m.config)
         images[str(p)] = {"nx": nx, "ny": ny, "n_tokens": nx * ny, "n_pos": max(nx, ny)}
-    print(json.dumps({"target": str(m.target), "draft": str(m.draft), "mmproj": str(m.mmproj),
-                      "written": list(m.written), "n_embd": m.n_embd, "n_vocab": m.n_vocab,
-                      "bos_id": m.bos_id, "eos_id": m.eos_id, "mask_id": m.mask_id,
-                      "block_size": m.block_size, "images": images}, indent=2))
+    print(
+        json.dumps(
+            {
+                "target": str(m.target),
+                "draft": str(m.draft),
+                "mmproj": str(m.mmproj),
+                "written": list(m.written),
+                "n_embd": m.n_embd,
+                "n_vocab": m.n_vocab,
+                "bos_id": m.bos_id,
+                "eos_id": m.eos_id,
+                "mask_id": m.mask_id,
+                "block_size": m.block_size,
+                "images": images,
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

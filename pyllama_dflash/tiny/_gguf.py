@@ -79,8 +79,9 @@ def gguf_module(tree: Path | None = None) -> ModuleType:
         mod = _import_from(gguf_py)
     except ImportError as exc:
         raise GgufUnavailable(f"importing gguf from {gguf_py} failed: {exc} (it needs numpy and PyYAML)") from exc
-    missing = [a for a in ("add_target_layers", "add_block_size", "add_mask_token_id")
-               if not hasattr(mod.GGUFWriter, a)]
+    missing = [
+        a for a in ("add_target_layers", "add_block_size", "add_mask_token_id") if not hasattr(mod.GGUFWriter, a)
+    ]
     if missing or not hasattr(mod.MODEL_ARCH, "DFLASH"):
         raise GgufUnavailable(f"gguf-py at {gguf_py} has no DFlash support (missing {missing or 'MODEL_ARCH.DFLASH'})")
     _cache[gguf_py] = mod

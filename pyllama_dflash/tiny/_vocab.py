@@ -28,7 +28,7 @@ def tokenize_test_vocab(text: str, n_vocab: int = 128) -> list[int]:
     out = []
     for i in range(0, len(data), 5):
         h = 0
-        for b in data[i:i + 5]:
+        for b in data[i : i + 5]:
             h = (h * 31 + b) & 0xFFFFFFFFFFFFFFFF  # uint64 wrap-around, as in C++
         out.append(h % n_vocab)
     return out

@@ -36,8 +36,7 @@ class Weights:
         return self.rng.uniform(lo, hi, shape).astype(np.float32)
 
 
-def write_gguf(path: Path, arch: str, fp: str, build: Callable[[Any, Any], None],
-               gguf: Any = None) -> bool:
+def write_gguf(path: Path, arch: str, fp: str, build: Callable[[Any, Any], None], gguf: Any = None) -> bool:
     """Write a GGUF at `path` unless one with fingerprint `fp` is already there.
 
     `build(writer, gguf)` adds the keys and tensors. The file is written to a temp
@@ -77,7 +76,7 @@ def _stored_fingerprint(path: Path, g: Any) -> str | None:
     try:
         field = g.GGUFReader(path).get_field(FINGERPRINT_KEY)
         return None if field is None else str(field.contents())
-    except Exception:  # noqa: BLE001 - the reader raises many kinds on a bad file
+    except Exception:
         return None  # truncated or foreign file: regenerate it
 
 

@@ -21,14 +21,14 @@ TOKEN_CONTROL = 3
 # reached through special-token parsing of their exact text (CONTROL type), which the
 # server does for chat prompts and mtmd does for the image wrappers.
 SPECIALS: tuple[str, ...] = (
-    "<unk>",              # 0  (plain filler, never used)
-    "<s>",                # 1  BOS
-    "</s>",               # 2  EOS (also an EOG name llama.cpp recognises)
-    "<|mask|>",           # 3  DFlash mask token
-    "<|im_start|>",       # 4  chat template
-    "<|im_end|>",         # 5  chat template; EOG by name in llama.cpp
-    "<|vision_start|>",   # 6  mtmd wraps qwen2vl images in these two
-    "<|vision_end|>",     # 7
+    "<unk>",  # 0  (plain filler, never used)
+    "<s>",  # 1  BOS
+    "</s>",  # 2  EOS (also an EOG name llama.cpp recognises)
+    "<|mask|>",  # 3  DFlash mask token
+    "<|im_start|>",  # 4  chat template
+    "<|im_end|>",  # 5  chat template; EOG by name in llama.cpp
+    "<|vision_start|>",  # 6  mtmd wraps qwen2vl images in these two
+    "<|vision_end|>",  # 7
 )
 
 
@@ -69,12 +69,14 @@ class TinyConfig:
     v_patch_size: int = 14
     v_image_size: int = 84
     v_eps: float = 1e-6
-    chat_template: str = field(default=(
-        "{%- for message in messages -%}"
-        "{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' -}}"
-        "{%- endfor -%}"
-        "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}"
-    ))
+    chat_template: str = field(
+        default=(
+            "{%- for message in messages -%}"
+            "{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' -}}"
+            "{%- endfor -%}"
+            "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}"
+        )
+    )
 
     # token ids
     unk_id: int = 0
@@ -96,8 +98,9 @@ class TinyConfig:
         return list(SPECIALS) + normal
 
     def token_types(self) -> list[int]:
-        return [TOKEN_NORMAL if i == self.unk_id else TOKEN_CONTROL for i in range(len(SPECIALS))] + \
-               [TOKEN_NORMAL] * (self.n_vocab - len(SPECIALS))
+        return [TOKEN_NORMAL if i == self.unk_id else TOKEN_CONTROL for i in range(len(SPECIALS))] + [TOKEN_NORMAL] * (
+            self.n_vocab - len(SPECIALS)
+        )
 
     def validate(self) -> None:
         if self.n_vocab <= len(SPECIALS):
@@ -114,7 +117,9 @@ class TinyConfig:
 
 def fingerprint(kind: str, cfg: TinyConfig, seed: int, **options: object) -> str:
     """Stable hash of everything that decides a generated file's bytes."""
-    blob = json.dumps({"generator": GENERATOR_VERSION, "kind": kind, "seed": seed,
-                       "config": asdict(cfg), "options": options},
-                      sort_keys=True, default=list)
+    blob = json.dumps(
+        {"generator": GENERATOR_VERSION, "kind": kind, "seed": seed, "config": asdict(cfg), "options": options},
+        sort_keys=True,
+        default=list,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()

@@ -24,8 +24,7 @@ ARCH = "dflash"
 STREAM = 2
 
 
-def build_draft(w: Any, cfg: TinyConfig, seed: int, *, mrope: bool = False,
-                swa: int | None = None) -> None:
+def build_draft(w: Any, cfg: TinyConfig, seed: int, *, mrope: bool = False, swa: int | None = None) -> None:
     cfg.validate()
     w.add_name("pyllama-dflash tiny dflash draft")
     add_text_hparams(w, cfg, cfg.draft_n_layer)
@@ -67,8 +66,15 @@ def build_draft(w: Any, cfg: TinyConfig, seed: int, *, mrope: bool = False,
         t(p + "ffn_down.weight", (F, E))
 
 
-def write_draft(path: Path, cfg: TinyConfig | None = None, *, seed: int = 0,
-                mrope: bool = False, swa: int | None = None, gguf: Any = None) -> bool:
+def write_draft(
+    path: Path,
+    cfg: TinyConfig | None = None,
+    *,
+    seed: int = 0,
+    mrope: bool = False,
+    swa: int | None = None,
+    gguf: Any = None,
+) -> bool:
     """Write the draft GGUF; returns False if an up-to-date file was already there."""
     cfg = cfg or TinyConfig()
     fp = fingerprint("draft", cfg, seed, mrope=mrope, swa=swa)

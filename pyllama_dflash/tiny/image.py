@@ -20,11 +20,14 @@ def rgb(width: int, height: int, seed: int = 0) -> np.ndarray:
     if width <= 0 or height <= 0:
         raise ValueError("width and height must be positive")
     y, x = np.mgrid[0:height, 0:width].astype(np.float64)
-    base = np.stack([
-        255.0 * x / max(width - 1, 1),
-        255.0 * y / max(height - 1, 1),
-        127.5 * (1.0 + np.sin((x + y) / 7.0)),
-    ], axis=-1)
+    base = np.stack(
+        [
+            255.0 * x / max(width - 1, 1),
+            255.0 * y / max(height - 1, 1),
+            127.5 * (1.0 + np.sin((x + y) / 7.0)),
+        ],
+        axis=-1,
+    )
     noise = np.random.default_rng([seed, width, height]).integers(-24, 25, size=base.shape)
     return np.clip(base + noise, 0, 255).astype(np.uint8)
 
@@ -43,8 +46,7 @@ def png_bytes(img: np.ndarray) -> bytes:
     # every scanline starts with filter type 0 (None)
     raw = b"".join(b"\x00" + arr[row].tobytes() for row in range(h))
     ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)  # 8-bit, colour type 2 (RGB)
-    return (PNG_SIGNATURE + _chunk(b"IHDR", ihdr)
-            + _chunk(b"IDAT", zlib.compress(raw, 9)) + _chunk(b"IEND", b""))
+    return PNG_SIGNATURE + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", zlib.compress(raw, 9)) + _chunk(b"IEND", b"")
 
 
 def png_data_url(png: bytes) -> str:

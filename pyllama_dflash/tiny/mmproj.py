@@ -72,16 +72,16 @@ def build_mmproj(w: Any, cfg: TinyConfig, seed: int) -> None:
     t("mm.2.bias", (cfg.n_embd,), 0.02)
 
 
-def write_mmproj(path: Path, cfg: TinyConfig | None = None, *, seed: int = 0,
-                 gguf: Any = None) -> bool:
+def write_mmproj(path: Path, cfg: TinyConfig | None = None, *, seed: int = 0, gguf: Any = None) -> bool:
     """Write the projector GGUF; returns False if an up-to-date file was already there."""
     cfg = cfg or TinyConfig()
     fp = fingerprint("mmproj", cfg, seed)
     return write_gguf(path, ARCH, fp, lambda w, g: build_mmproj(w, cfg, seed), gguf)
 
 
-def image_grid(width: int, height: int, cfg: TinyConfig | None = None,
-               min_tokens: int = 8, max_tokens: int = 4096) -> tuple[int, int]:
+def image_grid(
+    width: int, height: int, cfg: TinyConfig | None = None, min_tokens: int = 8, max_tokens: int = 4096
+) -> tuple[int, int]:
     """(nx, ny) token grid mtmd's qwen2vl preprocessor gives a width x height image.
 
     Mirrors the b11434 resize rule: round each side to a multiple of 28, and
@@ -90,7 +90,7 @@ def image_grid(width: int, height: int, cfg: TinyConfig | None = None,
     """
     cfg = cfg or TinyConfig()
     f = cfg.v_patch_size * MERGE
-    w_bar = max(f, math.floor(width / f + 0.5) * f)   # C++ std::round: half away from zero
+    w_bar = max(f, math.floor(width / f + 0.5) * f)  # C++ std::round: half away from zero
     h_bar = max(f, math.floor(height / f + 0.5) * f)
     min_px, max_px = min_tokens * f * f, max_tokens * f * f
     if w_bar * h_bar > max_px:

@@ -80,8 +80,7 @@ def build_target(w: Any, cfg: TinyConfig, seed: int) -> None:
         t(p + "ffn_down.weight", (F, E))
 
 
-def write_target(path: Path, cfg: TinyConfig | None = None, *, seed: int = 0,
-                 gguf: Any = None) -> bool:
+def write_target(path: Path, cfg: TinyConfig | None = None, *, seed: int = 0, gguf: Any = None) -> bool:
     """Write the target GGUF; returns False if an up-to-date file was already there."""
     cfg = cfg or TinyConfig()
     fp = fingerprint("target", cfg, seed)

@@ -17,6 +17,13 @@ from .draft import (
 )
 
 __all__ = [
-    "SECTIONS_KEY", "DraftInfo", "DraftUpgradeError", "UpgradeResult", "default_output",
-    "inspect", "reconverted_twin", "target_uses_mrope", "upgrade",
+    "SECTIONS_KEY",
+    "DraftInfo",
+    "DraftUpgradeError",
+    "UpgradeResult",
+    "default_output",
+    "inspect",
+    "reconverted_twin",
+    "target_uses_mrope",
+    "upgrade",
 ]

@@ -19,18 +19,25 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=tool_prog("python -m pyllama_dflash.upgrade"),
         description="Add dflash.rope.dimension_sections = [head_dim/2, 0, 0, 0] to a legacy DFlash draft "
-                    "for an M-RoPE target, as llama.cpp b11434's converter writes it. The input is never "
-                    "modified (unless --in-place, which replaces it atomically).",
+        "for an M-RoPE target, as llama.cpp b11434's converter writes it. The input is never "
+        "modified (unless --in-place, which replaces it atomically).",
     )
     p.add_argument("draft", type=Path, metavar="DRAFT", help="the DFlash draft GGUF")
     where = p.add_mutually_exclusive_group()
-    where.add_argument("-o", "--out", type=Path, metavar="OUT",
-                       help="write the upgraded draft here (default: DRAFT-mrope.gguf beside it)")
+    where.add_argument(
+        "-o",
+        "--out",
+        type=Path,
+        metavar="OUT",
+        help="write the upgraded draft here (default: DRAFT-mrope.gguf beside it)",
+    )
     where.add_argument("--in-place", action="store_true", help="replace DRAFT itself, atomically")
-    p.add_argument("--check", action="store_true",
-                   help="only say whether the draft is affected: exit 1 if so, 0 if not")
-    p.add_argument("--target", type=Path, metavar="TARGET",
-                   help="the target GGUF; the draft needs sections only if it uses M-RoPE")
+    p.add_argument(
+        "--check", action="store_true", help="only say whether the draft is affected: exit 1 if so, 0 if not"
+    )
+    p.add_argument(
+        "--target", type=Path, metavar="TARGET", help="the target GGUF; the draft needs sections only if it uses M-RoPE"
+    )
     return p
 
 

@@ -94,8 +94,11 @@ def converter_sections(g: GGUFFile) -> tuple[int, int, int, int]:
     if head_dim is None:
         n_embd, n_head = _int(g, EMBEDDING_KEY), _int(g, HEAD_COUNT_KEY)
         if n_embd is None or not n_head:
-            raise DraftUpgradeError(g.path, f"cannot tell the head size: no {KEY_LENGTH_KEY}, and "
-                                            f"{EMBEDDING_KEY} / {HEAD_COUNT_KEY} are missing or zero")
+            raise DraftUpgradeError(
+                g.path,
+                f"cannot tell the head size: no {KEY_LENGTH_KEY}, and "
+                f"{EMBEDDING_KEY} / {HEAD_COUNT_KEY} are missing or zero",
+            )
         head_dim = n_embd // n_head
     if head_dim < 2:
         raise DraftUpgradeError(g.path, f"head size {head_dim} is too small for rope sections")
@@ -122,8 +125,9 @@ def inspect(draft: Path | str, target: Path | str | None = None) -> DraftInfo:
     sections = _sections(g) if is_dflash else None
     to_write = converter_sections(g) if is_dflash and sections is None else None
     mrope = target_uses_mrope(target) if target is not None else None
-    return DraftInfo(g.path, g.architecture, is_dflash, sections, to_write,
-                     Path(target) if target is not None else None, mrope)
+    return DraftInfo(
+        g.path, g.architecture, is_dflash, sections, to_write, Path(target) if target is not None else None, mrope
+    )
 
 
 def default_output(draft: Path | str) -> Path:
@@ -141,8 +145,14 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def upgrade(draft: Path | str, out: Path | str | None = None, in_place: bool = False, *,
-            target: Path | str | None = None, chunk_size: int = CHUNK_SIZE) -> UpgradeResult:
+def upgrade(
+    draft: Path | str,
+    out: Path | str | None = None,
+    in_place: bool = False,
+    *,
+    target: Path | str | None = None,
+    chunk_size: int = CHUNK_SIZE,
+) -> UpgradeResult:
     """Write the draft with ``dflash.rope.dimension_sections`` added; the input is never modified.
 
     ``out`` defaults to :func:`default_output`; ``in_place=True`` replaces the draft itself
@@ -163,27 +173,36 @@ def upgrade(draft: Path | str, out: Path | str | None = None, in_place: bool = F
     else:
         dest = Path(out) if out is not None else default_output(draft)
         if dest.exists() and _same_file(draft, dest):
-            raise DraftUpgradeError(draft, f"output {dest} is the input file; pass in_place=True "
-                                           "(--in-place) to replace it")
+            raise DraftUpgradeError(
+                draft, f"output {dest} is the input file; pass in_place=True (--in-place) to replace it"
+            )
 
     existing = _sections(g)
     if existing is not None:
-        return UpgradeResult(draft, None, False, existing,
-                             f"{draft}: already has rope.dimension_sections {list(existing)}: nothing to do")
+        return UpgradeResult(
+            draft,
+            None,
+            False,
+            existing,
+            f"{draft}: already has rope.dimension_sections {list(existing)}: nothing to do",
+        )
     sections = converter_sections(g)
     if target is not None and not target_uses_mrope(target):
-        return UpgradeResult(draft, None, False, None,
-                             f"{draft}: target {target} does not use M-RoPE, so the draft needs no "
-                             "rope.dimension_sections: nothing to do")
+        return UpgradeResult(
+            draft,
+            None,
+            False,
+            None,
+            f"{draft}: target {target} does not use M-RoPE, so the draft needs no "
+            "rope.dimension_sections: nothing to do",
+        )
 
     _write_atomic(g, dest, sections, keep_mode=in_place, chunk_size=chunk_size)
     verb = "replaced" if in_place else "wrote"
-    return UpgradeResult(draft, dest, True, sections,
-                         f"{verb} {dest}: added {SECTIONS_KEY} = {list(sections)}")
+    return UpgradeResult(draft, dest, True, sections, f"{verb} {dest}: added {SECTIONS_KEY} = {list(sections)}")
 
 
-def _write_atomic(g: GGUFFile, dest: Path, sections: Sequence[int], *, keep_mode: bool,
-                  chunk_size: int) -> None:
+def _write_atomic(g: GGUFFile, dest: Path, sections: Sequence[int], *, keep_mode: bool, chunk_size: int) -> None:
     """Temp file in dest's directory, checked, then renamed: no half-written file is ever seen."""
     if not dest.parent.is_dir():
         raise DraftUpgradeError(dest, "output directory does not exist")

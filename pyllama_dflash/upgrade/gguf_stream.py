@@ -51,9 +51,17 @@ class ValueType(IntEnum):
 
 # struct format of each fixed-size value type (BOOL is a byte, read as 'B' and turned to bool)
 _SCALAR_FMT: dict[ValueType, str] = {
-    ValueType.UINT8: "B", ValueType.INT8: "b", ValueType.UINT16: "H", ValueType.INT16: "h",
-    ValueType.UINT32: "I", ValueType.INT32: "i", ValueType.FLOAT32: "f", ValueType.BOOL: "B",
-    ValueType.UINT64: "Q", ValueType.INT64: "q", ValueType.FLOAT64: "d",
+    ValueType.UINT8: "B",
+    ValueType.INT8: "b",
+    ValueType.UINT16: "H",
+    ValueType.INT16: "h",
+    ValueType.UINT32: "I",
+    ValueType.INT32: "i",
+    ValueType.FLOAT32: "f",
+    ValueType.BOOL: "B",
+    ValueType.UINT64: "Q",
+    ValueType.INT64: "q",
+    ValueType.FLOAT64: "d",
 }
 
 # ggml type id -> (name, block size in elements, bytes per block), as in llama.cpp b11434
@@ -183,15 +191,18 @@ class _Reader:
 
     def take(self, n: int) -> bytes:
         if n > self.size - self.pos:
-            raise GGUFError(self.path, f"truncated in {self.where}: needs {n} bytes at offset {self.pos}, "
-                                       f"but the file ends at {self.size}")
+            raise GGUFError(
+                self.path,
+                f"truncated in {self.where}: needs {n} bytes at offset {self.pos}, but the file ends at {self.size}",
+            )
         parts = []
         left = n
         while left:
             part = self.f.read(min(left, self.chunk))
             if not part:  # the file shrank under us
-                raise GGUFError(self.path, f"truncated in {self.where}: unexpected end of file at "
-                                           f"offset {self.pos + n - left}")
+                raise GGUFError(
+                    self.path, f"truncated in {self.where}: unexpected end of file at offset {self.pos + n - left}"
+                )
             parts.append(part)
             left -= len(part)
         data = parts[0] if len(parts) == 1 else b"".join(parts)
@@ -254,8 +265,9 @@ def _check_version(path: Path, version: int) -> None:
         return
     swapped = struct.unpack("<I", struct.pack(">I", version))[0]
     if version & 0xFFFF == 0 and swapped in (1, 2, 3):
-        raise GGUFError(path, f"big-endian GGUF (version reads as {version:#010x}); "
-                              "only little-endian files are supported")
+        raise GGUFError(
+            path, f"big-endian GGUF (version reads as {version:#010x}); only little-endian files are supported"
+        )
     if version == 1:
         raise GGUFError(path, "GGUF version 1 is not supported (only versions 2 and 3)")
     raise GGUFError(path, f"unknown GGUF version {version} (only versions 2 and 3 are supported)")
@@ -330,8 +342,9 @@ def _check_data(path: Path, tensors: list[TensorInfo], data_offset: int, size: i
     # Every tensor is sized (unknown ggml types are refused rather than guessed), so a file cut
     # anywhere in the data section is caught, not only one cut before the last tensor's offset.
     if tensors and data_offset > size:
-        raise GGUFError(path, f"truncated before the data section: it starts at offset {data_offset}, "
-                              f"but the file ends at {size}")
+        raise GGUFError(
+            path, f"truncated before the data section: it starts at offset {data_offset}, but the file ends at {size}"
+        )
     for i, t in enumerate(tensors):
         try:
             n = t.nbytes()
@@ -339,9 +352,12 @@ def _check_data(path: Path, tensors: list[TensorInfo], data_offset: int, size: i
             raise GGUFError(path, str(exc)) from None
         end = data_offset + t.offset + n
         if end > size:
-            raise GGUFError(path, f"truncated in the data section: tensor #{i} {t.name!r} ({t.type_name}, "
-                                  f"{n} bytes) needs file bytes [{data_offset + t.offset}, {end}), "
-                                  f"but the file ends at {size}")
+            raise GGUFError(
+                path,
+                f"truncated in the data section: tensor #{i} {t.name!r} ({t.type_name}, "
+                f"{n} bytes) needs file bytes [{data_offset + t.offset}, {end}), "
+                f"but the file ends at {size}",
+            )
 
 
 def _pad(n: int, alignment: int) -> int:
@@ -378,8 +394,7 @@ def make_kv(key: str, vtype: ValueType, value: Any, item_type: ValueType | None 
     return KeyValue(key, vtype, value, item_type, raw)
 
 
-def write_with_kvs(src: GGUFFile, out: BinaryIO, changes: Iterable[KeyValue], *,
-                   chunk_size: int = CHUNK_SIZE) -> int:
+def write_with_kvs(src: GGUFFile, out: BinaryIO, changes: Iterable[KeyValue], *, chunk_size: int = CHUNK_SIZE) -> int:
     """Write ``src`` with ``changes`` replacing same-named entries (in place) or appended, to the
     open binary stream ``out``; returns the bytes written.
 
@@ -402,7 +417,7 @@ def write_with_kvs(src: GGUFFile, out: BinaryIO, changes: Iterable[KeyValue], *,
         head += bytes(_pad(len(head), src.alignment) - len(head))
     written = 0
     for i in range(0, len(head), chunk_size):
-        written += out.write(head[i:i + chunk_size])
+        written += out.write(head[i : i + chunk_size])
 
     with open(src.path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
