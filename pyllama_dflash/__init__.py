@@ -9,16 +9,18 @@ GGUF models), the scenarios and the fuzzer, run by ``pyllama-dflash repro`` and 
 __version__ = "0.1.0"
 
 
-def load(variant: str = "full", *, backend: str | None = None, patches_dir=None):
+def load(variant: str = "full", *, backend: str | None = None, patches_dir=None, cpu: str | None = None):
     """Load a built variant's libraries and bindings into this process; returns its manifest.
 
     Builds are found through their manifests only, and one whose patches or native sources
     changed since is refused as stale (rebuild with ``python build.py --variant NAME``). All
     variants share sonames, so a process holds one variant; run others in child processes.
+    ``cpu`` (native | portable, default ``$PYLLAMA_DFLASH_CPU``) picks among builds for different
+    CPUs; a native build made for features this CPU lacks is refused, never loaded.
     """
     from . import api
     from .llamabuild import find_built
 
-    (manifest,) = find_built([variant], backend=backend, patches_dir=patches_dir)
+    (manifest,) = find_built([variant], backend=backend, patches_dir=patches_dir, cpu_mode=cpu)
     api.init(manifest.lib_dir)
     return manifest

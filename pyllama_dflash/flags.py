@@ -51,6 +51,13 @@ SHARED: dict[str, _Shared] = {
         "seconds a child may run before it counts as CRASH: one scenario in repro, one variant's whole search in fuzz",
         kwargs={"type": float, "metavar": "S"},
     ),
+    "cpu": _Shared(
+        ("--cpu",),
+        "the CPU a build targets: native (-march=native, keyed by this CPU's features) or portable (the "
+        "x86-64 baseline, runs on any x86-64 CPU); for a lookup, the builds to use",
+        unset="$PYLLAMA_DFLASH_CPU, else native for a build and native first for a lookup",
+        kwargs={"choices": ("native", "portable")},
+    ),
 }
 
 

@@ -24,7 +24,9 @@ def variants() -> dict[str, Manifest]:
 
     A failing build fails the tests that need it; nothing is skipped.
     """
-    built = build(["all"], BuildOptions(jobs=int(os.environ.get("PYLLAMA_DFLASH_JOBS", "0")) or None))
+    # native, whatever $PYLLAMA_DFLASH_CPU says: the tests of portable builds build their own
+    jobs = int(os.environ.get("PYLLAMA_DFLASH_JOBS", "0")) or None
+    built = build(["all"], BuildOptions(jobs=jobs, cpu="native"))
     return {m.variant: m for m in built}
 
 

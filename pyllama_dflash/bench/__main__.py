@@ -12,6 +12,8 @@ Sections (``--only``):
             spent starting children
   overhead  text-only speculative loop, full vs baseline, tokens/s ratio with a bootstrap CI
   instructions  the same loop under callgrind: instructions per generated token, full / baseline
+            (on the portable builds where they exist: valgrind cannot run every native build)
+  portable  the same loop, full's portable build against its native one: tok/s ratio
   fill      the draft fill's cost, with the removal of the filled positions, for holes of
             3..1024 positions vs the image chunk's decode
   bindings  a 4096-row numpy embedding batch through the bindings vs a per-row Python loop
@@ -30,16 +32,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from .. import child
-from ..env import CACHE_ENV, THREADS_ENV
+from ..env import CACHE_ENV, CPU_ENV, THREADS_ENV
 from ..errors import PyllamaError
 from ..files import atomic_write_bytes, atomic_write_json
 from ..flags import tool_prog
-from ..llamabuild import BuildOptions, build
+from ..llamabuild import BuildError, BuildOptions, build, find_built
 from ..paths import cache_root
 from . import stats
 from .report import markdown
@@ -49,12 +52,13 @@ class SectionUnavailable(PyllamaError, RuntimeError):
     """A section that cannot run on this machine; the message says why in one line."""
 
 
-SECTIONS = ("build", "matrix", "overhead", "instructions", "fill", "bindings")
+SECTIONS = ("build", "matrix", "overhead", "instructions", "portable", "fill", "bindings")
 HOLES = (3, 6, 12, 24, 48, 96, 192, 384, 768, 1024)
 
 
-def worker(variant: str, task: str, args: dict, timeout: float = 1800) -> dict:
-    """One measurement in a child process of its own, for one variant (see worker.py)."""
+def worker(variant: str, task: str, args: dict, timeout: float = 1800, cpu: str | None = None) -> dict:
+    """One measurement in a child process of its own, for one variant (see worker.py); ``cpu``
+    picks that variant's native or portable build."""
     with tempfile.TemporaryDirectory(prefix="pyllama-dflash-bench-") as tmp:
         result = child.run_job(
             "pyllama_dflash.bench.worker",
@@ -62,6 +66,7 @@ def worker(variant: str, task: str, args: dict, timeout: float = 1800) -> dict:
             Path(tmp),
             f"{variant}-{task}",
             timeout=timeout,
+            env={CPU_ENV: cpu} if cpu else None,
         )
     if result.get("status") != "OK":
         tail = "\n".join(result.get("log_tail", []))
@@ -134,28 +139,62 @@ def bench_matrix() -> dict:
     }
 
 
-def bench_overhead(rounds: int) -> dict:
-    """full vs baseline on a loop with no image: interleaved child processes, A B B A ..."""
-    pairs = []
-    per_variant: dict[str, list[float]] = {"baseline": [], "full": []}
+def _ab_ratio(sides: dict[str, Callable[[], list[float]]], rounds: int) -> dict:
+    """Two sides measured alternately (A B, B A, ...), each a child's tok/s samples; per round the
+    ratio of their medians, second over first, then the median ratio with a bootstrap interval."""
+    (first, _), (second, _) = sides.items()
+    pairs, rates = [], {name: [] for name in sides}
     for r in range(rounds):
-        order = ("baseline", "full") if r % 2 == 0 else ("full", "baseline")
-        got = {v: worker(v, "spec_loop", {"n_tokens": 128, "repeats": 7})["tok_per_s"] for v in order}
-        med = {v: stats.summary(x)["median"] for v, x in got.items()}
-        for v in med:
-            per_variant[v].append(med[v])
-        pairs.append(med["full"] / med["baseline"])
+        med = {}
+        for name in (first, second) if r % 2 == 0 else (second, first):
+            med[name] = stats.summary(sides[name]())["median"]
+            rates[name].append(med[name])
+        pairs.append(med[second] / med[first])
     lo, hi = stats.bootstrap_median(pairs)
     return {
         "rounds": rounds,
         "ratio_median": stats.summary(pairs)["median"],
         "ratio_ci95": [lo, hi],
         "ratios": pairs,
-        "tok_per_s": {v: stats.summary(x) for v, x in per_variant.items()},
+        "tok_per_s": {name: stats.summary(x) for name, x in rates.items()},
     }
 
 
-def _callgrind_ir(variant: str, n_tokens: int, out_dir: Path) -> int:
+LOOP = {"n_tokens": 128, "repeats": 7}  # the text-only speculative loop both ratios time
+
+
+def bench_overhead(rounds: int) -> dict:
+    """full vs baseline on a loop with no image: interleaved child processes."""
+    return _ab_ratio({v: (lambda v=v: worker(v, "spec_loop", LOOP)["tok_per_s"]) for v in ("baseline", "full")}, rounds)
+
+
+def bench_portable(rounds: int) -> dict:
+    """The fix variant's portable build against its native one, same loop, interleaved."""
+    _require_built(["full"], "portable", "build it first: pyllama-dflash build --variant full --cpu portable")
+    return _ab_ratio(
+        {m: (lambda m=m: worker("full", "spec_loop", LOOP, cpu=m)["tok_per_s"]) for m in ("native", "portable")},
+        rounds,
+    )
+
+
+def _require_built(variants: list[str], cpu_mode: str, remedy: str) -> None:
+    try:
+        find_built(variants, cpu_mode=cpu_mode)
+    except BuildError as e:
+        raise SectionUnavailable(f"no {cpu_mode} build ({e.__class__.__name__}); {remedy}") from None
+
+
+def _callgrind_cpu() -> str:
+    """valgrind runs the x86-64 baseline anywhere; a native build only where it lacks nothing valgrind
+    knows (3.19 cannot execute AVX-512): use the portable builds when they are there."""
+    try:
+        find_built(["baseline", "full"], cpu_mode="portable")
+        return "portable"
+    except BuildError:
+        return "native"
+
+
+def _callgrind_ir(variant: str, n_tokens: int, out_dir: Path, cpu: str = "native") -> int:
     """Instructions executed by one spec_loop child under callgrind (a count, not a time)."""
     out = out_dir / f"callgrind.{variant}.{n_tokens}"
     job = out_dir / f"{variant}-{n_tokens}.job.json"
@@ -173,13 +212,14 @@ def _callgrind_ir(variant: str, n_tokens: int, out_dir: Path) -> int:
         ],
         log=out_dir / f"{variant}-{n_tokens}.log",
         timeout=3600,
-        env={"PYTHONHASHSEED": "0", THREADS_ENV: "1"},
+        env={"PYTHONHASHSEED": "0", THREADS_ENV: "1", CPU_ENV: cpu},
     )
     found = re.findall(r"Collected : (\d+)", "\n".join(done.tail(50)))
     if done.rc == -signal.SIGILL:
         raise SectionUnavailable(
-            "valgrind cannot execute an instruction of this native build (SIGILL; valgrind "
-            f"{_valgrind_version()} lacks some of the CPU features -march=native enabled here)"
+            f"valgrind {_valgrind_version()} cannot execute an instruction of the {cpu} build (SIGILL: "
+            "-march=native enabled CPU features it lacks); build the portable variants, which it can run: "
+            "pyllama-dflash build --cpu portable"
         )
     if done.rc != 0 or not found:
         raise RuntimeError(f"callgrind run of {variant} failed ({done.how}):\n" + "\n".join(done.why()))
@@ -196,10 +236,12 @@ def bench_overhead_instructions(short: int = 32, long: int = 288) -> dict:
     alone (start-up and model loading cancel out), repeatable whatever else the machine does."""
     if shutil.which("valgrind") is None:
         raise SectionUnavailable("valgrind not found (install it to count instructions)")
+    cpu = _callgrind_cpu()
     with tempfile.TemporaryDirectory(prefix="pyllama-dflash-callgrind-") as tmp:
-        ir = {v: {n: _callgrind_ir(v, n, Path(tmp)) for n in (short, long)} for v in ("baseline", "full")}
+        ir = {v: {n: _callgrind_ir(v, n, Path(tmp), cpu) for n in (short, long)} for v in ("baseline", "full")}
     per_token = {v: (x[long] - x[short]) / (long - short) for v, x in ir.items()}
     return {
+        "cpu": cpu,
         "tokens": [short, long],
         "instructions": ir,
         "per_token": per_token,
@@ -258,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         "matrix": bench_matrix,
         "overhead": lambda: bench_overhead(args.rounds),
         "instructions": bench_overhead_instructions,
+        "portable": lambda: bench_portable(args.rounds),
         "fill": lambda: bench_fill(args.repeats),
         "bindings": bench_bindings,
     }

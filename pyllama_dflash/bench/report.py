@@ -39,12 +39,21 @@ def _figures(r: dict) -> list[tuple[str, str]]:
         for name, sec in r.items()
         if isinstance(sec, dict) and "skipped" in sec
     ]
+    if "portable" in r and "ratio_median" in r["portable"]:
+        o = r["portable"]
+        lo, hi = o["ratio_ci95"]
+        rows.append(
+            (
+                f"the same loop, tok/s `full` portable build / native build, {o['rounds']} rounds",
+                f"{o['ratio_median']:.3f} (95% CI {lo:.3f}-{hi:.3f})",
+            )
+        )
     if "instructions" in r and "ratio" in r["instructions"]:
         x = r["instructions"]
         rows.append(
             (
-                "the same loop under callgrind: instructions per token `full` / `baseline` "
-                f"({x['per_token']['baseline'] / 1e6:.2f} M per token)",
+                f"the same loop under callgrind ({x.get('cpu', 'native')} builds): instructions per token "
+                f"`full` / `baseline` ({x['per_token']['baseline'] / 1e6:.2f} M per token)",
                 f"{x['ratio']:.4f}",
             )
         )

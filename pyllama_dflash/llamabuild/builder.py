@@ -47,6 +47,7 @@ class BuildOptions:
     allow_unpinned: bool = False
     backend: str | None = None
     cuda_arch: str | None = None
+    cpu: str | None = None  # native | portable (default: $PYLLAMA_DFLASH_CPU, else native)
     jobs: int | None = None
     patches_dir: Path | None = None
     quiet: bool = False
@@ -102,7 +103,7 @@ class Plan:
 
 
 def plan(opts: BuildOptions, log=print, series: Series | None = None) -> Plan:
-    tc = toolchain.select(opts.backend, opts.cuda_arch)  # first: a missing toolkit needs no download
+    tc = toolchain.select(opts.backend, opts.cuda_arch, opts.cpu)  # first: a missing toolkit needs no download
     series = series or load_series(opts.patches_dir or default_patches_dir())
     src = source.resolve(opts.llama_dir, allow_unpinned=opts.allow_unpinned, log=log)
     key_src = {"fingerprint": src.fingerprint, "pinned": src.pinned}
@@ -120,14 +121,14 @@ def resolve_variants(series: Series, names: list[str]) -> list[str]:
 
 
 def find_built(
-    variants: list[str], *, backend: str | None = None, patches_dir: Path | None = None
+    variants: list[str], *, backend: str | None = None, patches_dir: Path | None = None, cpu_mode: str | None = None
 ) -> list[manifests.Manifest]:
     """The built variants (``["all"]``: every one of the series), found through their manifests
     alone: nothing is resolved, fetched or built. A build whose patches or native sources changed
     since is refused as stale (:class:`VariantNotBuilt` says how to rebuild)."""
     series = load_series(patches_dir or default_patches_dir())
     return [
-        manifests.find(v, backend=backend, expected_inputs=series_inputs(series, v))
+        manifests.find(v, backend=backend, expected_inputs=series_inputs(series, v), cpu_mode=cpu_mode)
         for v in resolve_variants(series, variants)
     ]
 
@@ -242,6 +243,7 @@ def _build_one(p: Plan, variant: str, opts: BuildOptions) -> manifests.Manifest:
                 "patches": [{"name": x.name, "sha256": x.sha256, "files": x.touched} for x in p.series.prefix(variant)],
                 "backend": p.tc.backend,
                 "cuda_arch": p.tc.cuda_arch,
+                "cpu": {"mode": p.tc.cpu, "features": list(p.tc.cpu_features)},
                 "cmake_args": list(p.tc.cmake_args),
                 "configure_args": args,
                 "libraries": files["libraries"],

@@ -18,7 +18,7 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog=tool_prog("build.py"),
         description="Build llama.cpp (pinned) with each prefix of patches/series, side by side.",
-        parents=[common_parser("backend", "jobs", short=True)],
+        parents=[common_parser("backend", "jobs", "cpu", short=True)],
     )
     ap.add_argument(
         "--variant",
@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         allow_unpinned=args.allow_unpinned,
         backend=args.backend,
         cuda_arch=args.cuda_arch,
+        cpu=args.cpu,
         jobs=args.jobs,
         patches_dir=args.patches,
         quiet=args.quiet,
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         print("build.py: interrupted; run it again to resume", file=sys.stderr)
         return 130
     for m in built:
-        print(f"{m.variant:12s} {m.backend:5s} {m.lib_dir}")
+        print(f"{m.variant:12s} {m.backend:5s} {m.cpu_mode or '?':8s} {m.lib_dir}")
     print(f"done in {time.monotonic() - t0:.1f}s", file=sys.stderr)
     return 0
 
@@ -83,7 +84,11 @@ def _check(opts: builder.BuildOptions) -> int:
 
 def _list(opts: builder.BuildOptions) -> int:
     p = builder.plan(opts, log=lambda msg: None)
-    print(f"source: {p.src.path} ({p.src.route}); backend {p.tc.backend}; build key {p.build_key}")
+    features = f" ({', '.join(p.tc.cpu_features)})" if p.tc.cpu_features else ""
+    print(
+        f"source: {p.src.path} ({p.src.route}); backend {p.tc.backend}; cpu {p.tc.cpu}{features}; "
+        f"build key {p.build_key}"
+    )
     for variant in p.series.variants:
         m = p.manifest(variant)
         found = manifests.read(p.variant_dir(variant) / manifests.MANIFEST)

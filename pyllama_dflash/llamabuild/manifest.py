@@ -12,9 +12,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..env import BACKEND_ENV
+from ..env import BACKEND_ENV, CPU_ENV
 from ..errors import VariantNotBuilt
 from ..paths import cache_root
+from . import cpu
 
 MANIFEST = "manifest.json"
 SCHEMA = 1
@@ -36,6 +37,15 @@ class Manifest:
     @property
     def backend(self) -> str:
         return self.data["backend"]
+
+    @property
+    def cpu_mode(self) -> str | None:
+        """native | portable; None for a build made before the CPU was recorded."""
+        return (self.data.get("cpu") or {}).get("mode")
+
+    @property
+    def cpu_features(self) -> list[str]:
+        return list((self.data.get("cpu") or {}).get("features", []))
 
     def binary(self, name: str = "llama-server") -> Path:
         return self.lib_dir / self.data["binaries"][name]
@@ -61,6 +71,14 @@ class Manifest:
             for key, value in expected_inputs.items():
                 if self.data.get("inputs", {}).get(key) != value:
                     out.append(f"{key} changed since this build")
+        if self.cpu_mode is None:
+            out.append("built before builds recorded the CPU they target: it may use instructions this CPU lacks")
+        lacking = cpu.missing(self.cpu_features)
+        if lacking:
+            out.append(
+                f"built with -march=native on a CPU with {', '.join(lacking)}, which this CPU lacks "
+                "(loading it would die of SIGILL)"
+            )
         return out
 
 
@@ -89,14 +107,18 @@ def all_manifests() -> list[Manifest]:
     return found
 
 
-def find(variant: str, *, backend: str | None = None, expected_inputs: dict | None = None) -> Manifest:
-    """The newest valid build of ``variant`` (optionally for one backend)."""
+def find(
+    variant: str, *, backend: str | None = None, expected_inputs: dict | None = None, cpu_mode: str | None = None
+) -> Manifest:
+    """The newest valid build of ``variant`` (optionally for one backend, one CPU mode); a native
+    build is preferred to a portable one unless ``cpu_mode`` (or $PYLLAMA_DFLASH_CPU) asks."""
     backend = backend or os.environ.get(BACKEND_ENV) or None
     if backend == "auto":
         backend = None
+    cpu_mode = cpu_mode or os.environ.get(CPU_ENV) or None
     candidates, rejected = [], []
     for m in all_manifests():
-        if m.variant != variant or (backend and m.backend != backend):
+        if m.variant != variant or (backend and m.backend != backend) or (cpu_mode and m.cpu_mode != cpu_mode):
             continue
         problems = m.problems(expected_inputs)
         (rejected.append(f"{m.lib_dir.name}: {'; '.join(problems)}") if problems else candidates.append(m))
@@ -104,6 +126,8 @@ def find(variant: str, *, backend: str | None = None, expected_inputs: dict | No
         why = f" (stale or broken builds: {' | '.join(rejected)})" if rejected else ""
         on = f" for backend {backend}" if backend else ""
         raise VariantNotBuilt(
-            f"variant {variant!r} is not built{on} in {variants_root()}{why}; run: python build.py --variant {variant}"
+            f"variant {variant!r} is not built{on}{f' for a {cpu_mode} CPU' if cpu_mode else ''} in "
+            f"{variants_root()}{why}; run: python build.py --variant {variant}"
+            f"{f' --cpu {cpu_mode}' if cpu_mode else ''} (--cpu portable: a build that runs on any x86-64 CPU)"
         )
-    return max(candidates, key=lambda m: m.data.get("built_at", ""))
+    return max(candidates, key=lambda m: (m.cpu_mode == "native", m.data.get("built_at", "")))

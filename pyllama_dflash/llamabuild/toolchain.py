@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..env import BACKEND_ENV
 from ..errors import ToolchainError
+from . import cpu
 
 BACKENDS = ("auto", "cpu", "cuda")
 
@@ -22,9 +23,17 @@ class Toolchain:
     cmake_args: tuple[str, ...]  # from CMAKE_ARGS, passed through verbatim
     cuda_arch: str | None
     generator: str  # Ninja | Unix Makefiles
+    cpu: str = "native"  # native | portable (see cpu.py)
+    cpu_features: tuple[str, ...] = ()  # what a native build may use: part of its key
 
     def key(self) -> dict:
-        return {"backend": self.backend, "cmake_args": list(self.cmake_args), "cuda_arch": self.cuda_arch}
+        return {
+            "backend": self.backend,
+            "cmake_args": list(self.cmake_args),
+            "cuda_arch": self.cuda_arch,
+            "cpu": self.cpu,
+            "cpu_features": list(self.cpu_features),
+        }
 
 
 def user_cmake_args() -> tuple[str, ...]:
@@ -37,7 +46,7 @@ def _cuda_requested_by(cmake_args: tuple[str, ...]) -> bool:
     )
 
 
-def select(backend: str | None = None, cuda_arch: str | None = None) -> Toolchain:
+def select(backend: str | None = None, cuda_arch: str | None = None, cpu_mode: str | None = None) -> Toolchain:
     """Resolve ``auto`` and check that the chosen backend can really be built here."""
     backend = (backend or os.environ.get(BACKEND_ENV) or "auto").lower()
     if backend not in BACKENDS:
@@ -54,7 +63,9 @@ def select(backend: str | None = None, cuda_arch: str | None = None) -> Toolchai
     if shutil.which("cmake") is None:
         raise ToolchainError("cmake not found on PATH (install cmake >= 3.18)")
     generator = "Ninja" if shutil.which("ninja") else "Unix Makefiles"
-    return Toolchain(backend, args, cuda_arch if backend == "cuda" else None, generator)
+    chosen = cpu.mode(cpu_mode)
+    features = cpu.native_features() if chosen == "native" else ()
+    return Toolchain(backend, args, cuda_arch if backend == "cuda" else None, generator, chosen, features)
 
 
 def nvidia_gpu_present() -> bool:
@@ -107,6 +118,8 @@ def cmake_configure_args(tc: Toolchain, llama_dir: Path, build_number: int | Non
         args.append(f"-DLLAMA_BUILD_NUMBER={build_number}")
     if commit:
         args.append(f"-DLLAMA_BUILD_COMMIT={commit[:8]}")
+    if tc.cpu == "portable":
+        args += cpu.PORTABLE_ARGS
     if tc.backend == "cuda":
         args.append("-DGGML_CUDA=ON")
         if tc.cuda_arch:

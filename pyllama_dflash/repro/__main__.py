@@ -14,6 +14,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from ..env import CPU_ENV
 from ..files import atomic_write_json
 from ..flags import common_parser, tool_prog
 from ..llamabuild import BuildError, BuildOptions, build, find_built
@@ -27,7 +28,9 @@ from .runner import REFERENCE, run_table
 
 
 def parser() -> argparse.ArgumentParser:
-    shared = common_parser("variants", "fix", "jobs", "timeout", "backend", jobs=os.cpu_count() or 2, timeout=300.0)
+    shared = common_parser(
+        "variants", "fix", "jobs", "timeout", "backend", "cpu", jobs=os.cpu_count() or 2, timeout=300.0
+    )
     ap = argparse.ArgumentParser(
         prog=tool_prog("python -m pyllama_dflash.repro"), description=__doc__.split("\n\n")[0], parents=[shared]
     )
@@ -74,6 +77,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.cpu:  # the lookups here and in every child process take the builds for that CPU
+        os.environ[CPU_ENV] = args.cpu
     t0 = time.monotonic()
     try:
         manifests = _manifests(args, _variant_names(args))
@@ -210,7 +215,7 @@ def _manifests(args: argparse.Namespace, names: list[str]):
     """The variants' manifests: built where missing, or with --no-build found as they are."""
     if args.no_build:
         return find_built(names, backend=args.backend)
-    return build(names, BuildOptions(backend=args.backend))
+    return build(names, BuildOptions(backend=args.backend, cpu=args.cpu))
 
 
 def _scenario_ids(args: argparse.Namespace) -> list[str]:

@@ -35,7 +35,7 @@ def run_job(job: dict) -> dict:
     from .. import load
 
     t0 = time.monotonic()
-    load(job["variant"], backend=job.get("backend"))
+    build = load(job["variant"], backend=job.get("backend"))
     t_init = time.monotonic() - t0
     scenario = SCENARIOS[job["scenario"]]
     models = ModelSet.from_json(job["models"])
@@ -64,6 +64,7 @@ def run_job(job: dict) -> dict:
         "calls": [c.to_json() for c in record.calls],
         "rounds": [asdict(r) for r in record.rounds],
         "drafts": drafts([asdict(r) for r in record.rounds]),
+        "build": {"lib_dir": str(build.lib_dir), "cpu": build.cpu_mode},
         "drafted_after_image": record.drafted_after_image(),
         "generated": {str(k): v for k, v in record.generated.items()},
         "exact": None,
