@@ -326,7 +326,10 @@ def test_a_variant_that_is_not_built(variants, pristine: Path, tmp_path: Path, m
     monkeypatch.setenv(CACHE_ENV, str(empty))  # never the real cache: nothing there is touched
     with pytest.raises(VariantNotBuilt) as info:
         pyllama_dflash.load("full")
-    assert str(info.value) == (f"variant 'full' is not built in {empty}/variants; run: python build.py --variant full")
+    assert str(info.value) == (
+        f"variant 'full' is not built in {empty}/variants; run: python build.py --variant full"
+        " (--cpu portable: a build that runs on any x86-64 CPU)"
+    )
 
     proc = _run(
         [PY, "-m", "pyllama_dflash.repro", "--no-build", "--variants", "full"],

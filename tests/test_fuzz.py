@@ -159,11 +159,10 @@ def test_zero_fill_fails_when_the_draft_is_ahead_after_a_restore(fuzzed):
     assert y <= x  # the draft still holds the positions the target dropped
 
 
-@pytest.mark.parametrize("variant,kind", [("baseline", "draft-hole"), ("zero-fill", "draft-ahead")])
-def test_the_shrunk_schedule_replays_through_repro(fuzzed, variant, kind, tmp_path):
-    found = _kinds(fuzzed[variant])[kind]
-    path = Schedule.from_json(found["schedule"]).save(tmp_path / f"{variant}-{kind}.json")
-    report = tmp_path / "report.json"
+def _replay_through_repro(found: dict, path):
+    """A failure's shrunk schedule saved at path and replayed by ``repro --schedule``: (path, process, results)."""
+    Schedule.from_json(found["schedule"]).save(path)
+    report = path.with_suffix(".report.json")
     proc = subprocess.run(
         [sys.executable, "-m", "pyllama_dflash.repro", "--no-build", "--schedule", str(path), "--json", str(report)],
         check=False,
@@ -171,8 +170,15 @@ def test_the_shrunk_schedule_replays_through_repro(fuzzed, variant, kind, tmp_pa
         text=True,
         timeout=300,
     )
+    results = json.loads(report.read_text())["results"] if report.is_file() else {}
+    return path, proc, results
+
+
+@pytest.mark.parametrize("variant,kind", [("baseline", "draft-hole"), ("zero-fill", "draft-ahead")])
+def test_the_shrunk_schedule_replays_through_repro(fuzzed, variant, kind, tmp_path):
+    found = _kinds(fuzzed[variant])[kind]
+    path, proc, results = _replay_through_repro(found, tmp_path / f"{variant}-{kind}.json")
     assert proc.returncode == 0, proc.stdout + proc.stderr  # full passes it
-    results = json.loads(report.read_text())["results"]
     replayed = results[variant]
     assert replayed["status"] == "FAIL" and replayed["kind"] == kind, replayed
     # the same call fails, at the same positions
@@ -185,18 +191,8 @@ def test_the_shrunk_schedule_replays_through_repro(fuzzed, variant, kind, tmp_pa
 
 
 def test_a_shrunk_drift_replays_through_repro_as_drift(fuzzed, tmp_path):
-    found = _kinds(fuzzed["zero-fill"])["drift"]
-    path = Schedule.from_json(found["schedule"]).save(tmp_path / "zero-fill-drift.json")
-    report = tmp_path / "report.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pyllama_dflash.repro", "--no-build", "--schedule", str(path), "--json", str(report)],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    _, proc, results = _replay_through_repro(_kinds(fuzzed["zero-fill"])["drift"], tmp_path / "zero-fill-drift.json")
     assert proc.returncode == 0, proc.stdout + proc.stderr  # full drafts what the twin drafts
-    results = json.loads(report.read_text())["results"]
     assert results["zero-fill"]["status"] == "DRIFT" and results["zero-fill"]["kind"] == "drift"
     assert results["full"]["status"] == "PASS" and results["full"]["stats"]["drift_checked"] == 1
 
