@@ -214,6 +214,15 @@ def test_the_drift_schedules_drift_on_zero_fill_and_not_on_full(variants, model_
         assert full["drafted"] > 0
 
 
+def test_a_reference_that_drafted_nothing_judges_nothing(variants, model_set, tmp_path):
+    """Found by the fuzzer (seed 7): the target alone goes back to an earlier checkpoint, then the
+    slot generates. The fix trims the draft that is ahead (with a warning) and drafts; the twin on
+    baseline cannot (its noise block is refused: X < Y fails), so it has no drafts to hold the fix to."""
+    schedule = Schedule.load(Path(__file__).parent / "data" / "schedules" / "reference-cannot-draft.json")
+    r = replay_variants(schedule, ["full"], model_set, work_dir=tmp_path)["full"]
+    assert r["status"] == "PASS" and r["stats"]["no_reference"] == 1 and r["drafted"] > 0, r
+
+
 def test_a_rewind_trims_both_memories_so_text_only_rewinds_pass_everywhere(variants, model_set, tmp_path):
     # llama-server's rewind (checkpoint, then slot.mem.seq_rm on both memories) never leaves the
     # draft ahead, unlike a target-only restore: even baseline passes where no image is involved

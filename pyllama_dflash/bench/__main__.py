@@ -43,7 +43,8 @@ from ..errors import PyllamaError
 from ..files import atomic_write_bytes, atomic_write_json
 from ..flags import tool_prog
 from ..llamabuild import BuildError, BuildOptions, build, find_built
-from ..paths import cache_root
+from ..llamabuild.patchset import load_series
+from ..paths import cache_root, default_patches_dir
 from . import stats
 from .report import markdown
 
@@ -79,15 +80,11 @@ def bench_build(cold: bool) -> dict:
     if cold:
         # a fresh cache, the already-fetched pristine tree: the compile alone is measured
         src = build(["baseline"], BuildOptions(quiet=True))[0].data["source"]["path"]
+        names = load_series(default_patches_dir()).variants  # baseline first, then each patched variant
         with tempfile.TemporaryDirectory(prefix="pyllama-dflash-coldbuild-") as tmp:
             env = {**os.environ, CACHE_ENV: tmp}
             times = {}
-            for name, args in (
-                ("baseline", ["--variant", "baseline"]),
-                ("zero-fill", ["--variant", "zero-fill"]),
-                ("full", ["--variant", "full"]),
-                ("no-op", ["--variant", "all"]),
-            ):
+            for name, args in [*((v, ["--variant", v]) for v in names), ("no-op", ["--variant", "all"])]:
                 t0 = time.monotonic()
                 subprocess.run(
                     [*repo_build, "--llama-dir", src, "--quiet", *args], env=env, check=True, capture_output=True
@@ -95,10 +92,10 @@ def bench_build(cold: bool) -> dict:
                 times[name] = time.monotonic() - t0
         return {
             "source": "cold build in a temporary cache",
-            "first_s": times["baseline"],
-            "extra_s": {"zero-fill": times["zero-fill"], "full": times["full"]},
+            "first_s": times[names[0]],
+            "extra_s": {v: times[v] for v in names[1:]},
             "noop_s": times["no-op"],
-            "ratio_second_to_first": times["zero-fill"] / times["baseline"],
+            "ratio_second_to_first": times[names[1]] / times[names[0]] if len(names) > 1 else None,
         }
     built = {m.variant: m for m in build(["all"], BuildOptions(quiet=True))}
     t0 = time.monotonic()

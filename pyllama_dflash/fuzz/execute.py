@@ -13,7 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..scenarios.drift import COMPARABLE, compare, drafts
+from ..scenarios.drift import REFERENCE_OK, compare, drafts
 from ..scenarios.models import ModelSet
 from ..scenarios.record import Record, StopScenario
 from ..scenarios.session import SeqState, Session, SessionConfig
@@ -102,7 +102,7 @@ def execute(
 
 def _drift(record: Record, reference: dict, stats: dict) -> Violation | None:
     """The drafts against the reference's; a reference that could not run them judges nothing."""
-    if reference["status"] not in COMPARABLE:
+    if reference["status"] not in REFERENCE_OK:
         stats["no_reference"] = stats.get("no_reference", 0) + 1
         return None
     stats["drift_checked"] = stats.get("drift_checked", 0) + 1
