@@ -68,6 +68,21 @@ def _check_positions(batch: Batch, via: str) -> None:
             )
 
 
+def embd_rows(embd: np.ndarray, pos: Sequence[int] | np.ndarray, via: str = "") -> tuple[np.ndarray, np.ndarray]:
+    """Embedding rows as float32 ``[n_tokens, n_embd]`` and their positions as int32 ``[n_pos (1..4),
+    n_tokens]`` (a 1-D ``pos`` is one row), checked; neither is copied when it already fits."""
+    rows = np.asarray(embd, dtype=np.float32)
+    if rows.ndim != 2:
+        raise ValueError(f"{via}embd must be [n_tokens, n_embd], got shape {rows.shape}")
+    n = rows.shape[0]
+    positions = np.asarray(pos, dtype=np.int32)
+    if positions.ndim == 1:
+        positions = positions.reshape(1, -1)
+    if positions.ndim != 2 or positions.shape[1] != n or not 1 <= positions.shape[0] <= 4:
+        raise ValueError(f"{via}pos must be [n_pos (1..4), {n}], got shape {np.shape(pos)}")
+    return rows, positions
+
+
 class Batch:
     """Rows for one decode: token rows or embedding rows, with positions ``[n_pos, n_tokens]``.
 
@@ -119,15 +134,8 @@ class Batch:
         A C-contiguous float32 ``embd`` is not copied: the batch points into it and keeps it
         alive, so changing the array afterwards changes the batch.
         """
-        rows = np.asarray(embd, dtype=np.float32)
-        if rows.ndim != 2:
-            raise ValueError(f"embd must be [n_tokens, n_embd], got shape {rows.shape}")
+        rows, positions = embd_rows(embd, pos)
         n, n_embd = rows.shape
-        positions = np.asarray(pos, dtype=np.int32)
-        if positions.ndim == 1:
-            positions = positions.reshape(1, -1)
-        if positions.ndim != 2 or positions.shape[1] != n or not 1 <= positions.shape[0] <= 4:
-            raise ValueError(f"pos must be [n_pos (1..4), {n}], got shape {np.shape(pos)}")
         # a C-contiguous float32 array is used in place (the batch keeps a reference to it)
         shared = rows if rows.flags.c_contiguous else None
         buf = BatchBuffers(runtime(), n, n_embd=n_embd, n_pos=positions.shape[0], embd_source=shared)

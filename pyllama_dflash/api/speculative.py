@@ -17,7 +17,7 @@ from ..errors import (
     IncompatibleModelsError,
 )
 from ._base import _Owner
-from .batch import Batch, _seq_ids
+from .batch import Batch, _seq_ids, embd_rows
 from .context import Context
 
 
@@ -115,15 +115,9 @@ class Speculative(_Owner):
         pos: np.ndarray,
         seq_id: int | Sequence[int] | np.ndarray = 0,
     ) -> bool:
-        rows = np.ascontiguousarray(embd, dtype=np.float32)
-        if rows.ndim != 2:
-            raise ValueError(f"process_embd: embd must be [n_tokens, n_embd], got {rows.shape}")
+        rows, positions = embd_rows(embd, pos, "process_embd: ")
+        rows, positions = np.ascontiguousarray(rows), np.ascontiguousarray(positions)  # handed to C as they are
         n, n_embd = rows.shape
-        positions = np.ascontiguousarray(pos, dtype=np.int32)
-        if positions.ndim == 1:
-            positions = positions.reshape(1, -1)
-        if positions.shape[1] != n or not 1 <= positions.shape[0] <= 4:
-            raise ValueError(f"process_embd: pos must be [n_pos (1..4), {n}], got {positions.shape}")
         seqs = _seq_ids(seq_id, n)
         ffi, lib = self._rt.ffi, self._rt.lib
         rc = self._run(
