@@ -8,8 +8,12 @@ tool, so the tools import it and cli.py imports them, one way.
 from __future__ import annotations
 
 import argparse
+import os
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from .env import CPU_ENV, PATCHES_ENV
 
 PROG = "pyllama-dflash"
 
@@ -58,7 +62,22 @@ SHARED: dict[str, _Shared] = {
         unset="$PYLLAMA_DFLASH_CPU, else native for a build and native first for a lookup",
         kwargs={"choices": ("native", "portable")},
     ),
+    "patches": _Shared(
+        ("--patches",),
+        "another patch series folder (its series file names the variants)",
+        unset="$PYLLAMA_DFLASH_PATCHES, else the checkout's patches/",
+        kwargs={"type": Path, "metavar": "DIR"},
+    ),
 }
+
+
+def export(args: argparse.Namespace) -> None:
+    """Put the shared flags that every child process must see into the environment they inherit:
+    the CPU the builds are looked up for, and the patch series."""
+    if getattr(args, "cpu", None):
+        os.environ[CPU_ENV] = args.cpu
+    if getattr(args, "patches", None):
+        os.environ[PATCHES_ENV] = str(Path(args.patches).resolve())
 
 
 def common_parser(*names: str, short: bool = False, **defaults) -> argparse.ArgumentParser:

@@ -475,3 +475,17 @@ def test_repro_draft_that_is_no_draft_gets_a_clear_error(variants, models, tmp_p
         assert "repro: error: --draft" in proc.stderr and str(draft) in proc.stderr and expected in proc.stderr, (
             proc.stderr
         )
+
+
+def test_sizes_llama_cpp_asserts_on_are_refused_up_front(lib_dir, target_model):
+    """The target keeps n_rs_seq state snapshots: its last n_rs_seq + 1 rows of a sequence must share a
+    ubatch, which llama.cpp asserts at the first decode. The API and repro refuse it before."""
+    with pytest.raises(ValueError, match=r"n_ubatch 4 with n_rs_seq 3: .* must be larger than 4"):
+        api.Context(target_model, n_ctx=64, n_batch=4, n_ubatch=4, n_rs_seq=3)
+    with api.Context(target_model, n_ctx=64, n_batch=5, n_ubatch=5, n_rs_seq=3) as ctx:  # one more is fine
+        assert ctx.n_ubatch == 5
+    proc = _run([PY, "-m", "pyllama_dflash.repro", "--no-build", "--n-batch", "4", "--scenarios", "S8"])
+    assert proc.returncode == 2 and "repro: error: n_ubatch 4: the target keeps n_max = 3" in proc.stderr, proc.stderr
+    assert "CRASH" not in proc.stdout
+    proc = _run([PY, "-m", "pyllama_dflash.repro", "--no-build", "--draft-n-ubatch", "2", "--scenarios", "S8"])
+    assert proc.returncode == 2 and "draft n_ubatch 2: the noise block of 4 rows" in proc.stderr, proc.stderr

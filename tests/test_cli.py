@@ -22,7 +22,7 @@ from pyllama_dflash.repro.__main__ import parser as repro_parser
 SCRIPT = Path(sys.executable).parent / "pyllama-dflash"
 COMMAND = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-m", "pyllama_dflash.cli"]
 SUBCOMMANDS = ("build", "repro", "fuzz", "bench", "tiny", "upgrade")
-SHARED_IN_REPRO_AND_FUZZ = ("--variants", "--fix", "--backend", "--jobs", "--timeout")
+SHARED_IN_REPRO_AND_FUZZ = ("--variants", "--fix", "--backend", "--jobs", "--timeout", "--cpu", "--patches")
 
 
 def run(*args: str, command: list[str] = COMMAND, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -124,3 +124,10 @@ def test_repro_through_the_command_prints_the_table(variants):
     assert header[:2] == ["scenario", "full"], proc.stdout
     assert re.search(r"^S8 .*\bPASS\b", proc.stdout, re.M), proc.stdout
     assert "fix variant 'full': OK" in proc.stdout
+
+
+@pytest.mark.parametrize("tool", ["repro", "fuzz"])
+def test_patches_names_another_series_and_a_missing_one_is_named(tool, tmp_path):
+    extra = "--no-build" if tool == "repro" else "--examples=1"
+    proc = run(tool, "--patches", str(tmp_path / "nowhere"), extra)
+    assert proc.returncode == 2 and f"{tmp_path / 'nowhere'}/series: no series file" in proc.stderr, proc.stderr

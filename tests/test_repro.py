@@ -224,3 +224,13 @@ def test_the_hole_is_as_wide_as_the_image_grid(matrix):
         assert y == p_end + 1  # text resumes max(nx, ny) positions after P
         # a pinned sub-batch is skipped, but a one-row tail is injected at P (S11)
         assert x == (p_image if tail_row else p_image - 1), (sid, x, p_image)
+
+
+def test_a_draft_with_smaller_batches_than_the_target_drafts_as_its_twin(variants, model_set, tmp_path):
+    """The draft's n_batch 8 and n_ubatch 4 against the target's 16: every run the fix injects is cut at
+    the draft's n_ubatch, the 6-position hole of S3 spans two of its ubatches."""
+    config = {"n_batch": 16, "n_ubatch": 16, "draft_n_batch": 8, "draft_n_ubatch": 4}
+    table = run_table(["S1", "S3", "S5", "S11"], [FIX], model_set, config, parallel=2, work_dir=tmp_path)
+    for sid, row in table.items():
+        r = row[FIX]
+        assert r["status"] == "PASS" and r["drift"] is None and r["drafts"] == r["reference"]["drafts"], (sid, r)

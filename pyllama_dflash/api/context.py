@@ -69,9 +69,23 @@ class Context(_Owner):
         }
         params.update({k: v for k, v in optional.items() if v is not None})
         self._handle = LlamaContext(self._rt, model._handle, params, _target._handle if _target else None)
+        keep_tail, n_ubatch_used = self._keep_tail(n_rs_seq), self.n_ubatch
+        if keep_tail and n_ubatch_used <= keep_tail:
+            self._handle.close()
+            raise ValueError(
+                f"n_ubatch {n_ubatch_used} with n_rs_seq {n_rs_seq}: {model.path} has recurrent layers, whose "
+                f"last n_rs_seq + 1 = {keep_tail} rows of a sequence must share a ubatch, so n_ubatch must be "
+                f"larger than {keep_tail} (llama.cpp asserts n_ubatch > n_keep_tail in src/llama-batch.cpp)"
+            )
         self._batch_ext: LlamaBatchExt | None = None
         self.n_decode_calls = 0  # decode/process/image calls made, successful or not
         self.last_log: list[logs.LogLine] = []  # what llama.cpp logged (warnings and up) during the last call
+
+    def _keep_tail(self, n_rs_seq: int) -> int:
+        """The rows llama.cpp keeps together at the end of a sequence (0: no such rule)."""
+        lib, model = self._rt.lib, self.model._handle.ptr
+        recurrent = bool(lib.llama_model_is_hybrid(model)) or bool(lib.llama_model_is_recurrent(model))
+        return n_rs_seq + 1 if recurrent and n_rs_seq > 0 else 0
 
     @classmethod
     def draft(

@@ -9,14 +9,12 @@ Builds nothing: build first with ``python build.py``.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from ..env import CPU_ENV
-from ..flags import common_parser, tool_prog
+from ..flags import common_parser, export, tool_prog
 from ..llamabuild import BuildError, find_built
 from ..llamabuild.patchset import BASELINE
 from ..scenarios.models import tiny_models
@@ -25,7 +23,7 @@ from .schedule import Schedule
 
 
 def parser() -> argparse.ArgumentParser:
-    shared = common_parser("variants", "fix", "jobs", "timeout", "backend", "cpu", jobs=2, timeout=1800.0)
+    shared = common_parser("variants", "fix", "jobs", "timeout", "backend", "cpu", "patches", jobs=2, timeout=1800.0)
     ap = argparse.ArgumentParser(
         prog=tool_prog("python -m pyllama_dflash.fuzz"), description=__doc__.split("\n\n")[0], parents=[shared]
     )
@@ -56,8 +54,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.cpu:  # the lookups here and in every child process take the builds for that CPU
-        os.environ[CPU_ENV] = args.cpu
+    export(args)  # --cpu and --patches: for the lookups here and in every child process
     backend = args.backend if args.backend != "auto" else None
     try:
         names = [v.strip() for v in args.variants.split(",")] if args.variants else ["all"]

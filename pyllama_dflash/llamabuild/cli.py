@@ -18,7 +18,7 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog=tool_prog("build.py"),
         description="Build llama.cpp (pinned) with each prefix of patches/series, side by side.",
-        parents=[common_parser("backend", "jobs", "cpu", short=True)],
+        parents=[common_parser("backend", "jobs", "cpu", "patches", short=True)],
     )
     ap.add_argument(
         "--variant",
@@ -36,7 +36,6 @@ def parser() -> argparse.ArgumentParser:
         help="use this llama.cpp tree (default: $LLAMA_CPP_DIR, vendor/llama.cpp, or the pinned sdist)",
     )
     ap.add_argument("--allow-unpinned", action="store_true", help="accept a tree that is not the pinned release")
-    ap.add_argument("--patches", type=Path, metavar="DIR", help="patch series folder (default: patches/)")
     ap.add_argument("--quiet", "-q", action="store_true", help="print only errors and the result")
     return ap
 

@@ -14,22 +14,22 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ..env import CPU_ENV
 from ..files import atomic_write_json
-from ..flags import common_parser, tool_prog
+from ..flags import common_parser, export, tool_prog
 from ..llamabuild import BuildError, BuildOptions, build, find_built
 from ..llamabuild.patchset import BASELINE
 from ..paths import cache_root
 from ..scenarios.catalog import EXPECTED, SCENARIOS
 from ..scenarios.models import ModelSet, tiny_models
 from ..scenarios.record import CRASH, DRIFT, ERROR, FAIL, PASS, SKIP
+from ..scenarios.session import SessionConfig
 from .report import format_server_table, format_table
 from .runner import REFERENCE, run_table
 
 
 def parser() -> argparse.ArgumentParser:
     shared = common_parser(
-        "variants", "fix", "jobs", "timeout", "backend", "cpu", jobs=os.cpu_count() or 2, timeout=300.0
+        "variants", "fix", "jobs", "timeout", "backend", "cpu", "patches", jobs=os.cpu_count() or 2, timeout=300.0
     )
     ap = argparse.ArgumentParser(
         prog=tool_prog("python -m pyllama_dflash.repro"), description=__doc__.split("\n\n")[0], parents=[shared]
@@ -72,13 +72,16 @@ def parser() -> argparse.ArgumentParser:
     real.add_argument("--image", type=Path, action="append", help="an image file (PNG/JPEG); repeat for a second")
     ap.add_argument("--n-gpu-layers", type=int, default=0, help="layers to offload (needs a CUDA build)")
     real.add_argument("--n-batch", type=int, help="target n_batch (default 16 tiny, 256 real)")
+    ap.add_argument("--draft-n-batch", type=int, help="the draft context's n_batch (default: the target's)")
+    ap.add_argument(
+        "--draft-n-ubatch", type=int, help="the draft context's n_ubatch (default: its n_batch, else the target's)"
+    )
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.cpu:  # the lookups here and in every child process take the builds for that CPU
-        os.environ[CPU_ENV] = args.cpu
+    export(args)  # --cpu and --patches: for the lookups here and in every child process
     t0 = time.monotonic()
     try:
         manifests = _manifests(args, _variant_names(args))
@@ -94,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         models, config = _models(args)
+        SessionConfig(**config).check()  # sizes llama.cpp would assert on: refused here, not in every child
     except ValueError as e:
         print(f"repro: error: {e}", file=sys.stderr)
         return 2
@@ -238,6 +242,7 @@ def _models(args: argparse.Namespace) -> tuple[ModelSet, dict]:
             "n_batch": args.n_batch or 16,
             "n_ubatch": args.n_batch or 16,
             "n_gpu_layers": args.n_gpu_layers,
+            **_draft_sizes(args),
         }
     if not all(real) or not args.image:
         raise ValueError("real models need --target, --draft, --mmproj and at least one --image")
@@ -262,7 +267,12 @@ def _models(args: argparse.Namespace) -> tuple[ModelSet, dict]:
         "n_ubatch": n_batch,
         "n_ctx": 8192,
         "n_gpu_layers": args.n_gpu_layers,
+        **_draft_sizes(args),
     }
+
+
+def _draft_sizes(args: argparse.Namespace) -> dict:
+    return {k: v for k, v in (("draft_n_batch", args.draft_n_batch), ("draft_n_ubatch", args.draft_n_ubatch)) if v}
 
 
 def _with_draft(models: ModelSet, draft: Path) -> ModelSet:

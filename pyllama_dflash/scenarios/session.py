@@ -37,6 +37,34 @@ class SessionConfig:
     # what the variant's llama-server does with POST /slots/N?action=save|restore: b11434 saves and
     # loads the target's state alone; with patch 0003 the draft's goes with it (see save_slot)
     server_saves_draft: bool = False
+    # the draft context's own sizes (llama-server: --batch-size-draft and the like); None: the target's
+    draft_n_batch: int | None = None
+    draft_n_ubatch: int | None = None
+
+    def check(self) -> SessionConfig:
+        """Refuse sizes the pinned llama.cpp answers with an assert, before any native call; returns self.
+
+        The target keeps n_max recurrent-state snapshots (n_rs_seq), so its last n_max + 1 rows of a
+        sequence must share a ubatch; the draft decodes its noise block (n_max + 1 rows) non-causally,
+        in one ubatch. The API checks the first rule itself (api.Context), for any model.
+        """
+        problems = []
+        if min(self.n_batch, self.n_ubatch) < 1 or self.n_ubatch > self.n_batch:
+            problems.append(f"n_batch {self.n_batch} and n_ubatch {self.n_ubatch}: need 1 <= n_ubatch <= n_batch")
+        if self.n_ubatch <= self.n_max + 1:
+            problems.append(
+                f"n_ubatch {self.n_ubatch}: the target keeps n_max = {self.n_max} state snapshots, so its "
+                f"last {self.n_max + 1} rows of a sequence share a ubatch and n_ubatch must exceed "
+                f"{self.n_max + 1} (llama.cpp asserts n_ubatch > n_keep_tail)"
+            )
+        if self.draft_n_ubatch is not None and self.draft_n_ubatch < self.n_max + 1:
+            problems.append(
+                f"draft n_ubatch {self.draft_n_ubatch}: the noise block of {self.n_max + 1} rows is decoded "
+                "non-causally in one ubatch (llama.cpp asserts n_ubatch >= n_tokens)"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 @dataclass
@@ -52,7 +80,7 @@ class Session:
 
     def __init__(self, models: ModelSet, cfg: SessionConfig, record: Record, *, speculative: bool = True):
         self.models = models
-        self.cfg = cfg
+        self.cfg = cfg.check()
         self.record = record
         self.speculative = speculative
         self._stack = contextlib.ExitStack()
@@ -85,7 +113,12 @@ class Session:
         if self.speculative:
             self.draft_model = enter(api.Model(m.draft, n_gpu_layers=cfg.n_gpu_layers))
             self.draft = enter(
-                api.Context.draft(self.draft_model, self.target, n_batch=cfg.n_batch, n_ubatch=cfg.n_ubatch)
+                api.Context.draft(
+                    self.draft_model,
+                    self.target,
+                    n_batch=cfg.draft_n_batch or cfg.n_batch,
+                    n_ubatch=cfg.draft_n_ubatch or cfg.draft_n_batch or cfg.n_ubatch,
+                )
             )
             # before the target decodes anything: the driver turns on layer-input extraction
             self.spec = enter(api.Speculative(self.target, self.draft, n_seq=cfg.n_seq, n_max=cfg.n_max))
