@@ -243,3 +243,12 @@ def test_a_contiguous_embedding_array_is_used_in_place_and_others_are_copied(lib
     strided = rows[:, ::2]  # not C-contiguous: must be copied into the batch's own memory
     copied = api.Batch.embeddings(strided, pos)
     assert not np.shares_memory(copied.embd, rows) and np.array_equal(copied.embd, strided)
+
+
+def test_a_sequence_split_by_another_in_one_batch_is_refused(spec: api.Speculative) -> None:
+    # libcommon's driver keeps each sequence's first and last row of a batch and reads the rows
+    # between as that sequence's: [0, 1, 0] would hand sequence 1's row to sequence 0
+    with pytest.raises(ValueError, match=r"rows of sequence 0 are not contiguous in the batch \(row 2 follows"):
+        spec.process_tokens([1, 2, 3], [0, 0, 1], seq_id=[0, 1, 0])
+    with pytest.raises(ValueError, match="process_embd: the rows of sequence 0 are not contiguous"):
+        spec.process_embd(np.zeros((3, 8), np.float32), np.array([0, 0, 1]), seq_id=[0, 1, 0])

@@ -93,7 +93,7 @@ class Speculative(_Owner):
         positions = np.ascontiguousarray(pos, dtype=np.int32).reshape(-1)
         if positions.shape != (n,):
             raise ValueError(f"process_tokens: {positions.shape[0]} positions for {n} tokens")
-        seqs = _seq_ids(seq_id, n)
+        seqs = _contiguous_seqs(_seq_ids(seq_id, n), "process_tokens")
         out = np.zeros(n, dtype=np.int8) if output is None else np.ascontiguousarray(output, dtype=np.int8)
         ffi, lib = self._rt.ffi, self._rt.lib
         rc = self._run(
@@ -118,7 +118,7 @@ class Speculative(_Owner):
         rows, positions = embd_rows(embd, pos, "process_embd: ")
         rows, positions = np.ascontiguousarray(rows), np.ascontiguousarray(positions)  # handed to C as they are
         n, n_embd = rows.shape
-        seqs = _seq_ids(seq_id, n)
+        seqs = _contiguous_seqs(_seq_ids(seq_id, n), "process_embd")
         ffi, lib = self._rt.ffi, self._rt.lib
         rc = self._run(
             "pyllama_dflash_spec_process_embd",
@@ -171,3 +171,17 @@ class Speculative(_Owner):
             raise ValueError(f"n_accepted {n_accepted} out of range")
         lib = self._rt.lib
         self._run("pyllama_dflash_spec_accept", lambda: lib.pyllama_dflash_spec_accept(self._ptr(), seq_id, n_accepted))
+
+
+def _contiguous_seqs(seqs: np.ndarray, via: str) -> np.ndarray:
+    """libcommon's driver takes each sequence's rows of a batch as one run (it keeps the first and the
+    last row of each): rows of a sequence split by another's would be read as the other's. Refused."""
+    for seq in np.unique(seqs):
+        rows = np.flatnonzero(seqs == seq)
+        if rows[-1] - rows[0] + 1 != len(rows):
+            gap = int(rows[np.flatnonzero(np.diff(rows) > 1)[0] + 1])
+            raise ValueError(
+                f"{via}: the rows of sequence {int(seq)} are not contiguous in the batch (row {gap} follows "
+                f"another sequence's); the speculative driver reads each sequence's rows as one run"
+            )
+    return seqs
