@@ -117,6 +117,26 @@ def s10(env: Env) -> None:
 
 s11 = one_prompt(DESCRIBE, "wide")
 
+
+def s13(env: Env) -> None:
+    s = env.session(n_seq=3, n_ctx=768)
+    m = env.marker(s)
+    s.text_batch([(0, "First one here"), (1, "Second one here"), (2, "Third one too")], "three texts")
+    s.prompt(0, f"look {m}", [env.images["small"]], "seq 0 image")
+    s.prompt(1, f"see {m}", [env.images["large"]], "seq 1 image")
+    s.prompt(2, f"and {m}", [env.images["small2"]], "seq 2 image")
+    s.text_batch([(0, "what is it"), (1, "and this"), (2, "and that")], "three texts again")
+    for seq in range(3):
+        s.generate(seq, N_GEN, f"seq {seq} generate")
+
+
+def s14(env: Env) -> None:
+    # a 1x1 image spans one position and is one row: no hole at all, on any draft
+    s = env.session(image_min_tokens=1)
+    s.prompt(0, DESCRIBE.format(m=env.marker(s)), [env.images["tiny"]])
+    s.generate(0, N_GEN)
+
+
 S12_A = "hello world and more text here"
 S12_B = "another conversation that is longer than the first one and runs on for a good while"
 S12_FOLLOW_UP = "and then what happened next"
@@ -201,8 +221,23 @@ SCENARIOS: dict[str, Scenario] = {
             "save A, run B on the slot, restore A and continue it: the drafts must equal A uninterrupted",
             s12,
         ),
+        Scenario(
+            "S13",
+            "three sequences",
+            "seq 0, 1 and 2 share batches; each gets an image (3x3, 6x6, 3x3)",
+            s13,
+            n_seq=3,
+        ),
+        Scenario(
+            "S14",
+            "a 1x1 image",
+            "the projector's minimum set to one token: the image is one row at one position, no hole",
+            s14,
+        ),
     ]
 }
+
+SCENARIO_IDS = tuple(SCENARIOS)
 
 # What each variant must do (the test suite asserts this table). Every run that completes is also
 # judged by the drift oracle (drift.py): its drafts against the same scenario's on baseline with the
@@ -225,6 +260,9 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
         "S10": (FAIL,),
         "S11": (FAIL,),
         "S12": (DRIFT,),
+        "S13": (FAIL,),
+        # a 1x1 image is one row at one position: it is injected, and the text follows at P + 1
+        "S14": (PASS,),
     },
     # The seed's zero-fill ends every FAIL that the hole caused, but its zero rows stay in the
     # draft's memory and every later noise block attends to them: the drafts drift, and on S9 it
@@ -247,6 +285,8 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
         "S10": (DEGRADED,),
         "S11": (DRIFT,),
         "S12": (DRIFT,),
+        "S13": (DRIFT,),
+        "S14": (PASS,),
     },
     # S7's reference fails too (the twin's memory is ahead of the restored target as well), so
     # S7 is judged by its calls and output only. S10 is the draft()-side case: the fill exists only
@@ -255,8 +295,8 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
     # S12 is llama-server's own: every variant whose server restores the target alone drifts there,
     # whatever its libcommon does; 0003 (variant slots) saves and restores the draft with the slot.
     "full": {
-        **{sid: (PASS,) for sid in ("S1", "S2", "S3", "S4", "S5", "S6", "S7", "S8", "S9", "S10", "S11")},
+        **{sid: (PASS,) for sid in SCENARIO_IDS},
         "S12": (DRIFT,),
     },
-    "slots": {sid: (PASS,) for sid in ("S1", "S2", "S3", "S4", "S5", "S6", "S7", "S8", "S9", "S10", "S11", "S12")},
+    "slots": {sid: (PASS,) for sid in SCENARIO_IDS},
 }

@@ -18,7 +18,7 @@ import numpy as np
 from ..child import job_main
 from .catalog import SCENARIOS, Env
 from .drift import drafts
-from .models import ModelSet, large_image, small_image, wide_image
+from .models import ModelSet, large_image, small_image, tiny_image, wide_image
 from .record import Record, StopScenario
 from .session import SessionConfig, replay_reference
 
@@ -27,8 +27,14 @@ def images_for(models: ModelSet) -> dict[str, np.ndarray | bytes]:
     """The scenarios' images: synthetic arrays for the tiny models, the given files for real ones."""
     if models.image_files:
         files = [p.read_bytes() for p in models.image_files]
-        return {"small": files[0], "small2": files[-1], "large": files[0], "wide": files[0]}
-    return {"small": small_image(0), "small2": small_image(1), "large": large_image(0), "wide": wide_image(0)}
+        return {"small": files[0], "small2": files[-1], "large": files[0], "wide": files[0], "tiny": files[0]}
+    return {
+        "small": small_image(0),
+        "small2": small_image(1),
+        "large": large_image(0),
+        "wide": wide_image(0),
+        "tiny": tiny_image(0),
+    }
 
 
 def run_job(job: dict) -> dict:
@@ -55,7 +61,8 @@ def run_job(job: dict) -> dict:
     except StopScenario as e:
         stopped = e.call
     finally:
-        ops = [s.ops for s in env.sessions if any(op[0] == "generate" for op in s.ops)]
+        # each session with its own config: a scenario may size one otherwise (n_ctx, image_min_tokens)
+        ops = [(s.cfg, s.ops) for s in env.sessions if any(op[0] == "generate" for op in s.ops)]
         for s in reversed(env.sessions):
             s.close()
     result = {
@@ -71,8 +78,8 @@ def run_job(job: dict) -> dict:
     }
     if stopped is None and ops and job.get("check_exact", True):
         reference: dict[int, list[int]] = {}
-        for session_ops in ops:  # the sessions ran one after the other, as their generated tokens did
-            for seq, tokens in replay_reference(models, cfg, session_ops).items():
+        for session_cfg, session_ops in ops:  # one after the other, as their generated tokens were
+            for seq, tokens in replay_reference(models, session_cfg, session_ops).items():
                 reference.setdefault(seq, []).extend(tokens)
         result["exact"] = reference == record.generated
         if not result["exact"]:

@@ -9,12 +9,13 @@ import numpy as np
 
 from .. import tiny
 from ..paths import cache_root
-from ..tiny import image as tiny_image
+from ..tiny import image as tiny_image_module
 
 # pixel sizes the tiny qwen2vl projector turns into these grids (28 px per merged token)
 SMALL_IMAGE_PX = 84  # 3 x 3 = 9 tokens, 3 positions
 LARGE_IMAGE_PX = 168  # 6 x 6 = 36 tokens (more than n_batch), 6 positions
 WIDE_IMAGE_PX = (308, 84)  # 11 x 3 = 33 tokens: with n_batch 16 the last sub-batch is one row
+TINY_IMAGE_PX = 28  # 1 x 1 = 1 token, one position, with the projector's image_min_tokens at 1
 SWA_WINDOW = 4  # the sliding-window draft's window: smaller than the large image's hole
 DRAFT_KINDS = ("plain", "mrope", "swa")
 
@@ -94,12 +95,16 @@ def tiny_models(out_dir: Path | None = None, seed: int = 0) -> ModelSet:
 
 
 def small_image(seed: int = 0) -> np.ndarray:
-    return tiny_image.rgb(SMALL_IMAGE_PX, SMALL_IMAGE_PX, seed)
+    return tiny_image_module.rgb(SMALL_IMAGE_PX, SMALL_IMAGE_PX, seed)
 
 
 def large_image(seed: int = 0) -> np.ndarray:
-    return tiny_image.rgb(LARGE_IMAGE_PX, LARGE_IMAGE_PX, seed)
+    return tiny_image_module.rgb(LARGE_IMAGE_PX, LARGE_IMAGE_PX, seed)
 
 
 def wide_image(seed: int = 0) -> np.ndarray:
-    return tiny_image.rgb(*WIDE_IMAGE_PX, seed)
+    return tiny_image_module.rgb(*WIDE_IMAGE_PX, seed)
+
+
+def tiny_image(seed: int = 0) -> np.ndarray:
+    return tiny_image_module.rgb(TINY_IMAGE_PX, TINY_IMAGE_PX, seed)

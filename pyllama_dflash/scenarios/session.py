@@ -40,6 +40,9 @@ class SessionConfig:
     # the draft context's own sizes (llama-server: --batch-size-draft and the like); None: the target's
     draft_n_batch: int | None = None
     draft_n_ubatch: int | None = None
+    # the projector's smallest image, in merged tokens (mtmd's image_min_tokens); None: its default,
+    # which turns the tiny qwen2vl projector's 1x1 image into 3x3 (llama-server: --image-min-tokens)
+    image_min_tokens: int | None = None
 
     def check(self) -> SessionConfig:
         """Refuse sizes the pinned llama.cpp answers with an assert, before any native call; returns self.
@@ -123,7 +126,16 @@ class Session:
             # before the target decodes anything: the driver turns on layer-input extraction
             self.spec = enter(api.Speculative(self.target, self.draft, n_seq=cfg.n_seq, n_max=cfg.n_max))
         self.projector = (
-            enter(api.Projector(m.mmproj, self.target_model, use_gpu=cfg.n_gpu_layers != 0)) if m.mmproj else None
+            enter(
+                api.Projector(
+                    m.mmproj,
+                    self.target_model,
+                    use_gpu=cfg.n_gpu_layers != 0,
+                    image_min_tokens=cfg.image_min_tokens,
+                )
+            )
+            if m.mmproj
+            else None
         )
 
     def close(self) -> None:
