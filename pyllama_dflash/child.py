@@ -22,15 +22,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import _short
 from .files import atomic_write_json
 
 CRASH, ERROR = "CRASH", "ERROR"  # a child that died or timed out; a Python error inside a child
 
+# what ggml_abort prints (GGML_ASSERT and GGML_ABORT both go through it): "<file>:<line>: <message>"
+_ABORT = re.compile(r"GGML_ASSERT|GGML_ABORT|^\S+\.(?:c|cc|cpp|cu|h):\d+: ")
 # the lines worth quoting from a dead child's output, best first
-_FATAL = tuple(
-    re.compile(p)
-    for p in (r"GGML_ASSERT|GGML_ABORT", r"terminate called|what\(\):", r"Fatal Python error", r"(?i)\berror\b")
-)
+_FATAL = (_ABORT, *(re.compile(p) for p in (r"terminate called|what\(\):", r"Fatal Python error", r"(?i)\berror\b")))
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class Finished:
     def crash(self) -> dict:
         """The result of a child that produced none: CRASH (died, timed out) or ERROR (exited)."""
         why = self.why()
-        fatal = next((ln.strip() for ln in why if _FATAL[0].search(ln)), None)
+        fatal = next((_short(ln) for ln in why if _ABORT.search(ln.strip())), None)
         if self.rc is None:
             first = f"timed out after {self.timeout_s:.0f}s"
         elif self.rc < 0:

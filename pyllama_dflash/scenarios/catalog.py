@@ -137,6 +137,15 @@ def s14(env: Env) -> None:
     s.generate(0, N_GEN)
 
 
+def s15(env: Env) -> None:
+    # the draft's batches (4) are a quarter of the target's (16): the 16-row text batches reach the
+    # driver whole and must be injected 4 rows at a time, and the 12-position hole of a 12x3 image
+    # is filled in three ubatches of 4 (llama-server: the draft's own batch size)
+    s = env.session(draft_n_batch=4, draft_n_ubatch=4)
+    s.prompt(0, DESCRIBE.format(m=env.marker(s)) + " and then some more words to read", [env.images["long"]])
+    s.generate(0, N_GEN)
+
+
 S12_A = "hello world and more text here"
 S12_B = "another conversation that is longer than the first one and runs on for a good while"
 S12_FOLLOW_UP = "and then what happened next"
@@ -234,6 +243,12 @@ SCENARIOS: dict[str, Scenario] = {
             "the projector's minimum set to one token: the image is one row at one position, no hole",
             s14,
         ),
+        Scenario(
+            "S15",
+            "hole three times the draft's n_ubatch",
+            "draft n_batch and n_ubatch 4 against the target's 16; a 12x3 image leaves a 12-position hole",
+            s15,
+        ),
     ]
 }
 
@@ -263,6 +278,7 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
         "S13": (FAIL,),
         # a 1x1 image is one row at one position: it is injected, and the text follows at P + 1
         "S14": (PASS,),
+        "S15": (FAIL,),
     },
     # The seed's zero-fill ends every FAIL that the hole caused, but its zero rows stay in the
     # draft's memory and every later noise block attends to them: the drafts drift, and on S9 it
@@ -287,6 +303,7 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
         "S12": (DRIFT,),
         "S13": (DRIFT,),
         "S14": (PASS,),
+        "S15": (DRIFT,),
     },
     # S7's reference fails too (the twin's memory is ahead of the restored target as well), so
     # S7 is judged by its calls and output only. S10 is the draft()-side case: the fill exists only

@@ -18,7 +18,7 @@ import numpy as np
 from ..child import job_main
 from .catalog import SCENARIOS, Env
 from .drift import drafts
-from .models import ModelSet, large_image, small_image, tiny_image, wide_image
+from .models import ModelSet, large_image, long_image, small_image, tiny_image, wide_image
 from .record import Record, StopScenario
 from .session import SessionConfig, replay_reference
 
@@ -27,13 +27,16 @@ def images_for(models: ModelSet) -> dict[str, np.ndarray | bytes]:
     """The scenarios' images: synthetic arrays for the tiny models, the given files for real ones."""
     if models.image_files:
         files = [p.read_bytes() for p in models.image_files]
-        return {"small": files[0], "small2": files[-1], "large": files[0], "wide": files[0], "tiny": files[0]}
+        return {
+            k: files[-1] if k == "small2" else files[0] for k in ("small", "small2", "large", "wide", "tiny", "long")
+        }
     return {
         "small": small_image(0),
         "small2": small_image(1),
         "large": large_image(0),
         "wide": wide_image(0),
         "tiny": tiny_image(0),
+        "long": long_image(0),
     }
 
 

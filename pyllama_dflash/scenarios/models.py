@@ -16,6 +16,7 @@ SMALL_IMAGE_PX = 84  # 3 x 3 = 9 tokens, 3 positions
 LARGE_IMAGE_PX = 168  # 6 x 6 = 36 tokens (more than n_batch), 6 positions
 WIDE_IMAGE_PX = (308, 84)  # 11 x 3 = 33 tokens: with n_batch 16 the last sub-batch is one row
 TINY_IMAGE_PX = 28  # 1 x 1 = 1 token, one position, with the projector's image_min_tokens at 1
+LONG_IMAGE_PX = (336, 84)  # 12 x 3 = 36 tokens: a 12-position hole, three times a draft n_ubatch of 4
 SWA_WINDOW = 4  # the sliding-window draft's window: smaller than the large image's hole
 DRAFT_KINDS = ("plain", "mrope", "swa")
 
@@ -108,3 +109,7 @@ def wide_image(seed: int = 0) -> np.ndarray:
 
 def tiny_image(seed: int = 0) -> np.ndarray:
     return tiny_image_module.rgb(TINY_IMAGE_PX, TINY_IMAGE_PX, seed)
+
+
+def long_image(seed: int = 0) -> np.ndarray:
+    return tiny_image_module.rgb(*LONG_IMAGE_PX, seed)
