@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import _short
+from .errors import short_native_line
 from .files import atomic_write_json
 
 CRASH, ERROR = "CRASH", "ERROR"  # a child that died or timed out; a Python error inside a child
@@ -74,7 +74,7 @@ class Finished:
     def crash(self) -> dict:
         """The result of a child that produced none: CRASH (died, timed out) or ERROR (exited)."""
         why = self.why()
-        fatal = next((_short(ln) for ln in why if _ABORT.search(ln.strip())), None)
+        fatal = next((short_native_line(ln) for ln in why if _ABORT.search(ln.strip())), None)
         if self.rc is None:
             first = f"timed out after {self.timeout_s:.0f}s"
         elif self.rc < 0:

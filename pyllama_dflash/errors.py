@@ -87,7 +87,7 @@ class NativeAbort(PyllamaError):
         self.call = call
         self.how = how  # "SIGABRT", "exit 3", "timed out after 60s"
         self.lines = lines  # the child's output lines that say why (GGML_ASSERT first)
-        self.reason = _short(lines[0]) if lines else "no message"
+        self.reason = short_native_line(lines[0]) if lines else "no message"
         if how.startswith("timed out"):
             super().__init__(f"{call}: the child process running it {how} (last output: {self.reason})")
         else:
@@ -97,7 +97,7 @@ class NativeAbort(PyllamaError):
         return (type(self), (self.call, self.how, self.lines))
 
 
-def _short(line: str) -> str:
+def short_native_line(line: str) -> str:
     """``/long/staged/llama.cpp/src/x.cpp:12: GGML_ASSERT(c) failed`` -> ``GGML_ASSERT(c) failed at src/x.cpp:12``."""
     m = re.match(
         r"^(?P<file>\S*?(?P<rel>(?:src|ggml|common|tools|include)/\S+?)):(?P<line>\d+): (?P<msg>.*)$", line.strip()

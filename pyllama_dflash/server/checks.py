@@ -62,6 +62,7 @@ from typing import Any, Literal
 from ..errors import ServerError
 from ..llamabuild import saves_draft_with_slot
 from ..llamabuild.manifest import Manifest
+from ..llamabuild.patchset import BASELINE
 from .drafts import DEBUG_VERBOSITY, read_drafted_rounds
 from .process import (
     Response,
@@ -73,7 +74,7 @@ from .process import (
 
 __all__ = ["CHECKS", "EXPECTED", "SPEC_BATCH_ERROR", "Expect", "expectation", "run_server_checks"]
 
-BASELINE = "baseline"
+
 PATCHED = "patched"  # every other variant, unknown ones included
 SPEC_BATCH_ERROR = "failed to process speculative batch"
 
@@ -434,37 +435,19 @@ def check_alternating(ctx: _Ctx) -> dict:
     return out
 
 
-def _slot_restore_run(
-    ctx: _Ctx, name: str, first: str, between: str, draft: bool
-) -> tuple[list[Response], ServerProcess]:
-    """first -> save slot 0 -> between -> restore slot 0 -> first + its output + more (token ids).
-
-    Returns the five responses in that order (completion, save, completion, restore, completion).
-    """
-    save_dir = ctx.work_dir / f"{name}-slots"
-    save_dir.mkdir(parents=True, exist_ok=True)
-    with ctx.server(name, draft=draft, n_parallel=1, slot_save_path=save_dir) as srv:
-
-        def tokens(text: str) -> list[int]:
-            r = srv.post("/tokenize", {"content": text, "add_special": True})
-            return r.body["tokens"] if r.ok else []
-
-        a, b, more = tokens(first), tokens(between), tokens(" and then")[1:]  # no second BOS
-        r1 = srv.completion(a, n_predict=N_PREDICT)
-        save = srv.post("/slots/0?action=save", {"filename": "first.bin"})
-        r2 = srv.completion(b, n_predict=N_PREDICT)
-        restore = srv.post("/slots/0?action=restore", {"filename": "first.bin"})
-        # extends exactly what the restored slot holds, so the restored prefix is reused
-        r3 = srv.completion(a + (r1.tokens or []) + more, n_predict=N_PREDICT)
-        return [r1, save, r2, restore, r3], srv
+RESTORE_A = "Tell me about the small robot that paints"
+RESTORE_B = "A much longer and unrelated conversation about the weather in the mountains over a whole week of rain"
+RESTORE_MORE = " and what did it paint next"
+SLOT_RESTORE_MORE = " and then"
 
 
 def check_slot_restore(ctx: _Ctx, *, ahead: bool = False) -> dict:
     name = "slot_restore_ahead" if ahead else "slot_restore"
     first, between = (SHORT_TEXT, LONG_TEXT) if ahead else (LONG_TEXT, SHORT_TEXT)
-    with_draft, srv = _slot_restore_run(ctx, name, first, between, draft=True)
-    without, _ = _slot_restore_run(ctx, name + "_no_draft", first, between, draft=False)
-    last, ref = with_draft[-1], without[-1]
+    texts = {"first": first, "between": between, "more": SLOT_RESTORE_MORE}
+    run = _restore_run(ctx, name, **texts, draft=True)
+    with_draft = run["responses"]
+    last, ref = with_draft[-1], _restore_run(ctx, name + "_no_draft", **texts, draft=False)["responses"][-1]
     same = last.ok and ref.ok and last.tokens == ref.tokens
     e = ctx.expect(name)
     out = {
@@ -476,59 +459,69 @@ def check_slot_restore(ctx: _Ctx, *, ahead: bool = False) -> dict:
         "cache_n_after_restore": last.timings.get("cache_n"),
         "same_tokens_as_no_draft": same if last.ok and ref.ok else None,
         "draft": _draft_stats(with_draft[0::2]),  # the three completions
-        "server_alive": srv.alive,
-        "log": str(srv.log_path),
+        "server_alive": run["alive"],
+        "log": run["log"],
     }
     if not last.ok:
         out["error"] = last.error_message
     return out
 
 
-RESTORE_A = "Tell me about the small robot that paints"
-RESTORE_B = "A much longer and unrelated conversation about the weather in the mountains over a whole week of rain"
-RESTORE_MORE = " and what did it paint next"
-
-
 def _restore_run(
-    ctx: _Ctx, name: str, *, draft: bool, interrupt: bool, damage: Literal["none", "remove", "corrupt"] = "none"
+    ctx: _Ctx,
+    name: str,
+    *,
+    first: str = RESTORE_A,
+    between: str = RESTORE_B,
+    more: str = RESTORE_MORE,
+    draft: bool,
+    interrupt: bool = True,
+    damage: Literal["none", "remove", "corrupt"] = "none",
+    read_drafts: bool = False,
 ) -> dict:
-    """Conversation A, then (with interrupt) save slot 0, B, restore slot 0; then A continued.
+    """``first``, then (with interrupt) save slot 0, ``between``, restore slot 0; then ``first``
+    continued: its tokens, its output and ``more``, so the restored prefix is reused.
 
     ``damage`` does that to the slot file's draft part before the restore: ``remove`` it (an
-    older file), or write garbage over it. Returns the responses, whether the file had a draft
-    part, and what the draft drafted in A's continuation (from the debug log).
+    older file), or write garbage over it. With ``read_drafts`` the server logs its drafts and
+    runs without the RAM prompt cache: the restored slot is then the only place the prefix can
+    come back from (the prompt cache keeps it when ``between`` takes the slot, and would serve
+    it, draft included, on its own). Returns the responses (completion, save, completion,
+    restore, completion), whether the file had a draft part, and what the draft drafted in the
+    continuation.
     """
     save_dir = ctx.work_dir / f"{name}-slots"
     save_dir.mkdir(parents=True, exist_ok=True)
-    part = save_dir / "a.bin.draft"
+    part = save_dir / "slot.bin.draft"
     part.unlink(missing_ok=True)
-    # no RAM prompt cache: the restored slot is the only place A's prefix can come back from (the
-    # prompt cache keeps A when B takes the slot, and would serve it, draft included, on its own)
-    with ctx.server(
-        name, draft=draft, n_parallel=1, slot_save_path=save_dir, verbosity=DEBUG_VERBOSITY, cache_ram_mib=0
-    ) as srv:
+    logged = {"verbosity": DEBUG_VERBOSITY, "cache_ram_mib": 0} if read_drafts else {}
+    with ctx.server(name, draft=draft, n_parallel=1, slot_save_path=save_dir, **logged) as srv:
 
         def tokens(text: str, bos: bool = True) -> list[int]:
             r = srv.post("/tokenize", {"content": text, "add_special": bos})
             return r.body["tokens"] if r.ok else []
 
-        a, b, more = tokens(RESTORE_A), tokens(RESTORE_B), tokens(RESTORE_MORE, bos=False)
+        a, b, extra = tokens(first), tokens(between), tokens(more, bos=False)
         responses = [srv.completion(a, n_predict=N_PREDICT)]
         had_part = None
         if interrupt:
-            responses.append(srv.post("/slots/0?action=save", {"filename": "a.bin"}))
+            responses.append(srv.post("/slots/0?action=save", {"filename": "slot.bin"}))
             had_part = part.exists()
             responses.append(srv.completion(b, n_predict=N_PREDICT))
             if damage == "remove":
                 part.unlink(missing_ok=True)
             elif damage == "corrupt":
                 part.write_bytes(b"not a llama.cpp sequence state")
-            responses.append(srv.post("/slots/0?action=restore", {"filename": "a.bin"}))
+            responses.append(srv.post("/slots/0?action=restore", {"filename": "slot.bin"}))
         since = srv.log_path.stat().st_size
-        last = srv.completion(a + (responses[0].tokens or []) + more, n_predict=N_PREDICT)
+        last = srv.completion(a + (responses[0].tokens or []) + extra, n_predict=N_PREDICT)
         responses.append(last)
         stats = last.draft_stats or {}
-        rounds = read_drafted_rounds(srv.log_path, since=since, drafted=stats.get("draft_n"), seq=0) if draft else []
+        rounds = (
+            read_drafted_rounds(srv.log_path, since=since, drafted=stats.get("draft_n"), seq=0)
+            if draft and read_drafts
+            else []
+        )
         return {
             "responses": responses,
             "draft_part": had_part,
@@ -540,8 +533,8 @@ def _restore_run(
 
 def check_restore(ctx: _Ctx, name: str, damage: Literal["none", "remove", "corrupt"]) -> dict:
     e = ctx.expect(name)
-    run = _restore_run(ctx, name, draft=True, interrupt=True, damage=damage)
-    plain = _restore_run(ctx, name + "_no_draft", draft=False, interrupt=True, damage=damage)
+    run = _restore_run(ctx, name, draft=True, damage=damage, read_drafts=True)
+    plain = _restore_run(ctx, name + "_no_draft", draft=False, damage=damage, read_drafts=True)
     responses = run["responses"]
     completions, restore, last = responses[0::2], responses[3], responses[-1]
     same = last.ok and plain["responses"][-1].ok and last.tokens == plain["responses"][-1].tokens
@@ -567,7 +560,7 @@ def check_restore(ctx: _Ctx, name: str, damage: Literal["none", "remove", "corru
         "log": run["log"],
     }
     if e.same_drafts is not None:
-        uninterrupted = _restore_run(ctx, name + "_uninterrupted", draft=True, interrupt=False)
+        uninterrupted = _restore_run(ctx, name + "_uninterrupted", draft=True, interrupt=False, read_drafts=True)
         same_drafts = run["rounds"] == uninterrupted["rounds"] and bool(run["rounds"])
         out["drafted_uninterrupted"] = uninterrupted["rounds"]
         out["same_drafts"] = same_drafts
