@@ -76,9 +76,20 @@ def test_the_project_series_names_zero_fill_first():
     series = load_series(REPO / "patches")
     assert series.variants[:2] == [BASELINE, "zero-fill"]
     # the fix lives in libcommon's driver; the last patch saves the draft with llama-server's slots
-    assert [p.touched for p in series.patches] == [["common/speculative.cpp"]] * 2 + [
-        ["tools/server/server-context.cpp"]
-    ]
+    assert [p.touched for p in series.own] == [["common/speculative.cpp"]] * 2 + [["tools/server/server-context.cpp"]]
+    # and a C++ regression test that every variant carries, baseline included (test_ctest.py)
+    assert [p.touched for p in series.every] == [["tests/CMakeLists.txt", "tests/test-speculative-dflash-image.cpp"]]
+
+
+def test_a_patch_for_every_variant_goes_on_top_of_each(tmp_path):
+    (tmp_path / "a.patch").write_text(PATCH)
+    (tmp_path / "t.patch").write_text("--- /dev/null\n+++ b/tests/t.cpp\n@@ -0,0 +1 @@\n+int main() {}\n")
+    (tmp_path / "series").write_text("t.patch *\na.patch fix\n")
+    series = load_series(tmp_path)
+    assert series.variants == [BASELINE, "fix"]
+    assert [p.name for p in series.prefix(BASELINE)] == ["t.patch"]
+    assert [p.name for p in series.prefix("fix")] == ["a.patch", "t.patch"]  # listed first, applied last
+    assert series.adds(BASELINE, "tests/t.cpp") and not series.adds(BASELINE, "f.txt")
 
 
 def test_bad_series_lines_are_refused(tmp_path):
@@ -87,5 +98,5 @@ def test_bad_series_lines_are_refused(tmp_path):
         load_series(tmp_path)
     (tmp_path / "series").write_text("a.patch Bad_Name\n")
     (tmp_path / "a.patch").write_text(PATCH)
-    with pytest.raises(PatchError, match="bad variant name"):
+    with pytest.raises(PatchError, match=r"bad variant name.*or \* for a patch applied to every variant"):
         load_series(tmp_path)

@@ -1,7 +1,10 @@
 """The patch series: ``patches/series`` lists patches in order; a variant is a prefix of it.
 
 Series line format: ``<patch file> <variant name>``; ``#`` starts a comment. The
-variant called ``baseline`` is the empty prefix. Patches are unified diffs (as
+variant called ``baseline`` is the empty prefix. A patch whose variant column is ``*``
+(EVERY) makes no variant: it is applied on top of every variant, baseline included, after
+the variant's own patches. That is how a regression test that must exist on the unfixed
+tree (to fail there) travels with the series. Patches are unified diffs (as
 ``git format-patch`` writes them, header and all) applied with ``git apply``
 semantics: exact context, a hunk may have moved by some lines, no fuzz. A hunk
 that does not apply is reported with the patch, the file and the hunk header.
@@ -17,6 +20,7 @@ from ..errors import PatchError
 from ..files import sha256_bytes
 
 BASELINE = "baseline"
+EVERY = "*"  # the variant column of a patch applied to every variant
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
@@ -41,7 +45,7 @@ class FilePatch:
 @dataclass(frozen=True)
 class Patch:
     name: str  # file name inside patches/
-    variant: str
+    variant: str  # EVERY: applied on top of every variant
     sha256: str
     files: tuple[FilePatch, ...]
 
@@ -57,17 +61,33 @@ class Series:
 
     @property
     def variants(self) -> list[str]:
-        return [BASELINE] + [p.variant for p in self.patches]
+        return [BASELINE] + [p.variant for p in self.own]
+
+    @property
+    def own(self) -> tuple[Patch, ...]:
+        """The patches that make variants, in order (a variant is a prefix of them)."""
+        return tuple(p for p in self.patches if p.variant != EVERY)
+
+    @property
+    def every(self) -> tuple[Patch, ...]:
+        """The patches applied on top of every variant, baseline included."""
+        return tuple(p for p in self.patches if p.variant == EVERY)
 
     def prefix(self, variant: str) -> tuple[Patch, ...]:
-        """The patches that make up a variant."""
+        """The patches that make up a variant, in the order they apply: its prefix of the
+        series' own patches, then the EVERY patches."""
+        own = self.own
         if variant == BASELINE:
-            return ()
-        for i, patch in enumerate(self.patches):
+            return self.every
+        for i, patch in enumerate(own):
             if patch.variant == variant:
-                return self.patches[: i + 1]
+                return own[: i + 1] + self.every
         known = ", ".join(self.variants)
         raise PatchError(f"unknown variant {variant!r} (this series has: {known})")
+
+    def adds(self, variant: str, path: str) -> bool:
+        """Whether the variant's patches create the file at path (a test the series brings)."""
+        return any(f.path == path and f.new_file for patch in self.prefix(variant) for f in patch.files)
 
     def changes(self, variant: str, path: str) -> bool:
         """Whether the variant's patches change the file at path (relative to the tree root)."""
@@ -97,11 +117,15 @@ def load_series(directory: Path) -> Series:
         if len(parts) != 2:
             raise PatchError(f"{series_file}:{lineno}: expected '<patch file> <variant name>', got {raw!r}")
         filename, variant = parts
-        if not _NAME_RE.match(variant) or variant in ("all",):
-            raise PatchError(f"{series_file}:{lineno}: bad variant name {variant!r} (lower-case letters, digits, '-')")
+        if variant != EVERY and (not _NAME_RE.match(variant) or variant in ("all",)):
+            raise PatchError(
+                f"{series_file}:{lineno}: bad variant name {variant!r} (lower-case letters, digits, '-'; "
+                f"or {EVERY} for a patch applied to every variant)"
+            )
         if variant in names:
             raise PatchError(f"{series_file}:{lineno}: variant name {variant!r} used twice")
-        names.add(variant)
+        if variant != EVERY:
+            names.add(variant)
         path = directory / filename
         if not path.is_file():
             raise PatchError(f"{series_file}:{lineno}: patch {filename} not found in {directory}")
@@ -229,11 +253,13 @@ def apply_series(read: callable, patches: tuple[Patch, ...]) -> dict[str, str]:
 
 
 def check_series(series: Series, tree: Path) -> list[str]:
-    """Dry-run every prefix of the series against a tree; returns one line per patch."""
+    """Dry-run every variant's patches against a tree; returns one line per patch."""
     report = []
-    for i, patch in enumerate(series.patches):
-        apply_series(lambda rel: _read_text(tree / rel), series.patches[: i + 1])
-        report.append(f"{patch.name}: applies ({', '.join(patch.touched)}) -> variant {patch.variant}")
+    for variant in series.variants:
+        apply_series(lambda rel: _read_text(tree / rel), series.prefix(variant))
+    for patch in series.patches:
+        made = "every variant, on top of its own patches" if patch.variant == EVERY else f"variant {patch.variant}"
+        report.append(f"{patch.name}: applies ({', '.join(patch.touched)}) -> {made}")
     return report
 
 
