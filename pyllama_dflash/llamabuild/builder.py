@@ -29,8 +29,8 @@ from ..files import (
     stable_hash,
 )
 from ..paths import NATIVE_DIR, cache_root, default_patches_dir
+from . import ctest, pinned, source, toolchain
 from . import manifest as manifests
-from . import pinned, source, toolchain
 from .cmake import run_logged
 from .patchset import Series, apply_series, load_series
 from .progress import Progress
@@ -170,11 +170,36 @@ def build(variants: list[str], opts: BuildOptions | None = None) -> list[manifes
     return results
 
 
-def _build_one(p: Plan, variant: str, opts: BuildOptions) -> manifests.Manifest:
+@dataclass(frozen=True)
+class Staged:
+    """The shared build folder, left holding one variant: its patched tree and its build."""
+
+    variant: str
+    tree: Path
+    build_dir: Path
+
+    @property
+    def ctest_dir(self) -> Path:
+        """Where upstream's ctest registrations land (llama.cpp is a subproject of native/)."""
+        return self.build_dir / "llama.cpp"
+
+
+def stage(variant: str, opts: BuildOptions | None = None) -> Staged:
+    """Leave the shared build folder holding ``variant``, compiled, for work by hand (ctest, a
+    debugger), whether or not its published build is up to date; nothing is published."""
+    opts = opts or BuildOptions()
+    series = load_series(opts.patches_dir or default_patches_dir())
+    resolve_variants(series, [variant])
+    p = plan(opts, log=Progress("stage", quiet=opts.quiet).say, series=series)
+    _build_one(p, variant, opts, publish=False)
+    return Staged(variant, p.work_dir / "llama.cpp", p.work_dir / "build")
+
+
+def _build_one(p: Plan, variant: str, opts: BuildOptions, publish: bool = True) -> manifests.Manifest | None:
     progress = Progress(variant, quiet=opts.quiet)
     work = p.work_dir
     with file_lock(work / "lock", on_wait=lambda: progress.say("waiting for another build of this folder")) as lock_fd:
-        existing = p.manifest(variant)  # built by whoever held the lock before us
+        existing = p.manifest(variant) if publish else None  # built by whoever held the lock before us
         if existing is not None:
             progress.say(f"up to date ({existing.lib_dir}), built by another process")
             return existing
@@ -209,15 +234,20 @@ def _build_one(p: Plan, variant: str, opts: BuildOptions) -> manifests.Manifest:
 
         progress.stage("compile")
         jobs = opts.jobs or os.cpu_count() or 2
+        with_test = ctest.built_with(p.series, variant)
+        targets = (*TARGETS, ctest.TEST) if with_test else TARGETS
         # the compilers inherit the lock: if this process is killed alone, the next build
         # waits for them instead of running a second ninja in the same folder
         run_logged(
-            ["cmake", "--build", str(build_dir), "--target", *TARGETS, "-j", str(jobs)],
+            ["cmake", "--build", str(build_dir), "--target", *targets, "-j", str(jobs)],
             log_path,
             progress,
             "compile",
             keep_fds=(lock_fd,),
         )
+        if not publish:
+            progress.finish()
+            return None
 
         progress.stage("publish")
         final = p.variant_dir(variant)
@@ -228,6 +258,9 @@ def _build_one(p: Plan, variant: str, opts: BuildOptions) -> manifests.Manifest:
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
         try:
             files = _collect_outputs(build_dir / "bin", tmp)
+            test = ctest.publish(build_dir, tmp) if with_test else None
+            if test:
+                files["binaries"][ctest.TEST] = test["binary"]
             progress.stage("bindings")
             from ..bindings import ffibuild
 
@@ -248,6 +281,7 @@ def _build_one(p: Plan, variant: str, opts: BuildOptions) -> manifests.Manifest:
                 "configure_args": args,
                 "libraries": files["libraries"],
                 "binaries": files["binaries"],
+                "ctest": test,
                 "bindings": module.name,
                 "include_dirs": [str(d) for d in include_dirs(stage.root)],
                 "files_rewritten": changed,

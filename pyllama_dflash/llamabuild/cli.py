@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import BuildError
 from ..flags import common_parser, tool_prog
-from . import builder
+from . import builder, ctest
 from . import manifest as manifests
 from .patchset import check_series
 
@@ -27,6 +27,12 @@ def parser() -> argparse.ArgumentParser:
         help="baseline, a variant named in patches/series, or all (default: all); repeatable",
     )
     ap.add_argument("--list", action="store_true", help="list the variants and whether each is built")
+    ap.add_argument(
+        "--stage",
+        metavar="NAME",
+        help="leave the shared build folder holding this variant, compiled (for ctest or a debugger by "
+        "hand), and print its folders; publishes nothing",
+    )
     ap.add_argument("--check", action="store_true", help="dry-run every patch against the source, build nothing")
     ap.add_argument("--cuda-arch", metavar="ARCHS", help="CMAKE_CUDA_ARCHITECTURES for a CUDA build, e.g. 90")
     ap.add_argument(
@@ -56,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.check:
             return _check(opts)
+        if args.stage:
+            return _stage(args.stage, opts)
         if args.list:
             return _list(opts)
         built = builder.build(args.variant or ["all"], opts)
@@ -68,6 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     for m in built:
         print(f"{m.variant:12s} {m.backend:5s} {m.cpu_mode or '?':8s} {m.lib_dir}")
     print(f"done in {time.monotonic() - t0:.1f}s", file=sys.stderr)
+    return 0
+
+
+def _stage(variant: str, opts: builder.BuildOptions) -> int:
+    staged = builder.stage(variant, opts)
+    print(f"{variant}: tree {staged.tree}")
+    print(f"{variant}: build {staged.build_dir}")
+    print(f"run its C++ test: ctest --test-dir {staged.ctest_dir} -L main -R {ctest.TEST} --output-on-failure")
     return 0
 
 
