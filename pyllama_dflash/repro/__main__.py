@@ -23,6 +23,7 @@ from ..scenarios.catalog import EXPECTED, SCENARIOS
 from ..scenarios.models import ModelSet, tiny_models
 from ..scenarios.record import CRASH, DRIFT, ERROR, FAIL, PASS, SKIP
 from ..scenarios.session import SessionConfig
+from . import ctest as ctest_row
 from .report import format_server_table, format_table
 from .runner import REFERENCE, run_table
 
@@ -48,6 +49,11 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip the drift oracle: the reference runs of each scenario on baseline with the draft's "
         "reconverted twin, and the round-by-round comparison of drafted tokens with them",
+    )
+    ap.add_argument(
+        "--no-ctest",
+        action="store_true",
+        help="skip row C1: the series' C++ regression test under ctest, per variant",
     )
     ap.add_argument(
         "--schedule",
@@ -105,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         return _replay_schedule(args, variants, fix, models, config)
     scenarios = _scenario_ids(args)
     table = run_table(
-        scenarios,
+        [sid for sid in scenarios if sid in SCENARIOS],
         variants,
         models,
         config,
@@ -115,8 +121,14 @@ def main(argv: list[str] | None = None) -> int:
         check_exact=not args.no_exact,
         timeout_s=args.timeout,
     )
-    n_runs = sum(len(row) for row in table.values())
-    print(format_table(table, variants + ([] if args.no_drift else [REFERENCE]), SCENARIOS))
+    if ctest_row.ROW in scenarios and not args.no_ctest:
+        table[ctest_row.ROW] = ctest_row.run_row(manifests, timeout=args.timeout)
+        if not args.no_drift:
+            table[ctest_row.ROW][REFERENCE] = {"status": "-", "first_failure": None}  # the test is its own oracle
+    n_runs = sum(1 for row in table.values() for r in row.values() if r["status"] != "-")
+    n_refs = sum(1 for row in table.values() if row.get(REFERENCE, {}).get("status", "-") != "-")
+    rows = {**SCENARIOS, ctest_row.ROW: ctest_row.TITLE}
+    print(format_table(table, variants + ([] if args.no_drift else [REFERENCE]), rows))
     ok, reasons = _verdict(table, fix, args.expect_baseline_fail)
     if not args.no_drift:
         reasons += _reference_problems(table)
@@ -141,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in reasons:
         print(f"repro: {r}", file=sys.stderr)
     print(
-        f"repro: {n_runs} runs ({0 if args.no_drift else len(table)} of them references) in {wall:.1f}s; "
+        f"repro: {n_runs} runs ({n_refs} of them references) in {wall:.1f}s; "
         f"fix variant {fix!r}: {'OK' if ok else 'NOT OK'}"
     )
     if args.json:
@@ -223,12 +235,14 @@ def _manifests(args: argparse.Namespace, names: list[str]):
 
 
 def _scenario_ids(args: argparse.Namespace) -> list[str]:
+    """The rows to run: scenario ids, and C1 for the C++ test."""
+    known = [*SCENARIOS, ctest_row.ROW]
     if not args.scenarios:
-        return list(SCENARIOS)
+        return known
     ids = [s.strip().upper() for s in args.scenarios.split(",")]
-    unknown = [s for s in ids if s not in SCENARIOS]
+    unknown = [s for s in ids if s not in known]
     if unknown:
-        raise SystemExit(f"repro: error: unknown scenario(s) {', '.join(unknown)} (known: {', '.join(SCENARIOS)})")
+        raise SystemExit(f"repro: error: unknown scenario(s) {', '.join(unknown)} (known: {', '.join(known)})")
     return ids
 
 

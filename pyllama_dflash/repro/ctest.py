@@ -1,0 +1,125 @@
+"""The series' C++ regression test as one more row of the matrix (``C1``): ctest, per variant.
+
+Each variant's copy of ``test-speculative-dflash-image`` (see llamabuild/ctest.py) runs under
+ctest with upstream's labels, and its printed checks decide the cell, in the matrix's terms:
+FAIL when a call failed (baseline: the legacy draft's process() after the image), DRIFT when
+every call succeeded but drafted tokens differ (the seed's zero rows), PASS otherwise. The test
+prints every run's drafted tokens; on text only they must equal baseline's, which no single
+build can check, so the row does: a variant that drafts otherwise on text only is DRIFT too.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
+
+from ..llamabuild import ctest
+from ..llamabuild.manifest import Manifest
+from ..llamabuild.patchset import BASELINE
+from ..scenarios.record import CRASH, DRIFT, ERROR, FAIL, PASS, SKIP
+
+ROW = "C1"
+TITLE = SimpleNamespace(title=f"ctest {ctest.TEST} (C++, in-memory models)")
+TEXT_ONLY = "text-only"  # the test's case whose drafts must not depend on the fix
+CALLS_CHECK = "every call succeeds"  # the test's check for return codes; the others compare drafts
+
+_CHECK = re.compile(r"^  (OK|FAIL) +(.*)$")
+_DRAFTS = re.compile(r"^  drafts (\w+):(.*)$")
+_CASE = re.compile(r"^([\w-]+):$")
+# ctest's words for a test that died of a signal
+_CRASH = re.compile(r"\*\*\*Exception: *[A-Za-z][A-Za-z ]*[A-Za-z]|Subprocess aborted|Child aborted")
+_TIME = re.compile(rf"{re.escape(ctest.TEST)} \.+.*?([0-9.]+) sec")
+
+
+def run_ctest(m: Manifest, timeout: float = 120.0) -> dict:
+    """Run the variant's C++ test under ctest; a result in the matrix's shape."""
+    entry = m.data.get("ctest")
+    if not entry:
+        return {"status": SKIP, "first_failure": "this variant's patches bring no C++ test (patch 0004)"}
+    exe = shutil.which("ctest")
+    if exe is None:
+        return {"status": ERROR, "first_failure": "ctest not found on PATH (it comes with cmake)"}
+    with tempfile.TemporaryDirectory(prefix="pyllama-dflash-ctest-") as tmp:
+        ctest.testfile(m.lib_dir / entry["binary"], entry["labels"], Path(tmp))
+        label = entry["labels"].split(";")[0]
+        cmd = [exe, "--test-dir", tmp, "-L", label, "-R", f"^{entry['test']}$", "-V", "--timeout", str(int(timeout))]
+        t0 = time.monotonic()
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 30)
+        except subprocess.TimeoutExpired:
+            return {"status": ERROR, "first_failure": f"ctest did not finish in {timeout + 30:.0f}s"}
+        wall = time.monotonic() - t0
+    text = out.stdout + out.stderr
+    result = _judge(text, out.returncode)
+    timing = _TIME.search(text)
+    result.update(
+        command=f"ctest -L {label} -R ^{entry['test']}$ -V, over {m.lib_dir / entry['binary']}",
+        returncode=out.returncode,
+        test_s=float(timing.group(1)) if timing else None,
+        wall_s=round(wall, 3),
+        log_tail=text.splitlines()[-15:] if result["status"] != PASS else [],
+    )
+    return result
+
+
+def _judge(text: str, returncode: int) -> dict:
+    checks, drafts, case = [], {}, None
+    for raw in text.splitlines():
+        line = re.sub(r"^\d+: ", "", raw)  # ctest -V prefixes the test's lines with its number
+        if m := _CASE.match(line):
+            case = m.group(1)
+        elif (m := _CHECK.match(line)) and case:
+            checks.append({"case": case, "ok": m.group(1) == "OK", "check": m.group(2)})
+        elif (m := _DRAFTS.match(line)) and case:
+            drafts.setdefault(case, {})[m.group(1)] = [r.split() for r in m.group(2).split("|")]
+        elif checks and line.startswith("         failed: "):
+            checks[-1].setdefault("failed", []).append(line.strip()[len("failed: ") :])
+    failed = [c for c in checks if not c["ok"]]
+    base = {"checks": checks, "drafts": drafts}
+    crash = _CRASH.search(text)
+    if crash:
+        signal = crash.group(0).removeprefix("***Exception:").strip()
+        return {**base, "status": CRASH, "signal": signal, "first_failure": f"the test died: {crash.group(0)}"}
+    if not checks:
+        return {**base, "status": ERROR, "first_failure": f"the test printed no checks (ctest exit {returncode})"}
+    if not failed:
+        if returncode != 0:
+            return {**base, "status": ERROR, "first_failure": f"every check passed but ctest exited {returncode}"}
+        return {**base, "status": PASS, "first_failure": None}
+    first = failed[0]
+    detail = f"{first['case']}: {first['check']}" + (f" ({first['failed'][0]})" if first.get("failed") else "")
+    calls = [c for c in failed if c["check"].endswith(CALLS_CHECK)]
+    return {**base, "status": FAIL if calls else DRIFT, "first_failure": detail}
+
+
+def judge_text_only(row: dict[str, dict]) -> None:
+    """A variant whose text-only drafts differ from baseline's changes what needs no fix: DRIFT."""
+    reference = (row.get(BASELINE) or {}).get("drafts", {}).get(TEXT_ONLY)
+    if not reference:
+        return
+    for variant, r in row.items():
+        mine = r.get("drafts", {}).get(TEXT_ONLY)
+        if variant == BASELINE or not mine or r["status"] not in (PASS, DRIFT):
+            continue
+        for draft_kind, rounds in mine.items():
+            if rounds != reference.get(draft_kind):
+                r["status"] = DRIFT
+                r["first_failure"] = r["first_failure"] or (
+                    f"{TEXT_ONLY}: the {draft_kind} draft drafts otherwise than on {BASELINE}"
+                )
+                break
+
+
+def run_row(manifests: list[Manifest], parallel: int = 2, timeout: float = 120.0) -> dict[str, dict]:
+    """The C1 row: every variant's test, ``parallel`` at once, judged against baseline on text only."""
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        futures = {m.variant: pool.submit(run_ctest, m, timeout) for m in manifests}
+        row = {variant: f.result() for variant, f in futures.items()}
+    judge_text_only(row)
+    return row

@@ -1,0 +1,104 @@
+"""The series' C++ regression test (patch 0004), built with every variant and run by ctest."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import FIX, REPO, VARIANTS
+from pyllama_dflash.llamabuild import BuildOptions, ctest
+from pyllama_dflash.llamabuild.builder import stage
+from pyllama_dflash.llamabuild.patchset import BASELINE, EVERY, load_series
+from pyllama_dflash.repro import ctest as ctest_row
+from pyllama_dflash.scenarios.catalog import EXPECTED
+from pyllama_dflash.scenarios.record import CRASH, DRIFT, ERROR, FAIL, PASS
+
+pytestmark = pytest.mark.build
+
+
+@pytest.fixture(scope="module")
+def row(variants) -> dict[str, dict]:
+    return ctest_row.run_row(list(variants.values()))
+
+
+def test_every_variant_baseline_included_carries_the_test():
+    series = load_series(REPO / "patches")
+    (test_patch,) = series.every
+    assert test_patch.variant == EVERY and ctest.SOURCE in test_patch.touched
+    for variant in VARIANTS:
+        assert ctest.built_with(series, variant)
+        assert series.prefix(variant)[-1] == test_patch  # on top of the variant's own patches
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_each_variant_meets_its_expectation_under_ctest(row, variant):
+    r = row[variant]
+    assert r["status"] in EXPECTED[variant][ctest_row.ROW], (variant, r["status"], r["first_failure"], r["log_tail"])
+    assert r["test_s"] is not None and r["checks"]
+
+
+def test_baseline_fails_on_the_legacy_drafts_calls_and_the_seeds_fill_drifts(row):
+    base, seed = row[BASELINE], row["zero-fill"]
+    assert base["status"] == FAIL and "legacy draft: every call succeeds" in base["first_failure"]
+    assert "common_speculative_process" in base["first_failure"]
+    # the seed's zero rows: every call succeeds, but the drafts move once the image's positions are emptied
+    assert seed["status"] == DRIFT
+    assert all(c["ok"] for c in seed["checks"] if c["check"].endswith(ctest_row.CALLS_CHECK))
+    assert "without anything at the image's positions" in seed["first_failure"]
+
+
+def test_the_fix_drafts_on_text_only_what_baseline_drafts(row):
+    assert row[FIX]["status"] == PASS
+    text_only = row[FIX]["drafts"][ctest_row.TEXT_ONLY]
+    assert text_only == row[BASELINE]["drafts"][ctest_row.TEXT_ONLY]
+    assert sum(len(r) for r in text_only["legacy"]) > 20  # it drafted, round after round
+
+
+def test_the_staged_tree_runs_the_test_with_upstreams_ctest(variants):
+    """By hand: after building a variant, its build folder is an upstream-style ctest tree."""
+    if shutil.which("ctest") is None:
+        pytest.fail("ctest not found on PATH (it comes with cmake, which the build needs)")
+    outcomes = {}
+    for variant in (BASELINE, FIX):
+        staged = stage(variant, BuildOptions(cpu="native", quiet=True))
+        assert (staged.tree / ctest.SOURCE).is_file()
+        out = subprocess.run(
+            [
+                "ctest",
+                "--test-dir",
+                str(staged.ctest_dir),
+                "-L",
+                "main",
+                "-R",
+                f"^{ctest.TEST}$",
+                "--output-on-failure",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert "1 tests" in out.stdout or "tests passed" in out.stdout, out.stdout[-2000:]
+        outcomes[variant] = out.returncode
+    assert outcomes[BASELINE] != 0 and outcomes[FIX] == 0
+
+
+def test_a_text_only_difference_from_baseline_is_drift():
+    drafts = {"legacy": [["5", "6"], ["7"]], "reconverted": [["5", "6"], ["7"]]}
+    moved = {"legacy": [["5", "6"], ["8"]], "reconverted": [["5", "6"], ["7"]]}
+    row = {
+        BASELINE: {"status": FAIL, "first_failure": "x", "drafts": {ctest_row.TEXT_ONLY: drafts}},
+        "same": {"status": PASS, "first_failure": None, "drafts": {ctest_row.TEXT_ONLY: drafts}},
+        "moved": {"status": PASS, "first_failure": None, "drafts": {ctest_row.TEXT_ONLY: moved}},
+    }
+    ctest_row.judge_text_only(row)
+    assert row["same"]["status"] == PASS
+    assert row["moved"]["status"] == DRIFT and "legacy draft drafts otherwise" in row["moved"]["first_failure"]
+
+
+def test_ctests_words_for_a_signal_make_a_crash_and_silence_an_error():
+    crashed = ctest_row._judge("text-only:\n  OK   x\n1/1 Test #1: t ....***Exception: SegFault  0.05 sec\n", 8)
+    assert crashed["status"] == CRASH and crashed["signal"] == "SegFault"
+    assert ctest_row._judge("nothing printed\n", 0)["status"] == ERROR
+    assert ctest_row._judge("images:\n  OK   a\n", 1)["status"] == ERROR  # checks passed, ctest did not
