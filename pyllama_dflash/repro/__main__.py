@@ -16,10 +16,10 @@ from pathlib import Path
 
 from ..files import atomic_write_json
 from ..flags import common_parser, export, tool_prog
-from ..llamabuild import BuildError, BuildOptions, build, find_built
+from ..llamabuild import BuildError, BuildOptions, build, find_built, saves_draft_with_slot
 from ..llamabuild.patchset import BASELINE
 from ..paths import cache_root
-from ..scenarios.catalog import EXPECTED, SCENARIOS
+from ..scenarios.catalog import SCENARIOS, expectations
 from ..scenarios.models import ModelSet, tiny_models
 from ..scenarios.record import CRASH, DRIFT, ERROR, FAIL, PASS, SKIP
 from ..scenarios.session import SessionConfig
@@ -40,6 +40,12 @@ def parser() -> argparse.ArgumentParser:
         "--expect-baseline-fail",
         action="store_true",
         help="also require baseline to fail S1 (proves the harness still reproduces the bug)",
+    )
+    ap.add_argument(
+        "--check-expected",
+        action="store_true",
+        help="also require every variant to do what is expected of it (scenarios.catalog.expectations: the "
+        "table for the series' named variants, the fix's bar for any other)",
     )
     ap.add_argument("--json", type=Path, metavar="PATH", help="write the full report as JSON")
     ap.add_argument("--no-build", action="store_true", help="use what is built; fail for a variant that is not")
@@ -130,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = {**SCENARIOS, ctest_row.ROW: ctest_row.TITLE}
     print(format_table(table, variants + ([] if args.no_drift else [REFERENCE]), rows))
     ok, reasons = _verdict(table, fix, args.expect_baseline_fail)
+    if args.check_expected:
+        reasons += _unexpected(table, variants)
+        ok = not reasons
     if not args.no_drift:
         reasons += _reference_problems(table)
         ok = not reasons
@@ -165,7 +174,10 @@ def main(argv: list[str] | None = None) -> int:
                 "fix": fix,
                 "reference": None if args.no_drift else {"variant": BASELINE, "draft": "reconverted twin"},
                 "models": models.to_json(),
-                "expected": {v: {s: list(e) for s, e in EXPECTED.get(v, {}).items()} for v in variants},
+                "expected": {
+                    v: {s: list(e) for s, e in expectations(v, saves_draft=saves_draft_with_slot(v)).items()}
+                    for v in variants
+                },
                 "results": table,
                 **({"server": server} if server is not None else {}),
                 "ok": ok,
@@ -304,6 +316,20 @@ def _with_draft(models: ModelSet, draft: Path) -> ModelSet:
     return replace(
         models, draft=draft.resolve(), draft_mrope=twin, draft_swa=None, draft_swa_mrope=None, swa_window=None
     )
+
+
+def _unexpected(table: dict, variants: list[str]) -> list[str]:
+    """Every cell whose status is not among what its variant is expected to do there."""
+    out = []
+    for v in variants:
+        bar = expectations(v, saves_draft=saves_draft_with_slot(v))
+        for sid, row in table.items():
+            allowed = bar.get(sid)
+            if allowed is not None and row[v]["status"] not in allowed:
+                out.append(
+                    f"{v} {row[v]['status']} on {sid}, expected {'/'.join(allowed)}: {row[v].get('first_failure')}"
+                )
+    return out
 
 
 def _verdict(table: dict, fix: str, expect_baseline_fail: bool) -> tuple[bool, list[str]]:
