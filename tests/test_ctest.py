@@ -101,4 +101,6 @@ def test_ctests_words_for_a_signal_make_a_crash_and_silence_an_error():
     crashed = ctest_row._judge("text-only:\n  OK   x\n1/1 Test #1: t ....***Exception: SegFault  0.05 sec\n", 8)
     assert crashed["status"] == CRASH and crashed["signal"] == "SegFault"
     assert ctest_row._judge("nothing printed\n", 0)["status"] == ERROR
+    hung = ctest_row._judge("1/1 Test #1: t ...***Timeout  60.01 sec\n", 8)
+    assert hung["status"] == ERROR and "did not finish" in hung["first_failure"]
     assert ctest_row._judge("images:\n  OK   a\n", 1)["status"] == ERROR  # checks passed, ctest did not

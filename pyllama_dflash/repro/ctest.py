@@ -22,9 +22,10 @@ from types import SimpleNamespace
 from ..llamabuild import ctest
 from ..llamabuild.manifest import Manifest
 from ..llamabuild.patchset import BASELINE
+from ..scenarios.catalog import CTEST_ROW
 from ..scenarios.record import CRASH, DRIFT, ERROR, FAIL, PASS, SKIP
 
-ROW = "C1"
+ROW = CTEST_ROW
 TITLE = SimpleNamespace(title=f"ctest {ctest.TEST} (C++, in-memory models)")
 TEXT_ONLY = "text-only"  # the test's case whose drafts must not depend on the fix
 CALLS_CHECK = "every call succeeds"  # the test's check for return codes; the others compare drafts
@@ -82,6 +83,8 @@ def _judge(text: str, returncode: int) -> dict:
             checks[-1].setdefault("failed", []).append(line.strip()[len("failed: ") :])
     failed = [c for c in checks if not c["ok"]]
     base = {"checks": checks, "drafts": drafts}
+    if "***Timeout" in text:
+        return {**base, "status": ERROR, "first_failure": "the test did not finish within ctest's --timeout (a hang?)"}
     crash = _CRASH.search(text)
     if crash:
         signal = crash.group(0).removeprefix("***Exception:").strip()
