@@ -10,11 +10,14 @@ import pytest
 from pyllama_dflash import api, tiny
 from pyllama_dflash.llamabuild import BuildOptions, Manifest, build
 from pyllama_dflash.llamabuild.patchset import load_series
+from pyllama_dflash.paths import default_patches_dir
 from pyllama_dflash.scenarios.models import ModelSet, tiny_models
 
 REPO = Path(__file__).resolve().parent.parent
-# every variant of the series, baseline first, and the fix (the last): one definition for every test
-VARIANTS: tuple[str, ...] = tuple(load_series(REPO / "patches").variants)
+# every variant of the series, baseline first, and the fix (the last): one definition for every test.
+# $PYLLAMA_DFLASH_PATCHES points them at another series (the tests that take FIX then judge its fix;
+# pyllama_dflash.mutate runs test_patch_rules.py so on each mutant)
+VARIANTS: tuple[str, ...] = tuple(load_series(default_patches_dir()).variants)
 FIX = VARIANTS[-1]
 
 

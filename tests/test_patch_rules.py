@@ -16,8 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import FIX
+
 _CHILD = r"""
 import json, sys
+import numpy as np
 from pyllama_dflash import api, load
 from pyllama_dflash.scenarios.models import ModelSet
 
@@ -36,17 +39,54 @@ with api.Model(models.target) as tm, api.Model(models.draft_for("plain", twin=tw
         out["draft_pos_max"] = draft.pos_max(0)
         if out["jump"]:
             out["drafts"] = [spec.draft(0, target.argmax(8), 13)]
-        for name, pos in (("back", [13, 15, 14]), ("back_gap", [13, 16, 14])):
+        # positions that go back, or repeat after a jump (the target decodes them in order, once each)
+        for name, pos, decoded in (
+            ("back", [13, 15, 14], [13, 14, 15]),
+            ("back_gap", [13, 16, 14], [13, 14, 16]),
+            ("repeat_gap", [13, 16, 16], [13, 14, 16]),
+        ):
             # from the same state on every variant and draft: positions 0..12 without a jump
             target.clear(), draft.clear()
             plain = api.Batch.tokens(list(toks) + list(toks[:4]), pos0=0)
             assert target.process(plain) == 0 and spec.process(plain) and draft.pos_max(0) == 12
             # the Python API refuses such positions for a decode, but libcommon's driver takes any
             # batch: the target decodes the rows in order, the driver gets them out of order
-            assert target.process(api.Batch.tokens(toks[:3], sorted(pos))) == 0
+            assert target.process(api.Batch.tokens(toks[:3], decoded)) == 0
             out[name] = spec.process_tokens(toks[:3], pos)
             out[name + "_log"] = [str(x) for x in spec.last_log if "ERROR" in str(x) or "WARN" in str(x)]
             out[name + "_pos_max"] = draft.pos_max(0)
+    # a hole larger than the draft's free cells (the draft sized apart; llama-server gives it the
+    # target's n_ctx, and the target holds more cells than the hole): the fill cannot fit
+    with api.Context(tm, n_ctx=512, n_batch=32, n_ubatch=32) as target, \
+         api.Context.draft(dm, target, n_ctx=256, n_batch=32, n_ubatch=32) as draft, \
+         api.Speculative(target, draft, n_max=3) as spec:
+        toks = tm.tokenize("tree blue moon rock fish lamp ", add_special=False)
+        far = api.Batch.tokens(toks, [0, 1, 2, 3, 400, 401])
+        assert target.process(far) == 0
+        out["far"] = spec.process(far)
+        out["far_log"] = [str(x) for x in spec.last_log if "ERROR" in str(x)]
+        out["far_pos_max"] = draft.pos_max(0)
+    # a draft ahead of its target (the target restored alone) meets one image row (a 1x1 image) at
+    # a position the draft holds: an M-RoPE draft takes a row at its last position, so only the
+    # rows past it must go; the row already there stays, as the unpatched tree would keep it
+    with api.Context(tm, n_ctx=256, n_batch=32, n_ubatch=32) as target, \
+         api.Context.draft(dm, target, n_batch=32, n_ubatch=32) as draft, \
+         api.Speculative(target, draft, n_max=3) as spec:
+        toks = tm.tokenize("tree blue moon rock fish lamp wind gold ship sun sea sky cat ", add_special=False)[:13]
+        assert target.process(api.Batch.tokens(toks, pos0=0)) == 0 and spec.process(api.Batch.tokens(toks, pos0=0))
+        target.clear()
+        assert target.process(api.Batch.tokens(toks[:10], pos0=0)) == 0  # the draft still holds 0..12
+        row = np.random.default_rng(0).normal(size=(1, tm.n_embd)).astype(np.float32)
+        image = api.Batch.embeddings(row, np.array([[10], [10], [10], [0]], dtype=np.int32))
+        assert target.process(image) == 0
+        out["ahead_image"] = spec.process(image)
+        out["ahead_image_pos_max"] = draft.pos_max(0)
+        sizes = [len(draft.state_seq_get(0))]  # cells at 0..10, position 10 once or twice
+        for p in (10, 9):
+            draft.seq_rm(0, p, -1)
+            sizes.append(len(draft.state_seq_get(0)))
+        cell = sizes[1] - sizes[2]
+        out["ahead_image_rows_at_10"] = (sizes[0] - sizes[1]) // cell if cell else None
 print(json.dumps(out))
 """
 
@@ -55,7 +95,7 @@ print(json.dumps(out))
 def runs(variants, model_set) -> dict[tuple[str, str], dict]:
     models = json.dumps(model_set.to_json())
     out = {}
-    for variant, draft in (("baseline", "legacy"), ("baseline", "twin"), ("full", "legacy"), ("full", "twin")):
+    for variant, draft in (("baseline", "legacy"), ("baseline", "twin"), (FIX, "legacy"), (FIX, "twin")):
         proc = subprocess.run(
             [sys.executable, "-c", _CHILD, variant, draft, models], capture_output=True, text=True, timeout=120
         )
@@ -70,25 +110,53 @@ def test_baseline_refuses_a_jump_inside_one_batch_on_the_legacy_draft(runs):
 
 
 def test_the_fix_injects_a_jump_inside_one_batch_as_the_twin_does(runs):
-    fixed, twin = runs[("full", "legacy")], runs[("baseline", "twin")]
+    fixed, twin = runs[(FIX, "legacy")], runs[("baseline", "twin")]
     assert twin["jump"] is True and fixed["jump"] is True, fixed["jump_log"]
     assert fixed["draft_pos_max"] == twin["draft_pos_max"] == 12
     assert fixed["drafts"] == twin["drafts"] and fixed["drafts"][0], (fixed["drafts"], twin["drafts"])
-    assert runs[("full", "twin")]["drafts"] == twin["drafts"]  # and the twin itself is left alone
+    assert runs[(FIX, "twin")]["drafts"] == twin["drafts"]  # and the twin itself is left alone
 
 
 @pytest.mark.parametrize("draft", ["legacy", "twin"])
-def test_positions_that_go_back_get_baselines_answer(runs, draft):
-    """The fix neither fills nor trims such a batch: llama_process refuses it, as without the fix,
-    with llama.cpp's own log line, and the draft's memory stays where it was."""
-    base, fixed = runs[("baseline", draft)], runs[("full", draft)]
-    for case in ("back", "back_gap"):
-        assert fixed[case] is base[case] is False, (case, fixed[case + "_log"])
-        # llama.cpp's own words ("decreasing", or "not continuous" first for [13, 16, 14] on a
-        # non-M-RoPE draft), the same on both
-        assert fixed[case + "_log"] == base[case + "_log"] and "[llama:ERROR]" in fixed[case + "_log"][0]
-        assert fixed[case + "_pos_max"] == base[case + "_pos_max"] == 12, case
+def test_positions_that_do_not_increase_get_baselines_answer(runs, draft):
+    """The fix neither fills nor trims such a batch: llama_process answers it as without the fix,
+    with llama.cpp's own log line, and the draft's memory ends where baseline's does. Positions that
+    go back are refused everywhere; a repeated one after a jump is refused by the legacy draft and
+    taken by the M-RoPE twin, which requires only X <= Y."""
+    base, fixed = runs[("baseline", draft)], runs[(FIX, draft)]
+    for case in ("back", "back_gap", "repeat_gap"):
+        assert fixed[case] is base[case], (case, fixed[case + "_log"], base[case + "_log"])
+        assert fixed[case + "_log"] == base[case + "_log"], case
+        assert fixed[case + "_pos_max"] == base[case + "_pos_max"], case
         assert not any("WARN" in line for line in fixed[case + "_log"]), fixed[case + "_log"]  # no trim
+        if case != "repeat_gap" or draft == "legacy":
+            # refused, in llama.cpp's own words ("decreasing", or "not continuous" first for [13, 16, 14]
+            # on a non-M-RoPE draft), and the draft's memory stays where it was
+            assert base[case] is False and "[llama:ERROR]" in fixed[case + "_log"][0], case
+            assert fixed[case + "_pos_max"] == 12, case
+    assert (base["repeat_gap"], base["repeat_gap_pos_max"]) == ((False, 12) if draft == "legacy" else (True, 16))
+
+
+@pytest.mark.parametrize("draft", ["legacy", "twin"])
+def test_a_fill_that_does_not_fit_is_refused_and_rolled_back(runs, draft):
+    """The fix cannot follow a jump past the draft's free cells: process() says so (false), the
+    filled rows are removed again, and the rows before the jump stay. The twin needs no fill."""
+    fixed = runs[(FIX, draft)]
+    if draft == "twin":
+        assert fixed["far"] is True and fixed["far_pos_max"] == 401
+        return
+    assert fixed["far"] is False and fixed["far_pos_max"] == 3, fixed["far_log"]
+    assert any("filling" in line for line in fixed["far_log"]), fixed["far_log"]
+    assert runs[("baseline", draft)]["far"] is False  # baseline refuses the jump itself
+
+
+def test_an_m_rope_draft_ahead_of_its_target_is_trimmed_only_past_an_image_row(runs):
+    """The unpatched twin refuses the row (its memory ends past it: X <= Y fails); the fix trims the
+    rows past the row's position and no more, so the twin's own row at that position stays."""
+    assert runs[("baseline", "twin")]["ahead_image"] is False
+    fixed = runs[(FIX, "twin")]
+    assert fixed["ahead_image"] is True and fixed["ahead_image_pos_max"] == 10
+    assert fixed["ahead_image_rows_at_10"] == 2  # the one the draft held, and the image's
 
 
 _SAME_LAYOUT = r"""
