@@ -34,6 +34,7 @@ def test_generated_schedules_are_valid_and_round_trip(schedule):
     schedule.validate()
     again = Schedule.from_json(json.loads(schedule.dumps()))
     assert again.steps == schedule.steps and again.n_seq == schedule.n_seq
+    assert again.draft_n_ubatch == schedule.draft_n_ubatch  # the draft's size travels with the schedule
 
 
 @settings(max_examples=100, deadline=None)
@@ -109,6 +110,21 @@ def fuzzed(variants, model_set, tmp_path_factory) -> dict[str, dict]:
     )
 
 
+@pytest.fixture(scope="module")
+def zero_fill_past_its_drift(variants, model_set, tmp_path_factory) -> dict:
+    """zero-fill searched again with its drift ignored: hypothesis stops looking soon after its
+    first bug, and zero-fill drifts early, which can hide its other failure."""
+    return search_variants(
+        ["zero-fill"],
+        model_set,
+        examples=examples_from_env(),
+        seed=seed_from_env(),
+        parallel=1,
+        work_dir=tmp_path_factory.mktemp("fuzz-zero-fill"),
+        ignore=("drift",),
+    )["zero-fill"]
+
+
 def _kinds(result: dict) -> dict[str, dict]:
     assert "failures" in result, f"the search itself failed: {result}"
     return {f["kind"]: f for f in result["failures"]}
@@ -148,11 +164,11 @@ def test_baseline_fails_at_the_image_hole(fuzzed):
     assert y > x + 1  # the text after the image starts past the draft's end
 
 
-def test_zero_fill_fails_when_the_draft_is_ahead_after_a_restore(fuzzed):
-    kinds = _kinds(fuzzed["zero-fill"])
+def test_zero_fill_fails_when_the_draft_is_ahead_after_a_restore(zero_fill_past_its_drift):
+    kinds = _kinds(zero_fill_past_its_drift)
     assert "draft-hole" not in kinds  # the hole itself is fixed
     ahead = kinds.get("draft-ahead")
-    assert ahead, fuzzed["zero-fill"]["failures"]
+    assert ahead, zero_fill_past_its_drift["failures"]
     ops = [s["op"] for s in ahead["schedule"]["steps"]]
     assert "restore" in ops and ops.index("restore") < len(ops) - 1
     x, y = _xy(ahead)
@@ -175,8 +191,8 @@ def _replay_through_repro(found: dict, path):
 
 
 @pytest.mark.parametrize("variant,kind", [("baseline", "draft-hole"), ("zero-fill", "draft-ahead")])
-def test_the_shrunk_schedule_replays_through_repro(fuzzed, variant, kind, tmp_path):
-    found = _kinds(fuzzed[variant])[kind]
+def test_the_shrunk_schedule_replays_through_repro(fuzzed, zero_fill_past_its_drift, variant, kind, tmp_path):
+    found = _kinds(zero_fill_past_its_drift if kind == "draft-ahead" else fuzzed[variant])[kind]
     path, proc, results = _replay_through_repro(found, tmp_path / f"{variant}-{kind}.json")
     assert proc.returncode == 0, proc.stdout + proc.stderr  # full passes it
     replayed = results[variant]

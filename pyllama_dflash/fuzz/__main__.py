@@ -48,6 +48,12 @@ def parser() -> argparse.ArgumentParser:
         metavar="KINDS",
         help="comma-separated violation kinds that end a run without failing it (to look past a known one)",
     )
+    ap.add_argument(
+        "--unweighted",
+        action="store_true",
+        help="draw schedules as before the weighting (no restore-then-draft requests, no boundary grids, "
+        "the draft sized as the target): to measure what the weighting buys",
+    )
     ap.add_argument("--out", type=Path, help="folder for the shrunk schedules (default: a new temporary folder)")
     return ap
 
@@ -82,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         parallel=args.jobs,
         timeout_s=args.timeout,
         drift=not args.no_drift,
+        weighted=not args.unweighted,
     )
     broken = False
     for v in variants:

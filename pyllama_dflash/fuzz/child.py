@@ -46,6 +46,7 @@ def run_job(job: dict) -> dict:
                 config=config,
                 ignore=frozenset(job.get("ignore", ())),
                 reference=reference,
+                weighted=job.get("weighted", True),
             ).to_json()
         else:
             from .execute import execute

@@ -71,7 +71,7 @@ def execute(
     (a failing call ends the run as FAIL): what the reference itself runs.
     """
     t0 = time.monotonic()
-    cfg = SessionConfig(**{**(config or {}), "n_seq": schedule.n_seq})
+    cfg = SessionConfig(**schedule.session_config(config))
     record = CheckedRecord() if check else Record()
     violation = None
     run = _Run()

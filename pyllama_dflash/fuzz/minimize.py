@@ -51,7 +51,7 @@ def minimize(schedule: Schedule, fails: Callable[[Schedule], bool]) -> tuple[Sch
     while changed and tries < MAX_TRIES:
         changed = False
         for steps in _candidates(best.steps):
-            candidate = Schedule(best.n_seq, steps)
+            candidate = Schedule(best.n_seq, steps, draft_n_ubatch=best.draft_n_ubatch)
             try:
                 candidate.validate()
             except ScheduleError:
@@ -63,7 +63,7 @@ def minimize(schedule: Schedule, fails: Callable[[Schedule], bool]) -> tuple[Sch
             if tries >= MAX_TRIES:
                 break
     if best.n_seq == 2 and not any(s.get("seq") == 1 or s["op"] == "batch" for s in best.steps):
-        one = Schedule(1, best.steps)
+        one = Schedule(1, best.steps, draft_n_ubatch=best.draft_n_ubatch)
         tries += 1
         if fails(one):
             best = one

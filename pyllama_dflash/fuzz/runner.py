@@ -52,6 +52,7 @@ def search_variants(
     timeout_s: float = 600.0,
     work_dir: Path | None = None,
     drift: bool = True,
+    weighted: bool = True,
 ) -> dict[str, dict]:
     """The hypothesis search on each variant, one child each; per variant its SearchResult as JSON."""
     jobs = {
@@ -67,6 +68,7 @@ def search_variants(
             "exact": exact,
             "ignore": list(ignore),
             "drift": drift,
+            "weighted": weighted,
         }
         for v in variants
     }

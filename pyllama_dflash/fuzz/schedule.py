@@ -227,6 +227,9 @@ class Schedule:
     n_seq: int
     steps: list[Step]
     found: dict | None = None  # where the fuzzer found it: variant, kind, message
+    # the draft context's n_batch and n_ubatch, when smaller than the target's (a hole then takes
+    # several ubatches to fill, and a text batch reaches the driver larger than the draft's ubatch)
+    draft_n_ubatch: int | None = None
 
     def validate(self) -> None:
         t = Tracker(self.n_seq)
@@ -238,6 +241,8 @@ class Schedule:
 
     def to_json(self) -> dict:
         d: dict[str, Any] = {"format": FORMAT, "version": VERSION, "n_seq": self.n_seq, "steps": self.steps}
+        if self.draft_n_ubatch:
+            d["draft_n_ubatch"] = self.draft_n_ubatch
         if self.found:
             d["found"] = self.found
         return d
@@ -248,9 +253,19 @@ class Schedule:
             raise ScheduleError(f"not a schedule file (format {FORMAT!r} expected)")
         if d.get("version") != VERSION:
             raise ScheduleError(f"schedule version {d.get('version')!r}, this reads version {VERSION}")
-        s = cls(int(d["n_seq"]), list(d["steps"]), d.get("found"))
+        draft = d.get("draft_n_ubatch")
+        if draft is not None and (not isinstance(draft, int) or not 1 <= draft <= N_BATCH):
+            raise ScheduleError(f"draft_n_ubatch must be an integer in 1..{N_BATCH}, not {draft!r}")
+        s = cls(int(d["n_seq"]), list(d["steps"]), d.get("found"), draft)
         s.validate()
         return s
+
+    def session_config(self, config: dict | None) -> dict:
+        """The session config a run of this schedule takes: config, with its sequences and draft size."""
+        draft = (
+            {"draft_n_batch": self.draft_n_ubatch, "draft_n_ubatch": self.draft_n_ubatch} if self.draft_n_ubatch else {}
+        )
+        return {**(config or {}), "n_seq": self.n_seq, **draft}
 
     def dumps(self) -> str:
         """One step per line, op first: readable in a report, and still JSON."""

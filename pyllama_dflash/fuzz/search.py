@@ -60,6 +60,7 @@ def search(
     config: dict | None = None,
     ignore: frozenset[str] = frozenset(),
     reference: Callable[[Schedule], dict] | None = None,
+    weighted: bool = True,
 ) -> SearchResult:
     """Run up to `examples` schedules (and the shrinking of what fails).
 
@@ -83,7 +84,7 @@ def search(
         verbosity=Verbosity.quiet,
         suppress_health_check=list(HealthCheck),
     )
-    @given(schedules(max_steps=max_steps))
+    @given(schedules(max_steps=max_steps, weighted=weighted))
     def holds(schedule: Schedule) -> None:
         result.runs += 1
         result.steps_run += len(schedule.steps)

@@ -32,29 +32,48 @@ CONTINUE, REWIND, RESTORE = 0, 1, 2
 
 _seq = st.integers(0, 1)
 _pick = st.integers(0, 7)
-_grid = st.tuples(st.integers(GRID_MIN, GRID_MAX), st.integers(GRID_MIN, GRID_MAX))
-_content = st.one_of(
-    st.tuples(st.just("text"), st.integers(1, MAX_TEXT)),
-    st.tuples(
-        st.just("image"),
-        st.integers(0, MAX_WORDS_AROUND),
-        st.lists(_grid, min_size=1, max_size=2),
-        st.integers(0, MAX_WORDS_AROUND),
-    ),
-    st.tuples(st.just("none")),
-)
+_free_grid = st.tuples(st.integers(GRID_MIN, GRID_MAX), st.integers(GRID_MIN, GRID_MAX))
+# grids whose rows end exactly at a sub-batch boundary of n_batch 16 (4x4, 4x8, 8x8) or one row past
+# it (7x7: a one-row last sub-batch, which is not pinned): where the fix has broken before (S11)
+BOUNDARY_GRIDS = ((4, 4), (4, 8), (8, 8), (7, 7))
+_grid = st.one_of(_free_grid, st.sampled_from(BOUNDARY_GRIDS))
 
 
-def _request() -> st.SearchStrategy[tuple]:
-    return st.tuples(st.just("request"), _seq, st.integers(CONTINUE, RESTORE), _pick, _content, st.integers(0, MAX_GEN))
+def _content(grid: st.SearchStrategy) -> st.SearchStrategy[tuple]:
+    return st.one_of(
+        st.tuples(st.just("text"), st.integers(1, MAX_TEXT)),
+        st.tuples(
+            st.just("image"),
+            st.integers(0, MAX_WORDS_AROUND),
+            st.lists(grid, min_size=1, max_size=2),
+            st.integers(0, MAX_WORDS_AROUND),
+        ),
+        st.tuples(st.just("none")),
+    )
+
+
+def _request(grid: st.SearchStrategy) -> st.SearchStrategy[tuple]:
+    return st.tuples(
+        st.just("request"), _seq, st.integers(CONTINUE, RESTORE), _pick, _content(grid), st.integers(0, MAX_GEN)
+    )
 
 
 _generate = st.tuples(st.just("generate"), _seq, st.integers(1, MAX_GEN))
 _batch = st.tuples(st.just("batch"), st.integers(1, N_BATCH // 2), st.integers(1, N_BATCH // 2))
+# llama-server's POST /slots/N?action=restore then a request whose prompt is all cached: the target
+# is restored alone and drafting starts at once, with the draft behind it (S10, the draft()-side
+# alignment); drawn freely it takes a restore, an empty prompt and a state ahead of the draft at once
+_restore_and_generate = st.tuples(
+    st.just("request"), _seq, st.just(RESTORE), _pick, st.just(("none",)), st.integers(1, MAX_GEN)
+)
 
 # one_of draws a branch uniformly, and drops a strategy object it already has: three distinct
-# request strategies make requests three times as likely as each of the other two
-raw_steps = st.one_of(_request(), _request(), _request(), _generate, _batch)
+# request strategies make requests three times as likely as each of the others
+raw_steps = st.one_of(_request(_grid), _request(_grid), _request(_grid), _generate, _batch, _restore_and_generate)
+# the strategy before the weighting above, kept to measure what the weighting buys (fuzz --unweighted)
+raw_steps_unweighted = st.one_of(_request(_free_grid), _request(_free_grid), _request(_free_grid), _generate, _batch)
+
+DRAFT_UBATCHES = (None, 4)  # the draft's n_batch and n_ubatch: the target's (16), or 4 (S15)
 
 RawStep = tuple
 
@@ -142,7 +161,14 @@ def _used_saves_only(steps: list[Step]) -> list[Step]:
 
 
 @st.composite
-def schedules(draw: st.DrawFn, max_steps: int = 8) -> Schedule:
-    """Schedules of up to max_steps raw steps (a request is up to four schedule steps)."""
+def schedules(draw: st.DrawFn, max_steps: int = 8, weighted: bool = True) -> Schedule:
+    """Schedules of up to max_steps raw steps (a request is up to four schedule steps). Weighted, the
+    situations that have broken before come more often: a target restored alone then drafting,
+    images ending at a sub-batch boundary, a draft whose ubatch is smaller than a hole."""
     n_seq = draw(st.integers(1, 2))
-    return normalize(n_seq, draw(st.lists(raw_steps, min_size=1, max_size=max_steps)))
+    schedule = normalize(
+        n_seq, draw(st.lists(raw_steps if weighted else raw_steps_unweighted, min_size=1, max_size=max_steps))
+    )
+    if weighted:
+        schedule.draft_n_ubatch = draw(st.sampled_from(DRAFT_UBATCHES))
+    return schedule
