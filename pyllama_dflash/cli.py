@@ -3,6 +3,7 @@
     pyllama-dflash build --variant all     # = python build.py --variant all
     pyllama-dflash repro                   # = python -m pyllama_dflash.repro
     pyllama-dflash fuzz --examples 200     # = python -m pyllama_dflash.fuzz --examples 200
+    pyllama-dflash mutate --list           # = python -m pyllama_dflash.mutate --list
 
 Each subcommand hands the rest of the line to that tool's own ``main(argv)``, so
 ``pyllama-dflash repro --help`` is repro's help and the older forms keep working as they were.
@@ -29,6 +30,7 @@ TOOLS: dict[str, tuple[str, str]] = {
     ),
     "repro": ("pyllama_dflash.repro.__main__", "the scenario matrix across every variant of the series"),
     "fuzz": ("pyllama_dflash.fuzz.__main__", "search image/text schedules on every built variant"),
+    "mutate": ("pyllama_dflash.mutate.__main__", "mutation testing: does the harness notice the fix broken?"),
     "bench": ("pyllama_dflash.bench.__main__", "the project's performance figures, as side-by-side ratios"),
     "tiny": ("pyllama_dflash.tiny.__main__", "write the tiny target/draft/mmproj GGUFs"),
     "upgrade": (

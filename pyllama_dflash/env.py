@@ -18,6 +18,9 @@ FUZZ_EXAMPLES_ENV = "PYLLAMA_DFLASH_FUZZ_EXAMPLES"  # fuzzer examples per varian
 FUZZ_SEED_ENV = "PYLLAMA_DFLASH_FUZZ_SEED"  # fuzzer seed (default 0, so CI is deterministic)
 JOBS_ENV = "PYLLAMA_DFLASH_JOBS"  # parallel compile jobs for the test suite's builds
 SKIP_BUILD_ENV = "PYLLAMA_DFLASH_SKIP_BUILD"  # `pip install .` without building the variants
+CUDA_BUILD_TEST_ENV = "PYLLAMA_DFLASH_TEST_CUDA_BUILD"  # 1: the test suite builds every variant with CUDA too
+CUDA_ARCH_ENV = "PYLLAMA_DFLASH_CUDA_ARCH"  # CMAKE_CUDA_ARCHITECTURES for that test (default 90)
+MUTATION_TEST_ENV = "PYLLAMA_DFLASH_TEST_MUTATION"  # 1: the test suite runs the whole mutation testing
 
 ALL = (
     CACHE_ENV,
@@ -31,6 +34,9 @@ ALL = (
     FUZZ_SEED_ENV,
     JOBS_ENV,
     SKIP_BUILD_ENV,
+    CUDA_BUILD_TEST_ENV,
+    CUDA_ARCH_ENV,
+    MUTATION_TEST_ENV,
 )
 
 

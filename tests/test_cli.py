@@ -21,7 +21,7 @@ from pyllama_dflash.repro.__main__ import parser as repro_parser
 
 SCRIPT = Path(sys.executable).parent / "pyllama-dflash"
 COMMAND = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-m", "pyllama_dflash.cli"]
-SUBCOMMANDS = ("build", "repro", "fuzz", "bench", "tiny", "upgrade")
+SUBCOMMANDS = ("build", "repro", "fuzz", "mutate", "bench", "tiny", "upgrade")
 SHARED_IN_REPRO_AND_FUZZ = ("--variants", "--fix", "--backend", "--jobs", "--timeout", "--cpu", "--patches")
 
 

@@ -1,0 +1,177 @@
+"""``python -m pyllama_dflash.mutate``: how much of the fix the harness would notice breaking.
+
+Every mutant of the C++ lines the fix variant adds to ``common/speculative.cpp`` (see
+operators.py) is built as a variant and tried with the C++ test, the scenario matrix and,
+optionally, a fixed-seed fuzz (see runner.py). Prints one line per mutant, the survivors, and
+the mutation score: killed / (killed + survived); equivalent mutants (equivalent.json, each
+with its reason) and mutants that do not compile are not counted. Exits 0 when nothing
+survived. Each mutant costs a recompile of one file and a matrix run: about 20 s here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from ..env import PATCHES_ENV
+from ..files import atomic_write_json
+from ..flags import common_parser, tool_prog
+from ..llamabuild import BuildError, BuildOptions, build
+from ..llamabuild.builder import stage
+from ..llamabuild.patchset import apply_series, load_series
+from ..paths import default_patches_dir
+from ..scenarios.models import tiny_models
+from .operators import mutants
+from .runner import (
+    EQUIVALENT,
+    EQUIVALENT_FILE,
+    KILLED,
+    STILLBORN,
+    SURVIVED,
+    load_equivalents,
+    references,
+    try_mutant,
+    write_series,
+)
+
+FILE = "common/speculative.cpp"
+CONFIG = {"n_batch": 16, "n_ubatch": 16}
+
+
+def parser() -> argparse.ArgumentParser:
+    shared = common_parser("fix", "jobs", jobs=os.cpu_count() or 2)
+    ap = argparse.ArgumentParser(
+        prog=tool_prog("python -m pyllama_dflash.mutate"), description=__doc__.split("\n\n")[0], parents=[shared]
+    )
+    ap.add_argument("--list", action="store_true", help="list the mutants and build nothing")
+    ap.add_argument("--only", metavar="IDS", help="comma-separated mutant ids (as --list prints them)")
+    ap.add_argument("--limit", type=int, help="try at most this many mutants")
+    ap.add_argument(
+        "--fuzz-examples",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also fuzz each mutant the matrix did not kill with N examples, seed 0 (default: 0, no fuzz)",
+    )
+    ap.add_argument(
+        "--write-series",
+        type=Path,
+        metavar="DIR",
+        help="write the one mutant --only names as a series folder (variant 'mutant') and stop: for "
+        "build.py, repro and fuzz with --patches DIR",
+    )
+    ap.add_argument("--json", type=Path, metavar="PATH", help="write every outcome as JSON")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    patches = default_patches_dir()
+    series = load_series(patches)
+    fix = args.fix or series.variants[-1]
+    try:
+        (base,) = build(["baseline"], BuildOptions(cpu="native", quiet=True))
+    except BuildError as e:
+        print(f"mutate: error: {e}", file=sys.stderr)
+        return 2
+    pristine = Path(base.data["source"]["path"])
+    read = lambda rel: (pristine / rel).read_text(encoding="utf-8") if (pristine / rel).is_file() else None
+    fixed = apply_series(read, series.prefix(fix))
+    own = {rel: fixed[rel] for p in series.prefix(fix) if p.variant != "*" for rel in p.touched}
+    if FILE not in own:
+        print(f"mutate: error: variant {fix!r} does not change {FILE}", file=sys.stderr)
+        return 2
+    every = mutants(FILE, read(FILE), own[FILE])
+    if args.only:
+        wanted = {x.strip() for x in args.only.split(",")}
+        every = [m for m in every if m.id in wanted]
+    if args.limit:
+        every = every[: args.limit]
+    if args.write_series:
+        if len(every) != 1:
+            print(
+                f"mutate: error: --write-series needs --only with one mutant id ({len(every)} selected)",
+                file=sys.stderr,
+            )
+            return 2
+        if args.write_series.exists() and any(args.write_series.iterdir()):
+            print(
+                f"mutate: error: --write-series {args.write_series}: not empty (nothing is overwritten)",
+                file=sys.stderr,
+            )
+            return 2
+        folder = write_series(every[0], own, series, pristine, args.write_series)
+        print(f"{every[0].id}: {every[0].describe()}")
+        print(f"series written to {folder}; build it with: python build.py --patches {folder} --variant mutant")
+        return 0
+    if args.list:
+        for m in every:
+            print(f"{m.id:16s} {m.describe()}")
+        print(f"{len(every)} mutants of {FILE} as variant {fix!r} has it")
+        return 0
+    try:
+        equivalents = load_equivalents()
+    except ValueError as e:
+        print(f"mutate: error: {e}", file=sys.stderr)
+        return 2
+
+    t0 = time.monotonic()
+    models = tiny_models()
+    work = Path(tempfile.mkdtemp(prefix="pyllama-dflash-mutate-"))
+    print(f"mutate: {len(every)} mutants of {FILE} ({fix}); references on baseline with the twin ...", flush=True)
+    refs = references(models, CONFIG, args.jobs, work)
+    outcomes = []
+    try:
+        for k, m in enumerate(every, 1):
+            series_dir = write_series(m, own, series, pristine, work / "series")
+            o = try_mutant(
+                m, series_dir, refs, models, CONFIG, parallel=args.jobs, work=work, fuzz_examples=args.fuzz_examples
+            )
+            if o.status == SURVIVED and m.id in equivalents:
+                o.status, o.detail = EQUIVALENT, equivalents[m.id]["reason"]
+            outcomes.append(o)
+            by = f" by {o.killed_by}" if o.killed_by else ""
+            print(f"[{k}/{len(every)}] {o.status:10s}{by:8s} {m.id:16s} {m.describe()}", flush=True)
+            if o.status != KILLED and o.detail:
+                print(f"      {o.detail}", flush=True)
+    finally:
+        os.environ.pop(PATCHES_ENV, None)
+        stage(fix, BuildOptions(cpu="native", quiet=True))  # the shared build folder back on the fix, compiled
+
+    counts = Counter(o.status for o in outcomes)
+    scored = counts[KILLED] + counts[SURVIVED]
+    score = counts[KILLED] / scored if scored else 1.0
+    stale = sorted(set(equivalents) - {m.id for m in mutants(FILE, read(FILE), own[FILE])})
+    print()
+    print(f"mutate: {len(outcomes)} mutants in {time.monotonic() - t0:.0f}s: {dict(counts)}")
+    print(f"mutation score: {counts[KILLED]}/{scored} = {score:.3f} (equivalent and stillborn mutants not counted)")
+    for o in outcomes:
+        if o.status == SURVIVED:
+            print(f"  survived: {o.id} {o.mutant}")
+    if stale:
+        print(f"  {EQUIVALENT_FILE.name} names mutants that no longer exist: {', '.join(stale)}")
+    killers = Counter(o.killed_by for o in outcomes if o.status == KILLED)
+    print(f"killed by: {dict(killers)}")
+    if args.json:
+        atomic_write_json(
+            args.json,
+            {
+                "file": FILE,
+                "fix": fix,
+                "score": score,
+                "counts": dict(counts),
+                "killed_by": dict(killers),
+                "outcomes": [o.to_json() for o in outcomes],
+                "wall_s": round(time.monotonic() - t0, 1),
+            },
+        )
+    return 0 if counts[SURVIVED] == 0 and counts[STILLBORN] < len(outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

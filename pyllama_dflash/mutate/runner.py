@@ -1,0 +1,199 @@
+"""Building each mutant as a variant and trying the harness on it, cheapest check first.
+
+A mutant becomes a series of its own in a scratch folder: one patch that takes the pristine
+tree to the fix's files with the one line mutated (the fix's other files, such as 0003's
+llama-server changes, as the fix has them), plus the series' EVERY patches (the C++ test). It
+is built in the shared build folder, so only the mutated file recompiles. Then, stopping at the
+first that notices:
+
+1. the C++ test under ctest (row C1, a tenth of a second);
+2. the scenario matrix, every run judged against the drift references, which are run once for
+   all mutants (baseline with the reconverted twin);
+3. the fix's rules that no scenario reaches through mtmd (tests/test_patch_rules.py: a jump
+   inside one batch, positions that go back), run on the mutant as the series' fix;
+4. optionally, a fixed-seed fuzz.
+
+A mutant is *killed* when a row's status is not what the fix's expectations allow
+(scenarios.catalog.expectations: a variant the table does not name is held to the fix's bar),
+*stillborn* when it does not compile (not counted), *equivalent* when it survives and
+equivalent.json says why no harness could tell it apart, and *survived* otherwise.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..env import PATCHES_ENV
+from ..errors import BuildError
+from ..llamabuild import BuildOptions, build, saves_draft_with_slot
+from ..llamabuild.patchset import BASELINE, Series
+from ..paths import REPO_DIR
+from ..repro import ctest as ctest_row
+from ..repro.runner import Job, run_matrix, server_config
+from ..scenarios.catalog import SCENARIOS, expectations
+from ..scenarios.drift import judge
+from ..scenarios.models import ModelSet
+from ..scenarios.record import PASS
+from .operators import Mutant
+
+VARIANT = "mutant"  # every mutant builds as this variant of its own series, one after another
+EQUIVALENT_FILE = Path(__file__).with_name("equivalent.json")
+RULES_TESTS = REPO_DIR / "tests" / "test_patch_rules.py"  # in a checkout; an installed package has no tests
+
+KILLED, SURVIVED, STILLBORN, EQUIVALENT = "killed", "survived", "stillborn", "equivalent"
+
+
+@dataclass
+class Outcome:
+    id: str
+    mutant: str  # Mutant.describe()
+    status: str = SURVIVED
+    killed_by: str | None = None  # C1, a scenario id, or "fuzz"
+    detail: str | None = None
+    build_s: float = 0.0
+    judge_s: float = 0.0
+    rows: dict = field(default_factory=dict)  # row -> status, for every row run
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def load_equivalents(path: Path = EQUIVALENT_FILE) -> dict[str, dict]:
+    """Mutant id -> {"mutant": what it changes, "reason": why no harness can tell it apart}."""
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as e:
+        raise ValueError(f"{path}: not JSON ({e})") from None
+    bad = [k for k, v in data.items() if not isinstance(v, dict) or not v.get("reason")]
+    if bad:
+        raise ValueError(f"{path}: every equivalent mutant needs a reason; missing for {', '.join(bad)}")
+    return data
+
+
+def write_series(mutant: Mutant, fixed: dict[str, str], series: Series, pristine: Path, dest: Path) -> Path:
+    """A series folder whose one variant is the fix with this mutant; returns the folder."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    files = {**fixed, mutant.path: mutant.text}
+    diff = []
+    for rel, text in sorted(files.items()):
+        old = (pristine / rel).read_text(encoding="utf-8")
+        diff += difflib.unified_diff(
+            old.splitlines(keepends=True), text.splitlines(keepends=True), f"a/{rel}", f"b/{rel}", n=3
+        )
+    header = f"Subject: [PATCH] mutant {mutant.id}\n\n{mutant.describe()}\n\n---\n"
+    (dest / "0001-mutant.patch").write_text(header + "".join(diff), encoding="utf-8")
+    lines = [f"0001-mutant.patch {VARIANT}"]
+    for patch in series.every:
+        shutil.copy2(series.directory / patch.name, dest / patch.name)
+        lines.append(f"{patch.name} *")
+    (dest / "series").write_text("\n".join(lines) + "\n")
+    return dest
+
+
+def references(models: ModelSet, config: dict, parallel: int, work: Path) -> dict[str, dict]:
+    """The drift references, once for every mutant: each scenario on baseline with the twin."""
+    jobs = [Job(sid, BASELINE, models, server_config(BASELINE, config), twin=True) for sid in SCENARIOS]
+    results = run_matrix(jobs, parallel, work / "references")
+    return {sid: results[(sid, f"{BASELINE}+twin")] for sid in SCENARIOS}
+
+
+def try_mutant(
+    mutant: Mutant,
+    series_dir: Path,
+    refs: dict[str, dict],
+    models: ModelSet,
+    config: dict,
+    *,
+    parallel: int,
+    work: Path,
+    fuzz_examples: int = 0,
+) -> Outcome:
+    out = Outcome(mutant.id, mutant.describe())
+    t0 = time.monotonic()
+    os.environ[PATCHES_ENV] = str(series_dir)  # the children look the mutant's build up in its series
+    try:
+        (manifest,) = build([VARIANT], BuildOptions(patches_dir=series_dir, quiet=True, cpu="native"))
+    except BuildError as e:
+        out.status, out.detail = STILLBORN, _first_error(str(e))
+        out.build_s = time.monotonic() - t0
+        return out
+    out.build_s = time.monotonic() - t0
+    t1 = time.monotonic()
+    bar = expectations(VARIANT, saves_draft=saves_draft_with_slot(VARIANT, series_dir))
+
+    def killed(row: str, result: dict) -> bool:
+        out.rows[row] = result["status"]
+        if result["status"] in bar[row]:
+            return False
+        out.status, out.killed_by = KILLED, row
+        out.detail = f"{result['status']}: {result.get('first_failure')}"
+        return True
+
+    try:
+        # the test takes a tenth of a second; a mutant that loops forever is killed here, in a minute
+        if killed(ctest_row.ROW, ctest_row.run_ctest(manifest, timeout=60)):
+            return out
+        jobs = [Job(sid, VARIANT, models, server_config(VARIANT, config)) for sid in SCENARIOS]
+        results = run_matrix(jobs, parallel, work / mutant.id)
+        for sid in SCENARIOS:
+            if killed(sid, judge(results[(sid, VARIANT)], refs[sid])):
+                return out
+        if RULES_TESTS.is_file():
+            rules = _rules(series_dir)
+            out.rows["rules"] = PASS if rules is None else "FAIL"
+            if rules is not None:
+                out.status, out.killed_by, out.detail = KILLED, "rules", rules
+                return out
+        if fuzz_examples:
+            from ..fuzz.runner import search_variants
+
+            r = search_variants([VARIANT], models, examples=fuzz_examples, parallel=1, work_dir=work / "fuzz")[VARIANT]
+            if "runs" not in r:  # the child itself failed: a crash the fuzzer's child did not survive
+                out.rows["fuzz"] = r.get("status")
+                out.status, out.killed_by, out.detail = KILLED, "fuzz", f"{r.get('status')}: {r.get('first_failure')}"
+            elif r["failures"]:
+                first = r["failures"][0]
+                out.rows["fuzz"] = first["kind"]
+                out.status, out.killed_by = KILLED, "fuzz"
+                out.detail = f"{first['kind']} at run {r['first_failure_run'].get(first['kind'])}: {first['message']}"
+            else:
+                out.rows["fuzz"] = PASS
+        return out
+    finally:
+        out.judge_s = time.monotonic() - t1
+
+
+def _rules(series_dir: Path) -> str | None:
+    """Run the rules tests with the mutant as the fix; None when they pass, else the first failure.
+    The one test about full's documented tie is not a rule of any fix and is left out."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", str(RULES_TESTS), "-k", "not tie"],
+        cwd=REPO_DIR,
+        env={**os.environ, PATCHES_ENV: str(series_dir)},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if proc.returncode == 0:
+        return None
+    failed = [line for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
+    return failed[0] if failed else f"pytest exited {proc.returncode}: {proc.stdout[-300:]}"
+
+
+def _first_error(message: str) -> str:
+    for line in message.splitlines():
+        if "error:" in line:
+            return line.strip()[:200]
+    return message.splitlines()[0][:200]

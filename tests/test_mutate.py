@@ -1,0 +1,93 @@
+"""Mutation testing of the harness (pyllama_dflash.mutate): the mutants, and the opt-in full run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIX, REPO
+from pyllama_dflash.env import MUTATION_TEST_ENV
+from pyllama_dflash.llamabuild.patchset import apply_series, load_series
+from pyllama_dflash.mutate.operators import line_mutations, mutants
+from pyllama_dflash.mutate.runner import EQUIVALENT_FILE, load_equivalents
+
+PRISTINE = "int f(int a, int b) {\n    return a;\n}\n"
+PATCHED = (
+    "int f(int a, int b) {\n"
+    "    // a comment is not code\n"
+    "    if (a <= b + 1) {\n"
+    '        LOG_ERR("%s: %d\\n",\n'
+    "                __func__, a - b);\n"
+    "        return false;\n"
+    "    }\n"
+    "    const int n = std::min<int>(a, b - a);\n"
+    "    ok = ok && g(n);\n"
+    "    return a;\n"
+    "}\n"
+)
+
+
+def test_each_operator_makes_its_fault():
+    made = dict.fromkeys(op for op, _ in line_mutations("    if (a <= b + 1) {"))
+    assert list(made) == ["bound", "offset", "negate"]
+    got = {new for _, new in line_mutations("    if (a <= b + 1) {")}
+    assert {"    if (a < b + 1) {", "    if (a <= b) {", "    if (!(a <= b + 1)) {"} <= got
+    assert ("drop", None) in list(line_mutations("    ok = ok && g(n);"))
+    assert ("swap", "    ok = ok || g(n);") in list(line_mutations("    ok = ok && g(n);"))
+    caps = {new for op, new in line_mutations("    const int n = std::min<int>(a, b - a);") if op == "cap"}
+    assert caps == {"    const int n = a;", "    const int n = b - a;"}
+    assert ("swap", "    const int n = std::max<int>(a, b - a);") in list(
+        line_mutations("    const int n = std::min<int>(a, b - a);")
+    )
+    assert ("drop", "    if (false) {") in list(line_mutations("    if (!prepare(x, y)) {"))
+    assert ("negate", "        return true;") in list(line_mutations("        return false;"))
+
+
+def test_only_the_added_code_is_mutated_not_comments_or_log_calls():
+    ms = mutants("f.cpp", PRISTINE, PATCHED)
+    lines = {m.line for m in ms}
+    assert lines == {3, 6, 8, 9}  # the if, the return in it, the min, the && line: not the log call (4, 5)
+    assert len({m.id for m in ms}) == len(ms)
+    assert {m.id for m in ms} == {m.id for m in mutants("f.cpp", PRISTINE, PATCHED)}  # stable
+
+
+def test_an_equivalent_mutant_needs_its_reason(tmp_path):
+    bad = tmp_path / "equivalent.json"
+    bad.write_text(json.dumps({"bound-12345678": {"mutant": "x"}}))
+    with pytest.raises(ValueError, match="needs a reason; missing for bound-12345678"):
+        load_equivalents(bad)
+
+
+@pytest.mark.build
+def test_the_equivalent_mutants_on_file_exist_in_the_fix(pristine):
+    series = load_series(REPO / "patches")
+    rel = "common/speculative.cpp"
+    fixed = apply_series(lambda r: (pristine / r).read_text() if (pristine / r).is_file() else None, series.prefix(FIX))
+    ids = {m.id for m in mutants(rel, (pristine / rel).read_text(), fixed[rel])}
+    assert 50 < len(ids) < 200
+    equivalents = load_equivalents(EQUIVALENT_FILE)
+    assert set(equivalents) <= ids, sorted(set(equivalents) - ids)
+
+
+@pytest.mark.slow
+@pytest.mark.build
+@pytest.mark.skipif(
+    not os.environ.get(MUTATION_TEST_ENV), reason=f"opt-in: set {MUTATION_TEST_ENV}=1 (about 20 minutes on 2 cores)"
+)
+def test_the_harness_kills_every_non_equivalent_mutant(variants, tmp_path):
+    report = tmp_path / "mutate.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyllama_dflash.mutate", "--json", str(report)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=3 * 3600,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    data = json.loads(Path(report).read_text())
+    assert data["score"] == 1.0 and data["counts"].get("survived", 0) == 0
