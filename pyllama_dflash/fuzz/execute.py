@@ -18,7 +18,7 @@ from ..scenarios.models import ModelSet
 from ..scenarios.record import Record, StopScenario
 from ..scenarios.session import SeqState, Session, SessionConfig
 from ..tiny import image as tiny_image
-from .invariant import CheckedRecord, DraftDrift, OutputDiffers, Violation
+from .invariant import CheckedRecord, DraftDrift, DraftStarved, OutputDiffers, Violation
 from .schedule import Schedule, Step, image_px
 
 Saved = tuple[bytes, SeqState]
@@ -89,13 +89,17 @@ def execute(
     stats = dict(getattr(record, "stats", {}))
     if violation is None and exact:
         violation = _compare(schedule, models, cfg, run, stats)
+    if violation is None and check and record.starved_rounds:
+        r = record.starved_rounds[0]
+        violation = DraftStarved(
+            f"starved: every call succeeded, but the drafting round of seq {r.seq} at pos {r.pos0} drafted "
+            f"nothing ({len(record.starved_rounds)} such round(s))"
+        )
     if violation is None and reference is not None and record.status() == "PASS":
         violation = _drift(record, reference(schedule), stats)
     if violation is not None:
         violation.schedule = schedule.to_json()
     status = ("DRIFT" if isinstance(violation, DraftDrift) else "FAIL") if violation else record.status()
-    # not part of the invariant, but worth counting: a round that drafted nothing although every
-    # call succeeded (the noise block was refused: DEGRADED in the scenario table)
     stats["starved_rounds"] = len(record.starved_rounds)
     return Outcome(status, violation, record, stats, time.monotonic() - t0)
 

@@ -95,6 +95,12 @@ class DraftDrift(Violation):
     kind = "drift"  # every call succeeded and the output is exact, but the drafts differ from the reference
 
 
+class DraftStarved(Violation):
+    # every call succeeded, but a drafting round drafted nothing (DEGRADED in the matrix): the noise
+    # block was refused, as when draft() meets a draft behind the target and does not align it
+    kind = "starved"
+
+
 def failed_call(call: Call) -> Violation:
     """The violation a failing call stands for; for the driver, told apart by the batch check's X and Y."""
     if call.who != "spec":
