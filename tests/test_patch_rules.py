@@ -87,6 +87,16 @@ with api.Model(models.target) as tm, api.Model(models.draft_for("plain", twin=tw
             sizes.append(len(draft.state_seq_get(0)))
         cell = sizes[1] - sizes[2]
         out["ahead_image_rows_at_10"] = (sizes[0] - sizes[1]) // cell if cell else None
+        # a draft one position ahead of its target (the target restored alone, one token shorter)
+        target.clear(), draft.clear()
+        assert target.process(api.Batch.tokens(toks, pos0=0)) == 0 and spec.process(api.Batch.tokens(toks, pos0=0))
+        target.clear()
+        assert target.process(api.Batch.tokens(toks[:12], pos0=0)) == 0  # the draft holds 0..12
+        one = api.Batch.tokens(toks[12:13], pos0=12)
+        assert target.process(one) == 0
+        out["one_ahead"] = spec.process(one)
+        out["one_ahead_log"] = [str(x) for x in spec.last_log if "WARN" in str(x) or "ERROR" in str(x)]
+        out["one_ahead_pos_max"] = draft.pos_max(0)
 print(json.dumps(out))
 """
 
@@ -157,6 +167,20 @@ def test_an_m_rope_draft_ahead_of_its_target_is_trimmed_only_past_an_image_row(r
     fixed = runs[(FIX, "twin")]
     assert fixed["ahead_image"] is True and fixed["ahead_image_pos_max"] == 10
     assert fixed["ahead_image_rows_at_10"] == 2  # the one the draft held, and the image's
+
+
+@pytest.mark.parametrize("draft", ["legacy", "twin"])
+def test_a_draft_one_position_ahead_is_trimmed_by_that_position(runs, draft):
+    """The smallest draft-ahead case: the next row's position is the draft's last. The legacy draft
+    refuses it on baseline (Y = X): the fix removes that one position, says so, and injects the
+    row. The M-RoPE twin takes it on baseline (X <= Y): the fix leaves it alone, as baseline does."""
+    base, fixed = runs[("baseline", draft)], runs[(FIX, draft)]
+    assert fixed["one_ahead"] is True and fixed["one_ahead_pos_max"] == 12, fixed["one_ahead_log"]
+    trimmed = any("removing positions [12, 12]" in line for line in fixed["one_ahead_log"])
+    if draft == "legacy":
+        assert base["one_ahead"] is False and trimmed, fixed["one_ahead_log"]
+    else:
+        assert base["one_ahead"] is True and not trimmed and fixed["one_ahead_log"] == base["one_ahead_log"]
 
 
 _SAME_LAYOUT = r"""
