@@ -19,7 +19,7 @@ import pytest
 from conftest import FIX
 
 _CHILD = r"""
-import json, sys
+import hashlib, json, sys
 import numpy as np
 from pyllama_dflash import api, load
 from pyllama_dflash.scenarios.models import ModelSet
@@ -97,6 +97,17 @@ with api.Model(models.target) as tm, api.Model(models.draft_for("plain", twin=tw
         out["one_ahead"] = spec.process(one)
         out["one_ahead_log"] = [str(x) for x in spec.last_log if "WARN" in str(x) or "ERROR" in str(x)]
         out["one_ahead_pos_max"] = draft.pos_max(0)
+        # where the unpatched tree takes the rows (an empty memory; a jump on an M-RoPE draft), the
+        # fix must leave the draft's cells exactly as it does, down to their order: the serialized
+        # state after the rows and one more token (which lands in the first free cell)
+        toks14 = list(toks) + [toks[0]]
+        for name, first in (("cells_empty", [10, 11, 12]), ("cells_jump", [8, 9, 10, 11, 12])):
+            target.clear(), draft.clear()
+            assert target.process(api.Batch.tokens(toks14, pos0=0)) == 0
+            if name == "cells_jump":
+                spec.process_tokens(toks14[:4], [0, 1, 2, 3])
+            out[name] = spec.process_tokens(toks14[: len(first)], first) and spec.process_tokens(toks14[13:], [13])
+            out[name + "_state"] = hashlib.sha256(draft.state_seq_get(0)).hexdigest()
 print(json.dumps(out))
 """
 
@@ -183,8 +194,20 @@ def test_a_draft_one_position_ahead_is_trimmed_by_that_position(runs, draft):
         assert base["one_ahead"] is True and not trimmed and fixed["one_ahead_log"] == base["one_ahead_log"]
 
 
+@pytest.mark.parametrize("draft", ["legacy", "twin"])
+def test_where_baseline_takes_the_rows_the_fix_leaves_the_cells_as_baseline_does(runs, draft):
+    """No fill where none is needed, not even one removed again: an empty memory takes any first
+    position, and an M-RoPE draft takes a jump. A fill removed again would leave free cells that the
+    next token takes, and the draft's cells would no longer be in baseline's order."""
+    base, fixed = runs[("baseline", draft)], runs[(FIX, draft)]
+    cases = ["cells_empty"] + (["cells_jump"] if draft == "twin" else [])
+    for case in cases:
+        assert base[case] is True and fixed[case] is True, case
+        assert fixed[case + "_state"] == base[case + "_state"], case
+
+
 _SAME_LAYOUT = r"""
-import json, sys
+import hashlib, json, sys
 import numpy as np
 from pyllama_dflash import api, load
 from pyllama_dflash.fuzz.execute import execute
