@@ -108,6 +108,26 @@ with api.Model(models.target) as tm, api.Model(models.draft_for("plain", twin=tw
                 spec.process_tokens(toks14[:4], [0, 1, 2, 3])
             out[name] = spec.process_tokens(toks14[: len(first)], first) and spec.process_tokens(toks14[13:], [13])
             out[name + "_state"] = hashlib.sha256(draft.state_seq_get(0)).hexdigest()
+        # the target restored alone to the end of an image's hole: the draft, which holds the text
+        # on both sides of the hole (a hole the fix filled and emptied again), is trimmed to the
+        # hole's start and must then be filled across it again
+        target.clear(), draft.clear()
+        assert target.process(api.Batch.tokens(toks14, pos0=0)) == 0
+        spec.process_tokens(toks14[:9], list(range(9)))
+        out["refill_jump"] = spec.process_tokens(toks14[9:11], [12, 13])  # [9, 12) is the hole
+        target.clear()
+        assert target.process(api.Batch.tokens(toks14[:12], pos0=0)) == 0  # restored: 0..11
+        again = api.Batch.tokens(toks14[12:13], pos0=12)
+        assert target.process(again) == 0
+        out["refill"] = spec.process(again)
+        out["refill_pos_max"] = draft.pos_max(0)
+        # draft() meeting a draft behind the target (the target restored alone, further on): the
+        # fill exists for the noise block's decode only, and the draft is left where it ended
+        target.clear(), draft.clear()
+        assert target.process(api.Batch.tokens(toks14, pos0=0)) == 0
+        spec.process_tokens(toks14[:6], list(range(6)))  # the draft holds 0..5, the target 0..13
+        out["behind_drafts"] = spec.draft(0, int(toks14[13]), 14)
+        out["behind_pos_max"] = draft.pos_max(0)
 print(json.dumps(out))
 """
 
@@ -167,7 +187,9 @@ def test_a_fill_that_does_not_fit_is_refused_and_rolled_back(runs, draft):
         assert fixed["far"] is True and fixed["far_pos_max"] == 401
         return
     assert fixed["far"] is False and fixed["far_pos_max"] == 3, fixed["far_log"]
-    assert any("filling" in line for line in fixed["far_log"]), fixed["far_log"]
+    # refused at the fill, in its own words, and the rows are not tried into the hole after it
+    (line,) = fixed["far_log"]
+    assert "inject_zero_rows: llama_process(ctx_dft) failed rc=1 (filling [" in line, line
     assert runs[("baseline", draft)]["far"] is False  # baseline refuses the jump itself
 
 
@@ -204,6 +226,19 @@ def test_where_baseline_takes_the_rows_the_fix_leaves_the_cells_as_baseline_does
     for case in cases:
         assert base[case] is True and fixed[case] is True, case
         assert fixed[case + "_state"] == base[case + "_state"], case
+
+
+def test_a_trimmed_draft_is_filled_across_a_hole_it_was_filled_across_before(runs):
+    fixed = runs[(FIX, "legacy")]
+    assert fixed["refill_jump"] is True
+    assert fixed["refill"] is True and fixed["refill_pos_max"] == 12
+
+
+@pytest.mark.parametrize("draft", ["legacy", "twin"])
+def test_draft_leaves_a_draft_behind_where_it_ended(runs, draft):
+    fixed = runs[(FIX, draft)]
+    assert fixed["behind_drafts"], "drafted nothing from a draft behind the target"
+    assert fixed["behind_pos_max"] == 5  # neither the fill nor the noise block stays
 
 
 _SAME_LAYOUT = r"""

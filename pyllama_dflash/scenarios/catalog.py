@@ -138,10 +138,11 @@ def s14(env: Env) -> None:
 
 
 def s15(env: Env) -> None:
-    # the draft's batches (4) are a quarter of the target's (16): the 16-row text batches reach the
-    # driver whole and must be injected 4 rows at a time, and the 12-position hole of a 12x3 image
-    # is filled in three ubatches of 4 (llama-server: the draft's own batch size)
-    s = env.session(draft_n_batch=4, draft_n_ubatch=4)
+    # the draft's ubatch (4) is a quarter of its batch and the target's (16): the 16-row text batches
+    # reach the driver whole and must be injected 4 rows at a time, and the 12-position hole of a
+    # 12x3 image is filled in three ubatches of 4 (llama-server: --ubatch-size-draft); a fill cut at
+    # the draft's n_batch instead would hand a non-causal decode 12 rows, which llama.cpp aborts on
+    s = env.session(draft_n_batch=16, draft_n_ubatch=4)
     s.prompt(0, DESCRIBE.format(m=env.marker(s)) + " and then some more words to read", [env.images["long"]])
     s.generate(0, N_GEN)
 
@@ -246,7 +247,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "S15",
             "hole three times the draft's n_ubatch",
-            "draft n_batch and n_ubatch 4 against the target's 16; a 12x3 image leaves a 12-position hole",
+            "draft n_ubatch 4 against its n_batch and the target's 16; a 12x3 image leaves a 12-position hole",
             s15,
         ),
     ]
