@@ -188,3 +188,38 @@ def test_a_forced_cuda_build_without_a_toolkit_stops_before_configuring():
     assert "--backend cuda: this machine cannot build ggml-cuda" in proc.stderr
     assert toolchain.cuda_toolkit_problems()[0] in proc.stderr
     assert "configure" not in proc.stderr and "fetch:" not in proc.stderr
+
+
+def _fake_cublas_wheel(root: Path, layout: str, major: str) -> Path:
+    """An installed nvidia-cublas wheel's files, empty: detection reads names, never contents."""
+    base = root / "nvidia" / layout
+    (base / "include").mkdir(parents=True)
+    (base / "lib").mkdir()
+    for f in ("include/cublas_v2.h", f"lib/libcublas.so.{major}", f"lib/libcublasLt.so.{major}"):
+        (base / f).touch()
+    return base
+
+
+@pytest.mark.skipif(toolchain._cuda_root() is None, reason="no nvcc here: the wheel is matched to nvcc's version")
+def test_cublas_from_a_wheel_is_found_for_the_toolkits_major_version(tmp_path, monkeypatch):
+    major = toolchain._nvcc_major(toolchain._cuda_root())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "nvidia" or m.startswith("nvidia.")]:
+        monkeypatch.delitem(sys.modules, name)
+    base = _fake_cublas_wheel(tmp_path, f"cu{major}", major)
+    wheel = toolchain.cublas_wheel()
+    assert wheel is not None
+    assert Path(wheel.lib_dir) == base / "lib"
+    args = wheel.cmake_args()
+    assert f"-DCUDA_cublas_LIBRARY={wheel.cublas}" in args and wheel.cublas.endswith(f"libcublas.so.{major}")
+    assert any(a.startswith("-DCMAKE_CUDA_FLAGS=-isystem ") for a in args)
+
+
+@pytest.mark.skipif(toolchain._cuda_root() is None, reason="no nvcc here: the message about cuBLAS needs one")
+def test_a_missing_cublas_names_both_remedies(monkeypatch):
+    # a toolkit without cuBLAS and no wheel to take it from, whatever this machine has
+    monkeypatch.setattr(toolchain, "_toolkit_cublas", lambda root: False)
+    monkeypatch.setattr(toolchain, "cublas_wheel", lambda: None)
+    (problem,) = toolchain.cuda_toolkit_problems()
+    assert "has nvcc (CUDA " in problem and "no libcublas" in problem
+    assert "install the toolkit's cuBLAS" in problem and "pip install 'pyllama-dflash[cuda]'" in problem

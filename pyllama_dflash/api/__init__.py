@@ -61,6 +61,7 @@ __all__ = [
     "Projector",
     "PyllamaError",
     "Speculative",
+    "devices",
     "init",
     "system_info",
 ]
@@ -69,6 +70,27 @@ __all__ = [
 def init(lib_dir: Path | str | None = None) -> Runtime:
     """Load the native libraries from lib_dir (else $PYLLAMA_DFLASH_LIB_DIR) once per process."""
     return runtime(lib_dir)
+
+
+_DEVICE_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
+
+
+def devices() -> list[dict]:
+    """The devices ggml's loaded backends registered: name, description and type (cpu, gpu, ...).
+    A CUDA build on a machine without a GPU or driver registers none of its own."""
+    rt = runtime()
+    out = []
+    for i in range(int(rt.lib.ggml_backend_dev_count())):
+        dev = rt.lib.ggml_backend_dev_get(i)
+        kind = int(rt.lib.ggml_backend_dev_type(dev))
+        out.append(
+            {
+                "name": rt.string(rt.lib.ggml_backend_dev_name(dev)),
+                "description": rt.string(rt.lib.ggml_backend_dev_description(dev)),
+                "type": _DEVICE_TYPES.get(kind, str(kind)),
+            }
+        )
+    return out
 
 
 def system_info() -> str:

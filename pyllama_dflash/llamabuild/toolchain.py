@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -18,6 +20,29 @@ BACKENDS = ("auto", "cpu", "cuda")
 
 
 @dataclass(frozen=True)
+class CublasWheel:
+    """cuBLAS from an installed ``nvidia-cublas`` wheel, for a toolkit that has nvcc but no cuBLAS.
+
+    The wheel has only versioned libraries (``libcublas.so.13``), which find_library does not
+    look for, so they are handed to FindCUDAToolkit as its cache variables, the headers to nvcc
+    as a system include folder, and the folder to the linker as an rpath of the built libraries:
+    nothing is written into the toolkit or the wheel.
+    """
+
+    include_dir: str
+    lib_dir: str
+    cublas: str
+    cublas_lt: str
+
+    def cmake_args(self) -> list[str]:
+        return [
+            f"-DCUDA_cublas_LIBRARY={self.cublas}",
+            f"-DCUDA_cublasLt_LIBRARY={self.cublas_lt}",
+            f"-DCMAKE_CUDA_FLAGS=-isystem {self.include_dir}",
+        ]
+
+
+@dataclass(frozen=True)
 class Toolchain:
     backend: str  # cpu | cuda
     cmake_args: tuple[str, ...]  # from CMAKE_ARGS, passed through verbatim
@@ -25,15 +50,22 @@ class Toolchain:
     generator: str  # Ninja | Unix Makefiles
     cpu: str = "native"  # native | portable (see cpu.py)
     cpu_features: tuple[str, ...] = ()  # what a native build may use: part of its key
+    cublas: CublasWheel | None = None  # CUDA: cuBLAS from a wheel, the toolkit having none
+    cuda_lib_dir: str | None = None  # CUDA: the toolkit's runtime libraries, an rpath of the build
+    cuda_driver_stub: bool = False  # CUDA: libcuda can be linked (else GGML_CUDA_NO_VMM)
 
     def key(self) -> dict:
-        return {
+        key = {
             "backend": self.backend,
             "cmake_args": list(self.cmake_args),
             "cuda_arch": self.cuda_arch,
             "cpu": self.cpu,
             "cpu_features": list(self.cpu_features),
         }
+        if self.backend == "cuda":  # a CPU build's key stays what it was
+            key["cublas"] = self.cublas.lib_dir if self.cublas else "toolkit"
+            key["cuda_driver_stub"] = self.cuda_driver_stub
+        return key
 
 
 def user_cmake_args() -> tuple[str, ...]:
@@ -65,7 +97,20 @@ def select(backend: str | None = None, cuda_arch: str | None = None, cpu_mode: s
     generator = "Ninja" if shutil.which("ninja") else "Unix Makefiles"
     chosen = cpu.mode(cpu_mode)
     features = cpu.native_features() if chosen == "native" else ()
-    return Toolchain(backend, args, cuda_arch if backend == "cuda" else None, generator, chosen, features)
+    if backend != "cuda":
+        return Toolchain(backend, args, None, generator, chosen, features)
+    root = _cuda_root()
+    return Toolchain(
+        backend,
+        args,
+        cuda_arch,
+        generator,
+        chosen,
+        features,
+        cublas=None if _toolkit_cublas(root) else cublas_wheel(),
+        cuda_lib_dir=str(root / "lib64") if root and (root / "lib64").is_dir() else None,
+        cuda_driver_stub=bool(root and glob.glob(str(root / "lib64" / "stubs" / "libcuda.so"))),
+    )
 
 
 def nvidia_gpu_present() -> bool:
@@ -81,15 +126,60 @@ def nvidia_gpu_present() -> bool:
     return out.returncode == 0 and "GPU" in out.stdout
 
 
-def cuda_toolkit_problems() -> list[str]:
-    """What is missing for a CUDA build of ggml: nvcc and cuBLAS (ggml-cuda links it)."""
-    nvcc = shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc",) if os.access(p, os.X_OK)), None)
-    if nvcc is None:
-        return ["nvcc not found (install the CUDA toolkit or put its bin/ on PATH)"]
-    root = Path(nvcc).resolve().parent.parent
+def _cuda_root() -> Path | None:
+    """The CUDA toolkit: $CUDA_HOME or $CUDA_PATH, /usr/local/cuda, else where nvcc on PATH lives
+    (an nvcc on PATH may be a wrapper script elsewhere, so the toolkit's own folders come first)."""
+    for candidate in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if candidate and os.access(Path(candidate) / "bin" / "nvcc", os.X_OK):
+            return Path(candidate).resolve()
+    nvcc = shutil.which("nvcc")
+    return Path(nvcc).resolve().parent.parent if nvcc else None
+
+
+def _toolkit_cublas(root: Path | None) -> bool:
     patterns = ["lib64/libcublas.so*", "lib/libcublas.so*", "targets/*/lib/libcublas.so*", "lib/x64/cublas.lib"]
-    if not any(glob.glob(str(root / p)) for p in patterns):
-        return [f"cuBLAS not found in the CUDA toolkit at {root} (nvcc is there, libcublas is not)"]
+    return bool(root) and any(glob.glob(str(root / p)) for p in patterns)
+
+
+def _nvcc_major(root: Path) -> str | None:
+    try:
+        out = subprocess.run([str(root / "bin" / "nvcc"), "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"release (\d+)\.", out.stdout)
+    return m.group(1) if m else None
+
+
+def cublas_wheel() -> CublasWheel | None:
+    """cuBLAS from an installed nvidia-cublas wheel that matches nvcc's major version: the CUDA 13
+    layout (``nvidia/cu13/{include,lib}``) or the CUDA 12 one (``nvidia/cublas/{include,lib}``)."""
+    root = _cuda_root()
+    major = _nvcc_major(root) if root else None
+    if major is None:
+        return None
+    spec = importlib.util.find_spec("nvidia")
+    for base in spec.submodule_search_locations if spec and spec.submodule_search_locations else ():
+        for sub in (f"cu{major}", "cublas"):
+            inc, lib = Path(base) / sub / "include", Path(base) / sub / "lib"
+            cublas, cublas_lt = lib / f"libcublas.so.{major}", lib / f"libcublasLt.so.{major}"
+            if (inc / "cublas_v2.h").is_file() and cublas.is_file() and cublas_lt.is_file():
+                return CublasWheel(str(inc), str(lib), str(cublas), str(cublas_lt))
+    return None
+
+
+def cuda_toolkit_problems() -> list[str]:
+    """What is missing for a CUDA build of ggml: nvcc, and cuBLAS (ggml-cuda links it) in the
+    toolkit or from an installed nvidia-cublas wheel."""
+    root = _cuda_root()
+    if root is None:
+        return ["nvcc not found (install the CUDA toolkit or put its bin/ on PATH)"]
+    if not _toolkit_cublas(root) and cublas_wheel() is None:
+        major = _nvcc_major(root) or "?"
+        return [
+            f"cuBLAS not found: the CUDA toolkit at {root} has nvcc (CUDA {major}) but no libcublas, and no "
+            f"nvidia-cublas wheel for CUDA {major} is installed; install the toolkit's cuBLAS, or the wheel "
+            "with: pip install 'pyllama-dflash[cuda]'"
+        ]
     return []
 
 
@@ -123,6 +213,19 @@ def cmake_configure_args(tc: Toolchain, llama_dir: Path, build_number: int | Non
         args += cpu.PORTABLE_ARGS
     if tc.backend == "cuda":
         args.append("-DGGML_CUDA=ON")
+        root = _cuda_root()
+        if root is not None:  # the toolkit's own nvcc: CMake derives the toolkit's folders from it
+            args += [f"-DCMAKE_CUDA_COMPILER={root / 'bin' / 'nvcc'}", f"-DCUDAToolkit_ROOT={root}"]
         if tc.cuda_arch:
             args.append(f"-DCMAKE_CUDA_ARCHITECTURES={tc.cuda_arch}")
+        if not tc.cuda_driver_stub:
+            # without libcuda (no driver, no stub) ggml-cuda cannot link the driver API it needs for
+            # virtual memory; its memory pool then takes the cudaMalloc path. It is also what lets
+            # the built libraries load on a machine without a driver (CPU only)
+            args.append("-DGGML_CUDA_NO_VMM=ON")
+        if tc.cublas:
+            args += tc.cublas.cmake_args()
+        rpath = [d for d in (tc.cublas.lib_dir if tc.cublas else None, tc.cuda_lib_dir) if d]
+        if rpath:
+            args.append(f"-DCMAKE_BUILD_RPATH={';'.join(rpath)}")  # with $ORIGIN (CMAKE_BUILD_RPATH_USE_ORIGIN)
     return args + list(tc.cmake_args)
