@@ -111,7 +111,8 @@ def find(
     variant: str, *, backend: str | None = None, expected_inputs: dict | None = None, cpu_mode: str | None = None
 ) -> Manifest:
     """The newest valid build of ``variant`` (optionally for one backend, one CPU mode); a native
-    build is preferred to a portable one unless ``cpu_mode`` (or $PYLLAMA_DFLASH_CPU) asks."""
+    build is preferred to a portable one unless ``cpu_mode`` (or $PYLLAMA_DFLASH_CPU) asks, and with
+    no backend asked for, a CUDA build only where an NVIDIA GPU is present."""
     backend = backend or os.environ.get(BACKEND_ENV) or None
     if backend == "auto":
         backend = None
@@ -130,4 +131,11 @@ def find(
             f"{variants_root()}{why}; run: python build.py --variant {variant}"
             f"{f' --cpu {cpu_mode}' if cpu_mode else ''} (--cpu portable: a build that runs on any x86-64 CPU)"
         )
-    return max(candidates, key=lambda m: (m.cpu_mode == "native", m.data.get("built_at", "")))
+    if backend is None and len({m.backend for m in candidates}) > 1:
+        # CPU and CUDA builds side by side, and no backend asked for: the one auto would build here
+        from .toolchain import nvidia_gpu_present
+
+        wanted = "cuda" if nvidia_gpu_present() else "cpu"
+    else:
+        wanted = None
+    return max(candidates, key=lambda m: (m.backend == wanted, m.cpu_mode == "native", m.data.get("built_at", "")))
