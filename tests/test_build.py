@@ -15,7 +15,7 @@ import pytest
 from pyllama_dflash.files import file_lock, sha256_file
 from pyllama_dflash.llamabuild import manifest as manifest_mod
 from pyllama_dflash.llamabuild import pinned, toolchain
-from pyllama_dflash.llamabuild.patchset import apply_series, load_series
+from pyllama_dflash.llamabuild.patchset import apply_series, load_series, tree_reader
 from pyllama_dflash.llamabuild.stage import Stage
 from pyllama_dflash.paths import cache_root
 
@@ -40,9 +40,7 @@ def test_staging_leaves_the_pristine_tree_byte_identical(pristine, tmp_path):
     stage = Stage(tmp_path / "stage", pristine)
     stage.ensure(lambda _m: None)
     assert os.stat(target).st_nlink == links_before + 1  # the stage shares the inode ...
-    contents = apply_series(
-        lambda rel: (pristine / rel).read_text() if (pristine / rel).is_file() else None, series.patches
-    )
+    contents = apply_series(tree_reader(pristine), series.patches)
     assert sorted(stage.sync(contents, series.touched)) == sorted(series.touched)  # every file the series changes
     staged = stage.root / "common" / "speculative.cpp"
     assert os.stat(target).st_nlink == links_before  # ... until the patched copy replaces it

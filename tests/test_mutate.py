@@ -12,7 +12,7 @@ import pytest
 
 from conftest import FIX, REPO
 from pyllama_dflash.env import MUTATION_TEST_ENV
-from pyllama_dflash.llamabuild.patchset import apply_series, load_series
+from pyllama_dflash.llamabuild.patchset import apply_series, load_series, tree_reader
 from pyllama_dflash.mutate.operators import line_mutations, mutants
 from pyllama_dflash.mutate.runner import EQUIVALENT_FILE, load_equivalents
 
@@ -67,7 +67,7 @@ def test_an_equivalent_mutant_needs_its_reason(tmp_path):
 def test_the_equivalent_mutants_on_file_exist_in_the_fix(pristine):
     series = load_series(REPO / "patches")
     rel = "common/speculative.cpp"
-    fixed = apply_series(lambda r: (pristine / r).read_text() if (pristine / r).is_file() else None, series.prefix(FIX))
+    fixed = apply_series(tree_reader(pristine), series.prefix(FIX))
     ids = {m.id for m in mutants(rel, (pristine / rel).read_text(), fixed[rel])}
     assert 50 < len(ids) < 200
     equivalents = load_equivalents(EQUIVALENT_FILE)

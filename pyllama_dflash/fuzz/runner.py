@@ -30,12 +30,19 @@ def run_child(job: dict, work_dir: Path, name: str, timeout_s: float) -> dict:
     return child.run_job("pyllama_dflash.fuzz.child", job, work_dir, name, timeout=timeout_s)
 
 
-def _parallel(jobs: dict[str, dict], parallel: int, work_dir: Path | None, timeout_s: float) -> dict[str, dict]:
+def _each_variant(
+    mode: str, variants: list[str], job: dict, parallel: int, work_dir: Path | None, timeout_s: float
+) -> dict[str, dict]:
+    """The job (``mode``: search or replay) on each variant, one child each, ``parallel`` at once;
+    per variant the child's result."""
     work = work_dir or Path(tempfile.mkdtemp(prefix="pyllama-dflash-fuzz-"))
     work.mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        futures = {name: pool.submit(run_child, job, work, name, timeout_s) for name, job in jobs.items()}
-        return {name: f.result() for name, f in futures.items()}
+        futures = {
+            v: pool.submit(run_child, {"mode": mode, "variant": v, **job}, work, f"{mode}-{v}", timeout_s)
+            for v in variants
+        }
+        return {v: f.result() for v, f in futures.items()}
 
 
 def search_variants(
@@ -55,25 +62,19 @@ def search_variants(
     weighted: bool = True,
 ) -> dict[str, dict]:
     """The hypothesis search on each variant, one child each; per variant its SearchResult as JSON."""
-    jobs = {
-        f"search-{v}": {
-            "mode": "search",
-            "variant": v,
-            "backend": backend,
-            "models": models.to_json(),
-            "config": CONFIG,
-            "examples": examples,
-            "seed": seed,
-            "max_steps": max_steps,
-            "exact": exact,
-            "ignore": list(ignore),
-            "drift": drift,
-            "weighted": weighted,
-        }
-        for v in variants
+    job = {
+        "backend": backend,
+        "models": models.to_json(),
+        "config": CONFIG,
+        "examples": examples,
+        "seed": seed,
+        "max_steps": max_steps,
+        "exact": exact,
+        "ignore": list(ignore),
+        "drift": drift,
+        "weighted": weighted,
     }
-    results = _parallel(jobs, parallel, work_dir, timeout_s)
-    return {v: results[f"search-{v}"] for v in variants}
+    return _each_variant("search", variants, job, parallel, work_dir, timeout_s)
 
 
 def replay_variants(
@@ -90,18 +91,12 @@ def replay_variants(
     drift: bool = True,
 ) -> dict[str, dict]:
     """One schedule on each variant; per variant an Outcome as JSON (status, kind, first_failure, ...)."""
-    jobs = {
-        f"replay-{v}": {
-            "mode": "replay",
-            "variant": v,
-            "backend": backend,
-            "models": models.to_json(),
-            "config": config or CONFIG,
-            "schedule": schedule.to_json(),
-            "exact": exact,
-            "drift": drift,
-        }
-        for v in variants
+    job = {
+        "backend": backend,
+        "models": models.to_json(),
+        "config": config or CONFIG,
+        "schedule": schedule.to_json(),
+        "exact": exact,
+        "drift": drift,
     }
-    results = _parallel(jobs, parallel, work_dir, timeout_s)
-    return {v: results[f"replay-{v}"] for v in variants}
+    return _each_variant("replay", variants, job, parallel, work_dir, timeout_s)

@@ -32,7 +32,7 @@ from ..paths import NATIVE_DIR, cache_root, default_patches_dir
 from . import ctest, pinned, source, toolchain
 from . import manifest as manifests
 from .cmake import run_logged
-from .patchset import Series, apply_series, load_series
+from .patchset import Series, apply_series, load_series, tree_reader
 from .progress import Progress
 from .stage import Stage
 
@@ -207,7 +207,7 @@ def _build_one(p: Plan, variant: str, opts: BuildOptions, publish: bool = True) 
         progress.stage("stage", f"{len(p.series.prefix(variant))} patch(es)")
         stage = Stage(work / "llama.cpp", p.src.path)
         stage.ensure(progress.say)
-        contents = apply_series(lambda rel: _read_text(p.src.path / rel), p.series.prefix(variant))
+        contents = apply_series(tree_reader(p.src.path), p.series.prefix(variant))
         changed = stage.sync(contents, p.series.touched)
         changed += _sync_native(work / "native")
         progress.say(f"files rewritten: {', '.join(changed) if changed else 'none'}")
@@ -309,10 +309,6 @@ def include_dirs(tree: Path) -> list[Path]:
         tree / "src",
         NATIVE_DIR,
     ]
-
-
-def _read_text(path: Path) -> str | None:
-    return path.read_text(encoding="utf-8") if path.is_file() else None
 
 
 def _sync_native(dest: Path) -> list[str]:

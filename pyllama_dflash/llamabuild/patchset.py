@@ -13,6 +13,7 @@ that does not apply is reported with the patch, the file and the hunk header.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -256,12 +257,18 @@ def check_series(series: Series, tree: Path) -> list[str]:
     """Dry-run every variant's patches against a tree; returns one line per patch."""
     report = []
     for variant in series.variants:
-        apply_series(lambda rel: _read_text(tree / rel), series.prefix(variant))
+        apply_series(tree_reader(tree), series.prefix(variant))
     for patch in series.patches:
         made = "every variant, on top of its own patches" if patch.variant == EVERY else f"variant {patch.variant}"
         report.append(f"{patch.name}: applies ({', '.join(patch.touched)}) -> {made}")
     return report
 
 
-def _read_text(path: Path) -> str | None:
-    return path.read_text(encoding="utf-8") if path.is_file() else None
+def tree_reader(root: Path) -> Callable[[str], str | None]:
+    """The ``read`` that apply_series takes, over a tree: a file's text, None where there is none."""
+
+    def read(rel: str) -> str | None:
+        path = root / rel
+        return path.read_text(encoding="utf-8") if path.is_file() else None
+
+    return read

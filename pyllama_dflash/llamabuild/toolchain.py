@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import glob
 import importlib.util
 import os
@@ -86,7 +87,8 @@ def select(backend: str | None = None, cuda_arch: str | None = None, cpu_mode: s
     args = user_cmake_args()
     if backend == "auto":
         backend = (
-            "cuda" if _cuda_requested_by(args) or (cuda_toolkit_problems() == [] and nvidia_gpu_present()) else "cpu"
+            # the GPU first: probing the toolkit runs nvcc, which a CPU build should not wait for
+            "cuda" if _cuda_requested_by(args) or (nvidia_gpu_present() and cuda_toolkit_problems() == []) else "cpu"
         )
     if backend == "cuda":
         problems = cuda_toolkit_problems()
@@ -141,7 +143,9 @@ def _toolkit_cublas(root: Path | None) -> bool:
     return bool(root) and any(glob.glob(str(root / p)) for p in patterns)
 
 
+@functools.cache
 def _nvcc_major(root: Path) -> str | None:
+    """nvcc's major version (run once per toolkit and process: every probe of the toolkit needs it)."""
     try:
         out = subprocess.run([str(root / "bin" / "nvcc"), "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):

@@ -23,7 +23,7 @@ from ..files import atomic_write_json
 from ..flags import common_parser, tool_prog
 from ..llamabuild import BuildError, BuildOptions, build
 from ..llamabuild.builder import stage
-from ..llamabuild.patchset import apply_series, load_series
+from ..llamabuild.patchset import EVERY, apply_series, load_series, tree_reader
 from ..paths import default_patches_dir
 from ..scenarios.models import tiny_models
 from .operators import mutants
@@ -80,13 +80,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mutate: error: {e}", file=sys.stderr)
         return 2
     pristine = Path(base.data["source"]["path"])
-    read = lambda rel: (pristine / rel).read_text(encoding="utf-8") if (pristine / rel).is_file() else None
+    read = tree_reader(pristine)
     fixed = apply_series(read, series.prefix(fix))
-    own = {rel: fixed[rel] for p in series.prefix(fix) if p.variant != "*" for rel in p.touched}
+    own = {rel: fixed[rel] for p in series.prefix(fix) if p.variant != EVERY for rel in p.touched}
     if FILE not in own:
         print(f"mutate: error: variant {fix!r} does not change {FILE}", file=sys.stderr)
         return 2
-    every = mutants(FILE, read(FILE), own[FILE])
+    all_mutants = mutants(FILE, read(FILE), own[FILE])
+    every = all_mutants
     if args.only:
         wanted = {x.strip() for x in args.only.split(",")}
         every = [m for m in every if m.id in wanted]
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     counts = Counter(o.status for o in outcomes)
     scored = counts[KILLED] + counts[SURVIVED]
     score = counts[KILLED] / scored if scored else 1.0
-    stale = sorted(set(equivalents) - {m.id for m in mutants(FILE, read(FILE), own[FILE])})
+    stale = sorted(set(equivalents) - {m.id for m in all_mutants})
     print()
     print(f"mutate: {len(outcomes)} mutants in {time.monotonic() - t0:.0f}s: {dict(counts)}")
     print(f"mutation score: {counts[KILLED]}/{scored} = {score:.3f} (equivalent and stillborn mutants not counted)")
