@@ -5,7 +5,9 @@ with ``abort()``: the harness runs such work in a fresh interpreter. Every runne
 matrix, the fuzzer, the benchmark workers, the guarded native calls) goes through :func:`run`,
 and the JSON jobs through :func:`run_job` on the parent side and :func:`job_main` on the child's.
 A child that dies is reported, never fatal to the parent: its signal by name, the native assert
-line it printed (``GGML_ASSERT``/``GGML_ABORT``) and its last log lines.
+line it printed (``GGML_ASSERT``/``GGML_ABORT``) and its last log lines. Many small jobs of one
+variant go through :func:`run_batch` (one interpreter for all of them, :func:`batch_main` on the
+child's side), which costs a crash no more than the job it happened in.
 """
 
 from __future__ import annotations
@@ -144,16 +146,83 @@ def job_main(argv: list[str], run_one: Callable[[dict], dict]) -> int:
     An exception in run_one (a refused input, a harness error) is not a verdict: the result is
     ERROR with its traceback. The result is written atomically, so the parent never reads half.
     """
+    if argv and argv[0] == "--batch":
+        return batch_main(argv[1:], run_one)
     job_path, out_path = Path(argv[0]), Path(argv[1])
-    job = json.loads(job_path.read_text())
+    atomic_write_json(out_path, _one(run_one, json.loads(job_path.read_text())))
+    return 0
+
+
+def run_batch(
+    module: str,
+    jobs: list[dict],
+    work_dir: Path,
+    name: str,
+    *,
+    timeout_per_job: float,
+    env: dict[str, str] | None = None,
+) -> list[dict]:
+    """``python -m module --batch JOBS OUT_DIR``: the jobs in one child, in order; their results in order.
+
+    Starting an interpreter and loading a variant's libraries costs more than a tiny scenario, so
+    jobs that share a variant share a child. The child writes each result as it finishes it, so a
+    child that dies costs only the job it died in: the jobs before it keep their results, that one
+    gets :meth:`Finished.crash`, and the jobs after it run again in a fresh child. The timeout is
+    ``timeout_per_job`` for each job the child was given.
+    """
+    results: list[dict] = []
+    part = 0
+    while len(results) < len(jobs):
+        todo = jobs[len(results) :]
+        tag = f"{name}.{part}"
+        batch_file, log_file = work_dir / f"{tag}.batch.json", work_dir / f"{tag}.log"
+        out_dir = work_dir / f"{tag}.results"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for stale in out_dir.glob("*.json"):
+            stale.unlink()
+        atomic_write_json(batch_file, {"jobs": todo})
+        done = run(
+            [sys.executable, "-m", module, "--batch", str(batch_file), str(out_dir)],
+            log=log_file,
+            timeout=timeout_per_job * len(todo),
+            env=env,
+        )
+        for i in range(len(todo)):
+            try:
+                result = json.loads((out_dir / f"{i}.json").read_text())
+            except (FileNotFoundError, ValueError):
+                break
+            result.update({"log": str(log_file), "batch_wall_s": round(done.wall_s, 3)})
+            if result.get("status") == ERROR:
+                result["log_tail"] = done.tail()
+            results.append(result)
+        else:
+            continue  # every job of this part has its result
+        # the first job without a result is the one the child was in when it ended
+        results.append(done.crash())
+        part += 1
+    return results
+
+
+def batch_main(argv: list[str], run_one: Callable[[dict], dict]) -> int:
+    """The child side of :func:`run_batch`: ``argv`` is [JOBS, OUT_DIR]; each job's result is written
+    to ``OUT_DIR/<index>.json`` (atomically) as soon as it is known, as :func:`job_main` would."""
+    jobs = json.loads(Path(argv[0]).read_text())["jobs"]
+    out_dir = Path(argv[1])
+    for i, job in enumerate(jobs):
+        t0 = time.monotonic()
+        atomic_write_json(out_dir / f"{i}.json", _one(run_one, job) | {"wall_s": round(time.monotonic() - t0, 3)})
+    return 0
+
+
+def _one(run_one: Callable[[dict], dict], job: dict) -> dict:
+    """run_one(job), or for an exception in it (a refused input, a harness error) ERROR with its traceback."""
     try:
-        result = run_one(job)
+        return run_one(job)
     except Exception as e:
-        result = {
+        return {
             "status": ERROR,
             "first_failure": f"{type(e).__name__}: {e}",
             "calls": [],
             "traceback": traceback.format_exc(),
         }
-    atomic_write_json(out_path, result)
-    return 0
