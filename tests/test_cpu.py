@@ -14,9 +14,9 @@ import pytest
 
 from conftest import VARIANTS
 from pyllama_dflash.bench import __main__ as bench_main
+from pyllama_dflash.engine.matrix import run_table
 from pyllama_dflash.errors import VariantNotBuilt
 from pyllama_dflash.llamabuild import BuildOptions, build, cpu, manifest, toolchain
-from pyllama_dflash.repro.runner import run_table
 from pyllama_dflash.scenarios.catalog import EXPECTED, SCENARIOS
 
 

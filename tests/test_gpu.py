@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from conftest import VARIANTS
+from pyllama_dflash.engine.matrix import Job, run_matrix
 from pyllama_dflash.llamabuild import VariantNotBuilt, find
 from pyllama_dflash.llamabuild.toolchain import nvidia_gpu_present
-from pyllama_dflash.repro.runner import Job, run_matrix
 from pyllama_dflash.scenarios.catalog import EXPECTED, SCENARIOS
 
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from pyllama_dflash.repro.runner import REFERENCE, run_table
+from pyllama_dflash.engine.matrix import REFERENCE, run_table
 from pyllama_dflash.scenarios.catalog import SCENARIOS
 from pyllama_dflash.server import run_server_checks
 from pyllama_dflash.upgrade import upgrade

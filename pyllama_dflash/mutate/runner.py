@@ -31,13 +31,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..engine.matrix import Job, run_matrix, server_config
 from ..env import PATCHES_ENV
 from ..errors import BuildError
 from ..llamabuild import BuildOptions, build, saves_draft_with_slot
 from ..llamabuild.patchset import BASELINE, Series
 from ..paths import REPO_DIR
 from ..repro import ctest as ctest_row
-from ..repro.runner import Job, run_matrix, server_config
 from ..scenarios.catalog import SCENARIOS, expectations
 from ..scenarios.drift import judge
 from ..scenarios.models import ModelSet

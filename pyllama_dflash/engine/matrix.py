@@ -1,0 +1,213 @@
+"""The scenario matrix: every (scenario, column) of every case, run in child processes.
+
+A *case* is one pair of drafter and target (a :class:`ModelSet`); a *column* is a variant, or
+``baseline+twin``, the drift oracle's reference: the scenario on ``baseline`` with the draft's
+reconverted twin. Jobs that share a variant's libraries share a child (``child.run_batch``),
+several children at once, so the matrix over drafters and targets stays in seconds; a child that
+crashes costs only the job it crashed in.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import child
+from ..env import THREADS_ENV
+from ..llamabuild import saves_draft_with_slot
+from ..llamabuild.patchset import BASELINE
+from ..scenarios.drift import judge
+from ..scenarios.models import ModelSet
+from ..scenarios.record import DRIFT, PASS
+
+REFERENCE = f"{BASELINE}+twin"  # the drift oracle's column: baseline with the draft's reconverted twin
+# the tie check's run: the reference replayed with the fix's cell layout (not a column of the table)
+LAYOUT = f"{REFERENCE} (fix's layout)"
+CHILD_MODULE = "pyllama_dflash.scenarios.child"
+
+
+@dataclass
+class Job:
+    scenario: str
+    variant: str
+    models: ModelSet
+    config: dict = field(default_factory=dict)
+    backend: str | None = None
+    check_exact: bool = True
+    timeout_s: float = 300.0
+    threads: int = 1  # per context; run_jobs sets cores // parallel children
+    twin: bool = False  # run the draft's reconverted twin instead (the drift reference)
+
+    @property
+    def case(self) -> str:
+        """``<drafter>/<target kind>``: which models the job runs on."""
+        return case_name(self.models)
+
+    @property
+    def column(self) -> str:
+        """The variant, or ``<variant>+twin`` for a reference run."""
+        return self.variant + ("+twin" if self.twin else "")
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(scenario, column)."""
+        return self.scenario, self.column
+
+    def to_json(self) -> dict:
+        return {
+            "scenario": self.scenario,
+            "variant": self.variant,
+            "models": self.models.to_json(),
+            "config": self.config,
+            "backend": self.backend,
+            "check_exact": self.check_exact,
+            "twin": self.twin,
+        }
+
+
+def case_name(models: ModelSet) -> str:
+    return f"{models.drafter}/{models.target_kind}"
+
+
+def run_jobs(jobs: list[Job], parallel: int, work_dir: Path | None = None) -> list[dict]:
+    """Every job in a child, jobs of one variant (and backend) batched into children of their own,
+    ``parallel`` children at once; the results in the order of ``jobs``."""
+    work = work_dir or Path(tempfile.mkdtemp(prefix="pyllama-dflash-matrix-"))
+    work.mkdir(parents=True, exist_ok=True)
+    parallel = max(1, parallel)
+    share = max(1, (os.cpu_count() or 1) // parallel)
+    for j in jobs:
+        j.threads = share
+    batches = _batches(jobs, parallel)
+    # children share the cores: each context gets its share of threads, not all of them
+    threads = os.environ.get(THREADS_ENV, str(share))
+    results: list[dict | None] = [None] * len(jobs)
+
+    def run(index: int, batch: list[int]) -> None:
+        first = jobs[batch[0]]
+        name = f"{first.variant}-{index:03d}"
+        out = child.run_batch(
+            CHILD_MODULE,
+            [jobs[i].to_json() for i in batch],
+            work,
+            name,
+            timeout_per_job=max(jobs[i].timeout_s for i in batch),
+            env={THREADS_ENV: threads},
+        )
+        for i, result in zip(batch, out, strict=True):
+            results[i] = result
+
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        for f in [pool.submit(run, k, b) for k, b in enumerate(batches)]:
+            f.result()
+    return [r for r in results if r is not None]
+
+
+def _batches(jobs: list[Job], parallel: int) -> list[list[int]]:
+    """Indexes of jobs grouped by the libraries they load (variant and backend), cut into pieces of
+    about a quarter of each child's share, largest first, so the children finish together."""
+    groups: dict[tuple[str, str | None], list[int]] = {}
+    for i, j in enumerate(jobs):
+        groups.setdefault((j.variant, j.backend), []).append(i)
+    size = max(1, -(-len(jobs) // (parallel * 4)))
+    pieces = [g[k : k + size] for g in groups.values() for k in range(0, len(g), size)]
+    return sorted(pieces, key=len, reverse=True)
+
+
+def server_config(variant: str, config: dict) -> dict:
+    """The session config for a variant: the slot loop mirrors what the variant's llama-server does
+    with a slot file (see saves_draft_with_slot)."""
+    return {**config, "server_saves_draft": saves_draft_with_slot(variant)}
+
+
+Table = dict[str, dict[str, dict]]  # table[scenario][column]
+
+
+def run_cases(
+    cases: Iterable[tuple[ModelSet, list[str]]],
+    variants: list[str],
+    config: dict,
+    *,
+    parallel: int,
+    drift: bool = True,
+    work_dir: Path | None = None,
+    **job_options,
+) -> dict[str, Table]:
+    """The matrix of every case (models, with the scenarios to run on them), as
+    ``tables[case][scenario][column]``, all of it in one pool of children.
+
+    With drift, each scenario of a case also runs once on baseline with the case's reconverted
+    twin (column :data:`REFERENCE`), and every variant's drafts are compared with it
+    (:func:`pyllama_dflash.scenarios.drift.judge`). ``job_options`` go to every :class:`Job`.
+    """
+    cases = list(cases)
+    jobs: list[Job] = []
+    for models, scenarios in cases:
+        for sid in scenarios:
+            jobs += [Job(sid, v, models, server_config(v, config), **job_options) for v in variants]
+            if drift:
+                jobs.append(Job(sid, BASELINE, models, server_config(BASELINE, config), twin=True, **job_options))
+    results = run_jobs(jobs, parallel, work_dir)
+    by_key = {(j.case, *j.key): r for j, r in zip(jobs, results, strict=True)}
+    tables: dict[str, Table] = {}
+    for models, scenarios in cases:
+        case = case_name(models)
+        table = {sid: {v: by_key[(case, sid, v)] for v in variants} for sid in scenarios}
+        if drift:
+            for sid, row in table.items():
+                reference = by_key[(case, sid, REFERENCE)]
+                for v in variants:
+                    judge(row[v], reference)
+                row[REFERENCE] = reference
+        tables[case] = table
+    if drift:
+        _prove_ties(cases, tables, variants, config, parallel, work_dir, job_options)
+    return tables
+
+
+def _prove_ties(cases, tables, variants, config, parallel, work_dir, job_options) -> None:
+    """Where a run drifted, replay its reference with the fix's cell layout and judge again: a drift
+    that replay drafts too is a tie broken by the cells' order (TIE). One replay per drifting row."""
+    layout_config = {**config, "twin_fill_layout": True}
+    jobs = [
+        Job(sid, BASELINE, models, server_config(BASELINE, layout_config), twin=True, **job_options)
+        for models, _ in cases
+        for sid, row in tables[case_name(models)].items()
+        if any(row[v].get("status") == DRIFT and row[v].get("drift") for v in variants)
+    ]
+    if not jobs:
+        return
+    for job, layout in zip(jobs, run_jobs(jobs, parallel, work_dir), strict=True):
+        row = tables[job.case][job.scenario]
+        row[LAYOUT] = layout
+        for v in variants:
+            if row[v].get("status") == DRIFT and row[v].get("drift"):
+                row[v]["status"] = PASS  # judged again from the start, now with the layout replay
+                judge(row[v], row[REFERENCE], layout)
+
+
+def run_table(
+    scenarios: list[str],
+    variants: list[str],
+    models: ModelSet,
+    config: dict,
+    *,
+    parallel: int,
+    drift: bool = True,
+    work_dir: Path | None = None,
+    **job_options,
+) -> Table:
+    """The matrix of one case as ``table[scenario][column]`` (see :func:`run_cases`)."""
+    tables = run_cases(
+        [(models, scenarios)], variants, config, parallel=parallel, drift=drift, work_dir=work_dir, **job_options
+    )
+    return tables[case_name(models)]
+
+
+def run_matrix(jobs: list[Job], parallel: int, work_dir: Path | None = None) -> dict[tuple[str, str], dict]:
+    """The jobs' results keyed by :attr:`Job.key` (jobs of one case)."""
+    return {j.key: r for j, r in zip(jobs, run_jobs(jobs, parallel, work_dir), strict=True)}
