@@ -114,7 +114,7 @@ def bench_build(cold: bool) -> dict:
 
 def bench_matrix() -> dict:
     """The matrix as repro runs it: every scenario on every variant plus its drift reference."""
-    from ..repro.runner import run_table
+    from ..engine.matrix import run_table
     from ..scenarios.catalog import SCENARIOS
     from ..scenarios.models import tiny_models
 
