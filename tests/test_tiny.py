@@ -176,12 +176,15 @@ def test_draft_variants(gguf, tmp_path):
         tiny.write_models(tmp_path / "bad", draft_swa=0)
 
 
+@pytest.mark.parametrize("drafter", list(tiny.DRAFTERS))
 @pytest.mark.parametrize("swa", [None, 4])
-def test_the_reconverted_twin_has_the_same_tensors_byte_for_byte(gguf, tmp_path, swa):
+def test_the_reconverted_twin_has_the_same_tensors_byte_for_byte(gguf, tmp_path, swa, drafter):
     """The drift oracle's reference is only honest if the twin is the legacy draft plus the
-    sections: every tensor equal in name, shape, type and bytes; the only key added is the sections."""
-    legacy = gguf.GGUFReader(tiny.write_models(tmp_path, draft_swa=swa).draft)
-    twin = gguf.GGUFReader(tiny.write_models(tmp_path, draft_swa=swa, draft_mrope=True).draft)
+    sections: every tensor equal in name, shape, type and bytes; the only key added is the sections.
+    So for every drafter of the family."""
+    form = tiny.drafter(drafter)
+    legacy = gguf.GGUFReader(tiny.write_models(tmp_path, draft_swa=swa, form=form).draft)
+    twin = gguf.GGUFReader(tiny.write_models(tmp_path, draft_swa=swa, draft_mrope=True, form=form).draft)
     assert [t.name for t in legacy.tensors] == [t.name for t in twin.tensors]
     for a, b in zip(legacy.tensors, twin.tensors, strict=True):
         assert (a.tensor_type, list(a.shape)) == (b.tensor_type, list(b.shape)), a.name
@@ -189,6 +192,52 @@ def test_the_reconverted_twin_has_the_same_tensors_byte_for_byte(gguf, tmp_path,
     keys = lambda r: {k for k in r.fields if not k.startswith("GGUF.")}
     assert keys(twin) - keys(legacy) == {"dflash.rope.dimension_sections"}
     assert keys(legacy) - keys(twin) == set()
+
+
+def test_drafter_forms_share_the_plain_drafts_tensors(gguf, tmp_path):
+    """Each form adds its own tensors and keys to the plain draft's, whose tensors it keeps byte for
+    byte: the drafters differ where the drafter does (src/models/dflash.cpp's optional tensors)."""
+    plain = {t.name: t.data.tobytes() for t in gguf.GGUFReader(tiny.write_models(tmp_path).draft).tensors}
+    added = {
+        "dflash-causal": set(),
+        "dflash2": {"selector_predecessor.weight", "selector_successor.weight", "selector_hidden.weight"}
+        | {f"blk.0.{p}_conv_{k}" for p in ("attn", "ffn") for k in ("base", "proj.weight")},
+        "dspark": {"markov_w1.weight", "markov_w2.weight", "conf_proj.weight", "conf_proj.bias"},
+        "dspark-bonus": {"markov_w1.weight", "markov_w2.weight", "conf_proj.weight", "conf_proj.bias"},
+        "dspark-vocab": {"markov_w1.weight", "markov_w2.weight", "d2t", "output.weight"},
+    }
+    for name, extra in added.items():
+        path = tiny.write_models(tmp_path, form=tiny.drafter(name)).draft
+        tensors = {t.name: t for t in gguf.GGUFReader(path).tensors}
+        assert set(tensors) - set(plain) == extra, name
+        assert all(tensors[n].data.tobytes() == b for n, b in plain.items()), name
+        f = _fields(gguf, path)
+        assert f["dflash.attention.causal"] is (name == "dflash-causal")
+        if name == "dflash2":
+            assert f["dflash.selector_top_k"] > 0 and f["dflash.conv_group_size"] > 0
+        if name.startswith("dspark"):
+            assert f["dflash.sample_from_anchor"] is (name != "dspark-bonus")
+            assert f["dflash.has_confidence_head"] is ("conf_proj.weight" in tensors)
+    d2t = next(t for t in gguf.GGUFReader(tmp_path / "tiny-dspark-vocab.gguf").tensors if t.name == "d2t")
+    ids = np.asarray(d2t.data)
+    assert d2t.tensor_type.name == "I64" and len(set(ids.tolist())) == len(ids) == 64  # absolute, distinct ids
+    assert ids.min() == 0 and ids.max() < tiny.TinyConfig().n_vocab
+
+
+def test_moe_target_shares_all_but_the_ffn(gguf, tmp_path):
+    """The qwen35moe target: the dense target's tensors except the FFN's, which are routed experts and a
+    gated shared expert (src/models/qwen35moe.cpp)."""
+    dense = {t.name: t.data.tobytes() for t in gguf.GGUFReader(tiny.write_models(tmp_path).target).tensors}
+    moe_path = tiny.write_models(tmp_path, target_kind="moe").target
+    assert moe_path.name == "tiny-qwen35moe.gguf"
+    moe = {t.name: t for t in gguf.GGUFReader(moe_path).tensors}
+    ffn = {n for n in dense if ".ffn_" in n}
+    assert {n: moe[n].data.tobytes() for n in set(dense) - ffn} == {n: dense[n] for n in set(dense) - ffn}
+    assert not ffn & set(moe)
+    assert tuple(int(x) for x in moe["blk.1.ffn_gate_exps.weight"].shape) == (64, 32, 4)
+    f = _fields(gguf, moe_path)
+    assert f["general.architecture"] == "qwen35moe"
+    assert f["qwen35moe.expert_count"] == 4 and f["qwen35moe.expert_used_count"] == 2
 
 
 def test_mmproj_keys_and_tensors(gguf, models):

@@ -1,4 +1,4 @@
-"""Deterministic tiny GGUF models (qwen35 target, dflash draft, qwen2vl projector).
+"""Deterministic tiny GGUF models (qwen35 targets, dflash-family drafts, qwen2vl projector).
 
 Small enough (<1 MB each, written in milliseconds) to run llama.cpp's DFlash +
 mtmd path on a CPU in CI with no download. Weights are random but seeded: the
@@ -14,16 +14,23 @@ from ._gguf import ENV_VAR, GgufUnavailable, gguf_module
 from ._vocab import tokenize_test_vocab
 from .config import TinyConfig
 from .draft import write_draft
+from .drafters import DFLASH, DRAFTERS, Drafter, drafter
 from .mmproj import image_grid, write_mmproj
-from .target import write_target
+from .target import TARGET_KINDS, target_filename, write_target
 
 __all__ = [
+    "DFLASH",
+    "DRAFTERS",
     "ENV_VAR",
+    "TARGET_KINDS",
+    "Drafter",
     "GgufUnavailable",
     "TinyConfig",
     "TinyModels",
     "draft_filename",
+    "drafter",
     "gguf_module",
+    "target_filename",
     "image_grid",
     "tokenize_test_vocab",
     "write_draft",
@@ -43,6 +50,7 @@ class TinyModels:
     draft_mrope: bool
     draft_swa: int | None
     written: tuple[str, ...]  # which of target/draft/mmproj this call (re)wrote
+    form: Drafter = DFLASH
 
     @property
     def n_embd(self) -> int:
@@ -74,8 +82,9 @@ class TinyModels:
 
     @property
     def n_draft_max(self) -> int:
-        # DFlash drafts [id_last, mask * (block_size-1)] and yields at most block_size-1 tokens
-        return self.config.block_size - 1
+        # DFlash drafts [id_last, mask * (block_size-1)] and yields at most block_size-1 tokens;
+        # an anchor-first DSpark block yields block_size
+        return self.form.n_draft_max(self.config.block_size)
 
     @property
     def n_layer_target(self) -> int:
@@ -98,12 +107,19 @@ class TinyModels:
         """
         args = ["-m", str(self.target), "--mmproj", str(self.mmproj), "-c", str(n_ctx), "--no-warmup"]
         if spec:
-            args += ["-md", str(self.draft), "--spec-type", "draft-dflash", "--spec-draft-n-max", str(self.n_draft_max)]
+            args += [
+                "-md",
+                str(self.draft),
+                "--spec-type",
+                self.form.spec_type,
+                "--spec-draft-n-max",
+                str(self.n_draft_max),
+            ]
         return args
 
 
-def draft_filename(mrope: bool = False, swa: int | None = None) -> str:
-    parts = ["tiny-dflash"]
+def draft_filename(mrope: bool = False, swa: int | None = None, form: Drafter = DFLASH) -> str:
+    parts = [f"tiny-{form.name}"]
     if mrope:
         parts.append("mrope")
     if swa is not None:
@@ -117,6 +133,8 @@ def write_models(
     seed: int = 0,
     draft_mrope: bool = False,
     draft_swa: int | None = None,
+    form: Drafter = DFLASH,
+    target_kind: str = "dense",
     config: TinyConfig | None = None,
     gguf_tree: Path | None = None,
 ) -> TinyModels:
@@ -124,19 +142,19 @@ def write_models(
 
     Files already present with the same generator fingerprint are left
     untouched; others are written to a temp file and renamed into place.
-    Draft variants get distinct names, so one directory can hold them all.
+    Draft forms and target kinds get distinct names, so one directory can hold them all.
     """
     cfg = config or TinyConfig()
     cfg.validate()
     out = Path(out_dir)
     g = gguf_module(gguf_tree)
-    target = out / "tiny-qwen35.gguf"
-    draft = out / draft_filename(draft_mrope, draft_swa)
+    target = out / target_filename(target_kind)
+    draft = out / draft_filename(draft_mrope, draft_swa, form)
     mmproj = out / "tiny-mmproj-qwen2vl.gguf"
     written = []
-    if write_target(target, cfg, seed=seed, gguf=g):
+    if write_target(target, cfg, seed=seed, kind=target_kind, gguf=g):
         written.append("target")
-    if write_draft(draft, cfg, seed=seed, mrope=draft_mrope, swa=draft_swa, gguf=g):
+    if write_draft(draft, cfg, seed=seed, mrope=draft_mrope, swa=draft_swa, form=form, gguf=g):
         written.append("draft")
     if write_mmproj(mmproj, cfg, seed=seed, gguf=g):
         written.append("mmproj")
@@ -149,4 +167,5 @@ def write_models(
         draft_mrope=draft_mrope,
         draft_swa=draft_swa,
         written=tuple(written),
+        form=form,
     )

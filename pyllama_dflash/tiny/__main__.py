@@ -1,4 +1,5 @@
-"""python -m pyllama_dflash.tiny OUT_DIR [--draft-mrope] [--draft-swa N] [--seed S] [--image WxH ...]"""
+"""python -m pyllama_dflash.tiny OUT_DIR [--drafter NAME] [--target KIND] [--draft-mrope] [--draft-swa N] [--seed S]
+[--image WxH ...]"""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 from pathlib import Path
 
 from ..flags import tool_prog
-from . import write_models
+from . import DRAFTERS, TARGET_KINDS, drafter, write_models
 from ._write import write_bytes_atomic
 from .image import png_bytes, rgb
 from .mmproj import image_grid
@@ -33,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
         "--draft-swa", type=int, default=None, metavar="N", help="give the draft a sliding window of N positions"
     )
     ap.add_argument(
+        "--drafter", choices=list(DRAFTERS), default="dflash", help="which drafter of the family the draft is"
+    )
+    ap.add_argument("--target", choices=list(TARGET_KINDS), default="dense", help="the target's kind")
+    ap.add_argument(
         "--gguf-tree",
         type=Path,
         default=None,
@@ -49,7 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     m = write_models(
-        args.out_dir, seed=args.seed, draft_mrope=args.draft_mrope, draft_swa=args.draft_swa, gguf_tree=args.gguf_tree
+        args.out_dir,
+        seed=args.seed,
+        draft_mrope=args.draft_mrope,
+        draft_swa=args.draft_swa,
+        form=drafter(args.drafter),
+        target_kind=args.target,
+        gguf_tree=args.gguf_tree,
     )
     images = {}
     for w, h in args.image:
@@ -70,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
                 "bos_id": m.bos_id,
                 "eos_id": m.eos_id,
                 "mask_id": m.mask_id,
+                "drafter": m.form.name,
+                "spec_type": m.form.spec_type,
                 "block_size": m.block_size,
                 "images": images,
             },

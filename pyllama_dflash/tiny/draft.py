@@ -8,7 +8,8 @@ control case). `swa=N` adds b11434's optional interleaved sliding window
 (`dflash.attention.sliding_window` + `dflash.attention.sliding_window_pattern`,
 one bool per draft layer, all True here).
 
-No token_embd/output: the draft borrows them from the target via `ctx_other`.
+No token_embd/output: the draft borrows them from the target via `ctx_other`, except a draft
+with a reduced vocabulary, which ships its own output head (see drafters.py for every form).
 """
 
 from __future__ import annotations
@@ -16,17 +17,31 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ._vocab import add_test_vocab
 from ._write import Weights, add_text_hparams, write_gguf
-from .config import TinyConfig, fingerprint
+from .config import SPECIALS, TinyConfig, fingerprint
+from .drafters import (
+    CONV_GROUP,
+    CONV_KERNEL,
+    DFLASH,
+    MARKOV_RANK,
+    SELECTOR_RANK,
+    SELECTOR_TOP_K,
+    Drafter,
+)
 
 ARCH = "dflash"
 STREAM = 2
+FORM_STREAM = 5  # the tensors a drafter adds to the plain draft's: drawn apart, so the shared ones stay equal
 
 
-def build_draft(w: Any, cfg: TinyConfig, seed: int, *, mrope: bool = False, swa: int | None = None) -> None:
+def build_draft(
+    w: Any, cfg: TinyConfig, seed: int, *, mrope: bool = False, swa: int | None = None, form: Drafter = DFLASH
+) -> None:
     cfg.validate()
-    w.add_name("pyllama-dflash tiny dflash draft")
+    w.add_name(f"pyllama-dflash tiny {form.name} draft")
     add_text_hparams(w, cfg, cfg.draft_n_layer)
     if mrope:
         w.add_rope_dimension_sections([cfg.head_dim // 2, 0, 0, 0])
@@ -37,7 +52,16 @@ def build_draft(w: Any, cfg: TinyConfig, seed: int, *, mrope: bool = False, swa:
         w.add_sliding_window_pattern([True] * cfg.draft_n_layer)
     w.add_target_layers(list(cfg.target_layer_ids))
     w.add_block_size(cfg.block_size)
-    w.add_causal_attention(False)
+    w.add_causal_attention(form.causal)
+    if form.selector:
+        w.add_conv_kernel_size(CONV_KERNEL)
+        w.add_conv_group_size(CONV_GROUP)
+        w.add_selector_rank(SELECTOR_RANK)
+        w.add_selector_top_k(SELECTOR_TOP_K)
+    if form.markov:
+        if form.sample_from_anchor is not None:
+            w.add_sample_from_anchor(form.sample_from_anchor)
+        w.add_has_confidence_head(form.confidence)
     add_test_vocab(w, cfg, chat_template=False)
 
     rng = Weights(seed, STREAM)
@@ -64,6 +88,47 @@ def build_draft(w: Any, cfg: TinyConfig, seed: int, *, mrope: bool = False, swa:
         t(p + "ffn_gate.weight", (E, F))
         t(p + "ffn_up.weight", (E, F))
         t(p + "ffn_down.weight", (F, E))
+    _add_form_tensors(w, cfg, seed, form)
+
+
+def _add_form_tensors(w: Any, cfg: TinyConfig, seed: int, form: Drafter) -> None:
+    """The tensors src/models/dflash.cpp loads for a drafter beyond the plain draft's (shapes in ne order)."""
+    rng = Weights(seed, FORM_STREAM)
+    E, V = cfg.n_embd, cfg.n_vocab
+
+    def t(name: str, ne: tuple[int, ...], std: float = cfg.w_std) -> None:
+        w.add_tensor(name, rng.normal(tuple(reversed(ne)), std))
+
+    if form.selector:
+        if E < SELECTOR_TOP_K * (SELECTOR_TOP_K + 1) or E % CONV_GROUP:
+            raise ValueError(f"n_embd {E} cannot hold the DFlash2 lattice or conv groups")
+        t("selector_predecessor.weight", (SELECTOR_RANK, V), 0.5)
+        t("selector_successor.weight", (SELECTOR_RANK, V), 0.5)
+        t("selector_hidden.weight", (E, SELECTOR_RANK))
+        projected = 2 * CONV_KERNEL * (E // CONV_GROUP)
+        for il in range(cfg.draft_n_layer):
+            for part in ("attn", "ffn"):
+                # the conv's static taps near identity (tap 0 = 1), so the block keeps its scale
+                base = rng.normal((2, CONV_KERNEL, E), 0.05)
+                base[:, 0, :] += 1.0
+                w.add_tensor(f"blk.{il}.{part}_conv_base", base)
+                t(f"blk.{il}.{part}_conv_proj.weight", (E, projected), 0.05)
+    if form.markov:
+        n_out = form.vocab_draft or V
+        t("markov_w1.weight", (MARKOV_RANK, V), 0.5)
+        t("markov_w2.weight", (MARKOV_RANK, n_out), 0.5)
+        if form.confidence:
+            t("conf_proj.weight", (E + MARKOV_RANK, 1), 0.3)
+            w.add_tensor("conf_proj.bias", np.zeros(1, dtype=np.float32))
+    if form.vocab_draft is not None:
+        if not 0 < form.vocab_draft < V:
+            raise ValueError(f"a reduced draft vocabulary needs 0 < {form.vocab_draft} < n_vocab {V}")
+        # absolute target ids, distinct (the converter checks both): the special tokens, then a seeded
+        # choice of the others
+        n_special = len(SPECIALS)
+        rest = rng.rng.choice(np.arange(n_special, V, dtype=np.int64), form.vocab_draft - n_special, replace=False)
+        w.add_tensor("d2t", np.concatenate([np.arange(n_special, dtype=np.int64), np.sort(rest)]))
+        t("output.weight", (E, form.vocab_draft), cfg.out_std)
 
 
 def write_draft(
@@ -73,9 +138,10 @@ def write_draft(
     seed: int = 0,
     mrope: bool = False,
     swa: int | None = None,
+    form: Drafter = DFLASH,
     gguf: Any = None,
 ) -> bool:
     """Write the draft GGUF; returns False if an up-to-date file was already there."""
     cfg = cfg or TinyConfig()
-    fp = fingerprint("draft", cfg, seed, mrope=mrope, swa=swa)
-    return write_gguf(path, ARCH, fp, lambda w, g: build_draft(w, cfg, seed, mrope=mrope, swa=swa), gguf)
+    fp = fingerprint("draft", cfg, seed, mrope=mrope, swa=swa, **form.options())
+    return write_gguf(path, ARCH, fp, lambda w, g: build_draft(w, cfg, seed, mrope=mrope, swa=swa, form=form), gguf)

@@ -1,8 +1,11 @@
-"""Tiny `qwen35` target: IMROPE text model, blk.0 gated-delta-net, blk.1 attention.
+"""Tiny Qwen3.5 targets: IMROPE text models, blk.0 gated-delta-net, blk.1 attention.
 
-qwen35 because its graph fills the per-layer input tensors that DFlash extracts
-(qwen2vl aborts with "layer input tensor is null"), and it needs at least one
-recurrent layer or the hybrid memory asserts on the first decode.
+Two kinds: ``dense`` (arch ``qwen35``) and ``moe`` (arch ``qwen35moe``, the kind of
+Qwen3.6-35B-A3B: routed experts and a gated shared expert in every layer's FFN). Both graphs
+fill the per-layer input tensors that DFlash extracts (qwen2vl aborts with "layer input tensor
+is null"), and both need at least one recurrent layer or the hybrid memory asserts on the first
+decode. The two share every tensor but the FFN's, drawn from the same stream in the same order,
+so the MoE target differs from the dense one where an MoE does.
 """
 
 from __future__ import annotations
@@ -15,13 +18,41 @@ from ._write import Weights, add_text_hparams, write_gguf
 from .config import TinyConfig, fingerprint
 
 ARCH = "qwen35"
+ARCHS = {"dense": "qwen35", "moe": "qwen35moe"}
+TARGET_KINDS = tuple(ARCHS)
 STREAM = 1  # rng stream id of this file kind
+MOE_STREAM = 6  # the MoE FFN's tensors: drawn apart, so the shared ones equal the dense target's
+MTP_STREAM = 7  # the MTP head's: drawn apart too, so the trunk equals the target without one
+
+# the MoE FFN: 4 experts, 2 routed per token, each a quarter of the dense FFN; a shared expert
+N_EXPERT = 4
+N_EXPERT_USED = 2
 
 
-def build_target(w: Any, cfg: TinyConfig, seed: int) -> None:
+def target_filename(kind: str = "dense", mtp: bool = False) -> str:
+    _check_kind(kind)
+    return f"tiny-{ARCHS[kind]}{'-mtp' if mtp else ''}.gguf"
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in ARCHS:
+        raise ValueError(f"unknown target kind {kind!r} (known: {', '.join(ARCHS)})")
+
+
+def build_target(w: Any, cfg: TinyConfig, seed: int, kind: str = "dense", mtp: bool = False) -> None:
     cfg.validate()
-    w.add_name("pyllama-dflash tiny target")
-    add_text_hparams(w, cfg, cfg.n_layer)
+    _check_kind(kind)
+    moe = kind == "moe"
+    w.add_name("pyllama-dflash tiny target" + (" (moe)" if moe else "") + (" with an MTP head" if mtp else ""))
+    # an MTP head is one more block, the last, counted in block_count (nextn_predict_layers of them)
+    add_text_hparams(w, cfg, cfg.n_layer + (1 if mtp else 0))
+    if mtp:
+        w.add_nextn_predict_layers(1)
+    if moe:
+        w.add_expert_count(N_EXPERT)
+        w.add_expert_used_count(N_EXPERT_USED)
+        w.add_expert_feed_forward_length(cfg.n_ff // N_EXPERT)
+        w.add_expert_shared_feed_forward_length(cfg.n_ff // 2)
     w.add_rope_dimension_sections(list(cfg.rope_sections))  # IMROPE: 4 position rows per token
     w.add_ssm_conv_kernel(cfg.ssm_conv_kernel)
     w.add_ssm_inner_size(cfg.ssm_inner_size)
@@ -32,6 +63,7 @@ def build_target(w: Any, cfg: TinyConfig, seed: int) -> None:
     add_test_vocab(w, cfg, chat_template=True)
 
     rng = Weights(seed, STREAM)
+    moe_rng = Weights(seed, MOE_STREAM)
     E, F = cfg.n_embd, cfg.n_ff
 
     def t(name: str, ne: tuple[int, ...], std: float = cfg.w_std) -> None:
@@ -75,16 +107,82 @@ def build_target(w: Any, cfg: TinyConfig, seed: int) -> None:
             t(p + "attn_output.weight", (q_dim, E))
             w.add_tensor(p + "attn_q_norm.weight", rng.norm(cfg.head_dim))
             w.add_tensor(p + "attn_k_norm.weight", rng.norm(cfg.head_dim))
-        t(p + "ffn_gate.weight", (E, F))
-        t(p + "ffn_up.weight", (E, F))
-        t(p + "ffn_down.weight", (F, E))
+        # the dense FFN is drawn either way, so every later tensor of the MoE target equals the dense one's
+        dense_ffn = {
+            name: rng.normal(tuple(reversed(ne)), cfg.w_std)
+            for name, ne in (("ffn_gate", (E, F)), ("ffn_up", (E, F)), ("ffn_down", (F, E)))
+        }
+        if moe:
+            _add_moe_ffn(w, moe_rng, cfg, p)
+        else:
+            for name, data in dense_ffn.items():
+                w.add_tensor(p + name + ".weight", data)
+
+    if mtp:
+        _add_mtp_block(w, Weights(seed, MTP_STREAM), cfg, f"blk.{cfg.n_layer}.", moe)
 
 
-def write_target(path: Path, cfg: TinyConfig | None = None, *, seed: int = 0, gguf: Any = None) -> bool:
-    """Write the target GGUF; returns False if an up-to-date file was already there."""
+def _add_mtp_block(w: Any, rng: Weights, cfg: TinyConfig, p: str, moe: bool) -> None:
+    """Qwen3.5's MTP head (src/models/qwen35.cpp, qwen35moe.cpp): a full-attention block after the
+    trunk, with its FFN, and nextn.eh_proj over [enorm(token embedding); hnorm(hidden state)]. The
+    optional embed_tokens, shared_head_head and shared_head_norm fall back to the trunk's."""
+    E, F = cfg.n_embd, cfg.n_ff
+    q_dim, kv_dim = cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim
+
+    def t(name: str, ne: tuple[int, ...], std: float = cfg.w_std) -> None:
+        w.add_tensor(p + name, rng.normal(tuple(reversed(ne)), std))
+
+    w.add_tensor(p + "attn_norm.weight", rng.norm(E))
+    w.add_tensor(p + "post_attention_norm.weight", rng.norm(E))
+    t("attn_q.weight", (E, 2 * q_dim))
+    t("attn_k.weight", (E, kv_dim))
+    t("attn_v.weight", (E, kv_dim))
+    t("attn_output.weight", (q_dim, E))
+    w.add_tensor(p + "attn_q_norm.weight", rng.norm(cfg.head_dim))
+    w.add_tensor(p + "attn_k_norm.weight", rng.norm(cfg.head_dim))
+    if moe:
+        _add_moe_ffn(w, rng, cfg, p)
+    else:
+        t("ffn_gate.weight", (E, F))
+        t("ffn_up.weight", (E, F))
+        t("ffn_down.weight", (F, E))
+    t("nextn.eh_proj.weight", (2 * E, E))
+    w.add_tensor(p + "nextn.enorm.weight", rng.norm(E))
+    w.add_tensor(p + "nextn.hnorm.weight", rng.norm(E))
+
+
+def _add_moe_ffn(w: Any, rng: Weights, cfg: TinyConfig, p: str) -> None:
+    """src/models/qwen35moe.cpp's FFN: a router, the routed experts and a gated shared expert."""
+    E, F_exp, F_sh = cfg.n_embd, cfg.n_ff // N_EXPERT, cfg.n_ff // 2
+
+    def t(name: str, ne: tuple[int, ...], std: float = cfg.w_std) -> None:
+        w.add_tensor(name, rng.normal(tuple(reversed(ne)), std))
+
+    t(p + "ffn_gate_inp.weight", (E, N_EXPERT), 0.5)  # a router that prefers some experts over others
+    t(p + "ffn_gate_exps.weight", (E, F_exp, N_EXPERT))
+    t(p + "ffn_up_exps.weight", (E, F_exp, N_EXPERT))
+    t(p + "ffn_down_exps.weight", (F_exp, E, N_EXPERT))
+    t(p + "ffn_gate_inp_shexp.weight", (E,))
+    t(p + "ffn_gate_shexp.weight", (E, F_sh))
+    t(p + "ffn_up_shexp.weight", (E, F_sh))
+    t(p + "ffn_down_shexp.weight", (F_sh, E))
+
+
+def write_target(
+    path: Path,
+    cfg: TinyConfig | None = None,
+    *,
+    seed: int = 0,
+    kind: str = "dense",
+    mtp: bool = False,
+    gguf: Any = None,
+) -> bool:
+    """Write the target GGUF (with an MTP head: ``mtp``); returns False if an up-to-date file was already there."""
     cfg = cfg or TinyConfig()
-    fp = fingerprint("target", cfg, seed)
-    return write_gguf(path, ARCH, fp, lambda w, g: build_target(w, cfg, seed), gguf)
+    _check_kind(kind)
+    options = ({} if kind == "dense" else {"target_kind": kind}) | ({"mtp": True} if mtp else {})
+    fp = fingerprint("target", cfg, seed, **options)
+    return write_gguf(path, ARCHS[kind], fp, lambda w, g: build_target(w, cfg, seed, kind, mtp), gguf)
 
 
-__all__ = ["ARCH", "build_target", "write_target"]
+__all__ = ["ARCH", "ARCHS", "TARGET_KINDS", "build_target", "target_filename", "write_target"]
