@@ -252,3 +252,31 @@ def test_a_sequence_split_by_another_in_one_batch_is_refused(spec: api.Speculati
         spec.process_tokens([1, 2, 3], [0, 0, 1], seq_id=[0, 1, 0])
     with pytest.raises(ValueError, match="process_embd: the rows of sequence 0 are not contiguous"):
         spec.process_embd(np.zeros((3, 8), np.float32), np.array([0, 0, 1]), seq_id=[0, 1, 0])
+
+
+# ---- the drafters of the family -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(tiny.DRAFTERS))
+def test_each_drafter_gets_the_type_llama_server_detects_from_its_file(lib_dir, tmp_path, name) -> None:
+    """libcommon's common_speculative_types_from_gguf (what llama-server runs for a -md given without
+    --spec-type) names draft-dspark for a draft with a Markov head and draft-dflash for the others; a
+    Speculative made without spec_type takes that type, and drafts."""
+    form = tiny.drafter(name)
+    m = tiny.write_models(tmp_path, form=form)
+    assert api.detect_spec_type(m.draft) == form.spec_type
+    with api.Model(m.target) as tm, api.Model(m.draft) as dm:
+        target = api.Context(tm, n_ctx=256, n_batch=32, n_ubatch=32)
+        draft = api.Context.draft(dm, target)
+        with target, draft, api.Speculative(target, draft, n_max=3) as spec:
+            assert spec.spec_type == form.spec_type
+            toks = tm.tokenize("hello world, this is a prompt")
+            batch = api.Batch.tokens(toks, pos0=0)
+            assert target.process(batch) == 0 and spec.process(batch)
+            drafted = spec.draft(0, target.argmax(), int(toks.size), n_max=3)
+            assert 1 <= len(drafted) <= 3 and all(0 <= t < tm.n_vocab for t in drafted)
+
+
+def test_an_unknown_spec_type_is_refused_by_name(draft: api.Context, target: api.Context) -> None:
+    with pytest.raises(ValueError, match="unknown speculative type 'draft-nothing'"):
+        api.Speculative(target, draft, spec_type="draft-nothing")

@@ -42,7 +42,7 @@ from .batch import Batch
 from .context import Context
 from .model import Model
 from .mtmd import Chunk, Chunks, ImageBatch, ImageDecodeResult, Projector
-from .speculative import Speculative
+from .speculative import Speculative, detect_spec_type
 
 __all__ = [
     "THREADS_ENV",
@@ -61,6 +61,7 @@ __all__ = [
     "Projector",
     "PyllamaError",
     "Speculative",
+    "detect_spec_type",
     "devices",
     "init",
     "system_info",

@@ -1,8 +1,9 @@
-"""``Speculative``: libcommon's speculative driver (draft-dflash) over a target and a draft context."""
+"""``Speculative``: libcommon's speculative driver (draft-dflash, draft-dspark) over a target and a draft context."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,8 +23,11 @@ from .context import Context
 
 
 class Speculative(_Owner):
-    """libcommon's speculative driver of type draft-dflash over a target and a draft context.
+    """libcommon's speculative driver over a target and a draft context.
 
+    ``spec_type`` is llama-server's ``--spec-type``: ``draft-dflash`` or ``draft-dspark`` (one
+    implementation serves both, and DFlash2 is a ``draft-dflash`` draft with a selector). Without
+    it, the type is what llama-server detects from the draft file (:func:`detect_spec_type`).
     Create it before the target decodes anything: its constructor turns on layer-input
     extraction on the target and non-causal attention on the draft. ``process*`` return what
     ``common_speculative_process`` answered (False is what makes llama-server answer HTTP 500);
@@ -39,6 +43,7 @@ class Speculative(_Owner):
         n_min: int | None = None,
         p_min: float | None = None,
         backend_sampling: bool | None = None,
+        spec_type: str | None = None,
     ) -> None:
         if draft.target is not target:
             raise ContextError("the draft context was not created over this target (use Context.draft(model, target))")
@@ -59,7 +64,8 @@ class Speculative(_Owner):
         self._rt = runtime()
         self.target = target
         self.draft_ctx = draft
-        params: dict[str, Any] = {"n_seq": n_seq}
+        self.spec_type = spec_type or detect_spec_type(draft.model.path)
+        params: dict[str, Any] = {"n_seq": n_seq, "type": spec_type_id(self.spec_type)}
         optional = {"n_max": n_max, "n_min": n_min, "p_min": p_min, "backend_sampling": backend_sampling}
         params.update({k: v for k, v in optional.items() if v is not None})
         self._handle = SpeculativeDriver(self._rt, target._handle, draft._handle, params)
@@ -171,6 +177,36 @@ class Speculative(_Owner):
             raise ValueError(f"n_accepted {n_accepted} out of range")
         lib = self._rt.lib
         self._run("pyllama_dflash_spec_accept", lambda: lib.pyllama_dflash_spec_accept(self._ptr(), seq_id, n_accepted))
+
+
+def spec_type_id(name: str) -> int:
+    """libcommon's common_speculative_type for a --spec-type name; ValueError for an unknown one."""
+    rt = runtime()
+    value = int(rt.lib.pyllama_dflash_spec_type_from_name(name.encode()))
+    if value == rt.lib.PYLLAMA_DFLASH_ERROR:
+        raise ValueError(rt.shim_error())
+    return value
+
+
+def detect_spec_type(path: str | Path) -> str:
+    """The --spec-type llama-server picks for a draft file given without one (libcommon's
+    common_speculative_types_from_gguf: a Markov head makes draft-dspark, another dflash draft
+    draft-dflash); IncompatibleModelsError when it picks none."""
+    rt = runtime()
+    value = int(rt.lib.pyllama_dflash_spec_type_from_gguf(str(path).encode()))
+    if value == rt.lib.PYLLAMA_DFLASH_ERROR:
+        raise IncompatibleModelsError(f"{path}: llama-server detects no speculative type in it ({rt.shim_error()})")
+    return SPEC_TYPE_NAMES[value]
+
+
+# common_speculative_type's values in b11434 (common/common.h), by name
+SPEC_TYPE_NAMES = {
+    1: "draft-simple",
+    2: "draft-eagle3",
+    3: "draft-mtp",
+    4: "draft-dflash",
+    5: "draft-dspark",
+}
 
 
 def _contiguous_seqs(seqs: np.ndarray, via: str) -> np.ndarray:

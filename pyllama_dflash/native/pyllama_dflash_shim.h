@@ -28,7 +28,7 @@ extern "C" {
 #define PYLLAMA_DFLASH_SHIM_API __attribute__((visibility("default")))
 
 /* bumped whenever a signature below changes; the Python side checks it at load time */
-#define PYLLAMA_DFLASH_SHIM_ABI 1
+#define PYLLAMA_DFLASH_SHIM_ABI 2
 
 /* return codes of the shim's own calls */
 #define PYLLAMA_DFLASH_ERROR  (-1) /* bad arguments or a caught C++ exception: see last_error */
@@ -68,7 +68,7 @@ PYLLAMA_DFLASH_SHIM_API int32_t pyllama_dflash_batch_ext_fill(
         const llama_seq_id     * seq_ids,
         const int8_t           * output);
 
-/* ---- libcommon's speculative driver, type draft-dflash ---------------------------- */
+/* ---- libcommon's speculative driver (draft-dflash, draft-dspark, ...) ------------- */
 
 typedef struct pyllama_dflash_spec pyllama_dflash_spec;
 
@@ -78,9 +78,17 @@ struct pyllama_dflash_spec_params {
     int32_t n_min;
     float   p_min;
     bool    backend_sampling; /* llama-server's default: true */
+    int32_t type;             /* a common_speculative_type (see spec_type_from_name); default draft-dflash */
 };
 
 PYLLAMA_DFLASH_SHIM_API struct pyllama_dflash_spec_params pyllama_dflash_spec_default_params(void);
+
+/* the common_speculative_type of a --spec-type name ("draft-dflash", "draft-dspark", ...), or
+ * PYLLAMA_DFLASH_ERROR for a name libcommon does not know */
+PYLLAMA_DFLASH_SHIM_API int32_t pyllama_dflash_spec_type_from_name(const char * name);
+/* the type llama-server detects from a draft file when no --spec-type is given (a Markov head
+ * makes draft-dspark, another dflash draft draft-dflash); PYLLAMA_DFLASH_ERROR when it detects none */
+PYLLAMA_DFLASH_SHIM_API int32_t pyllama_dflash_spec_type_from_gguf(const char * path);
 
 /* Create before the target decodes anything: the DFlash constructor turns on layer-input
  * extraction on ctx_tgt and non-causal attention on ctx_dft. ctx_dft must have been created

@@ -155,7 +155,30 @@ pyllama_dflash_spec_params pyllama_dflash_spec_default_params(void) {
     p.n_min            = defaults.n_min;
     p.p_min            = defaults.p_min;
     p.backend_sampling = defaults.backend_sampling;
+    p.type             = COMMON_SPECULATIVE_TYPE_DRAFT_DFLASH;
     return p;
+}
+
+int32_t pyllama_dflash_spec_type_from_name(const char * name) {
+    return guarded(__func__, [&]() -> int32_t {
+        if (!name) return fail("spec_type_from_name: name is NULL");
+        const common_speculative_type type = common_speculative_type_from_name(name);
+        if (type == COMMON_SPECULATIVE_TYPE_COUNT) {
+            return fail(std::string("spec_type_from_name: unknown speculative type '") + name + "'");
+        }
+        return (int32_t) type;
+    });
+}
+
+int32_t pyllama_dflash_spec_type_from_gguf(const char * path) {
+    return guarded(__func__, [&]() -> int32_t {
+        if (!path) return fail("spec_type_from_gguf: path is NULL");
+        const std::vector<common_speculative_type> types = common_speculative_types_from_gguf(path);
+        if (types.empty()) {
+            return fail(std::string("spec_type_from_gguf: ") + path + ": no speculative type detected");
+        }
+        return (int32_t) types.front();
+    });
 }
 
 pyllama_dflash_spec * pyllama_dflash_spec_init(
@@ -167,6 +190,11 @@ pyllama_dflash_spec * pyllama_dflash_spec_init(
         const pyllama_dflash_spec_params p = params ? *params : pyllama_dflash_spec_default_params();
         if (p.n_seq < 1) return fail("spec_init: n_seq must be >= 1");
         if (p.n_max < 1) return fail("spec_init: n_max must be >= 1");
+        if (p.type != COMMON_SPECULATIVE_TYPE_DRAFT_DFLASH && p.type != COMMON_SPECULATIVE_TYPE_DRAFT_DSPARK) {
+            return fail("spec_init: type " + std::to_string(p.type) + " (" +
+                        common_speculative_type_to_str((common_speculative_type) p.type) +
+                        ") is not a drafter this shim drives (draft-dflash, draft-dspark)");
+        }
 
         // what the DFlash constructor would otherwise assert on, or silently get wrong
         // llama.cpp keeps ctx_other only for drafts that borrow the target's embeddings/output
@@ -197,7 +225,7 @@ pyllama_dflash_spec * pyllama_dflash_spec_init(
         s->ctx_tgt = ctx_tgt;
         s->ctx_dft = ctx_dft;
         s->n_seq   = p.n_seq;
-        s->params.types                  = { COMMON_SPECULATIVE_TYPE_DRAFT_DFLASH };
+        s->params.types                  = { (common_speculative_type) p.type };
         s->params.draft.ctx_tgt          = ctx_tgt;
         s->params.draft.ctx_dft          = ctx_dft;
         s->params.draft.n_max            = p.n_max;

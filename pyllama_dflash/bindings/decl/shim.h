@@ -23,7 +23,7 @@ int32_t pyllama_dflash_batch_ext_fill(struct llama_batch_ext * batch, int32_t n_
                                       const float * embd, int32_t n_embd, const llama_pos * pos, int32_t n_pos,
                                       const llama_seq_id * seq_ids, const int8_t * output);
 
-/* libcommon's speculative driver (draft-dflash) */
+/* libcommon's speculative driver (draft-dflash, draft-dspark) */
 typedef struct pyllama_dflash_spec pyllama_dflash_spec;
 
 struct pyllama_dflash_spec_params {
@@ -32,9 +32,12 @@ struct pyllama_dflash_spec_params {
     int32_t n_min;
     float   p_min;
     bool    backend_sampling;
+    int32_t type;
 };
 
 struct pyllama_dflash_spec_params pyllama_dflash_spec_default_params(void);
+int32_t pyllama_dflash_spec_type_from_name(const char * name);
+int32_t pyllama_dflash_spec_type_from_gguf(const char * path);
 pyllama_dflash_spec * pyllama_dflash_spec_init(struct llama_context * ctx_tgt, struct llama_context * ctx_dft,
                                                const struct pyllama_dflash_spec_params * params);
 void    pyllama_dflash_spec_free(pyllama_dflash_spec * spec);
