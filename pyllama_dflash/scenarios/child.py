@@ -9,6 +9,8 @@ variant's libraries (same sonames) load into a process of their own.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import sys
 import time
 from dataclasses import asdict
@@ -18,9 +20,22 @@ import numpy as np
 from ..child import job_main
 from .catalog import SCENARIOS, Env
 from .drift import drafts
+from .loaded import Loaded
 from .models import ModelSet, large_image, long_image, small_image, tiny_image, wide_image
 from .record import Record, StopScenario
 from .session import SessionConfig, replay_reference
+
+
+@functools.lru_cache(maxsize=8)
+def _tiny_images() -> dict[str, np.ndarray]:
+    return {
+        "small": small_image(0),
+        "small2": small_image(1),
+        "large": large_image(0),
+        "wide": wide_image(0),
+        "tiny": tiny_image(0),
+        "long": long_image(0),
+    }
 
 
 def images_for(models: ModelSet) -> dict[str, np.ndarray | bytes]:
@@ -40,6 +55,42 @@ def images_for(models: ModelSet) -> dict[str, np.ndarray | bytes]:
     }
 
 
+# greedy references already replayed in this process: a batch of jobs replays each schedule once
+_REPLAYED: dict[str, dict[int, list[int]]] = {}
+# the models and projectors of this process's sessions, loaded once (see loaded.py)
+_LOADED = Loaded()
+
+
+def _replay(models: ModelSet, cfg: SessionConfig, ops: list[tuple]) -> dict[int, list[int]]:
+    """replay_reference, once per (target, projector, config, operations) in this process: it runs
+    on the target alone, so every drafter and variant of a batch shares it."""
+    key = hashlib.sha256(
+        "\x1f".join([str(models.target), str(models.mmproj), repr(cfg), _ops_digest(ops)]).encode()
+    ).hexdigest()
+    if key not in _REPLAYED:
+        _REPLAYED[key] = replay_reference(models, cfg, ops, _LOADED)
+    return {seq: list(tokens) for seq, tokens in _REPLAYED[key].items()}
+
+
+def _ops_digest(ops: list[tuple]) -> str:
+    """The operations as text, an image by the hash of its pixels (or of its file's bytes)."""
+    parts = []
+    for op in ops:
+        for x in op:
+            items = x if isinstance(x, tuple) else (x,)
+            parts.append(
+                ",".join(
+                    hashlib.sha256(a if isinstance(a, bytes) else a.tobytes()).hexdigest()
+                    + repr(getattr(a, "shape", ""))
+                    if isinstance(a, bytes | np.ndarray)
+                    else repr(a)
+                    for a in items
+                )
+            )
+        parts.append("|")
+    return "\x1f".join(parts)
+
+
 def run_job(job: dict) -> dict:
     from .. import load
 
@@ -57,7 +108,7 @@ def run_job(job: dict) -> dict:
     cfg = SessionConfig(**{**job.get("config", {}), "n_seq": scenario.n_seq})
     images = images_for(models)
     record = Record()
-    env = Env(models, record, cfg, images)
+    env = Env(models, record, cfg, images, loaded=_LOADED)
     stopped = None
     try:
         scenario.run(env)
@@ -82,7 +133,7 @@ def run_job(job: dict) -> dict:
     if stopped is None and ops and job.get("check_exact", True):
         reference: dict[int, list[int]] = {}
         for session_cfg, session_ops in ops:  # one after the other, as their generated tokens were
-            for seq, tokens in replay_reference(models, session_cfg, session_ops).items():
+            for seq, tokens in _replay(models, session_cfg, session_ops).items():
                 reference.setdefault(seq, []).extend(tokens)
         result["exact"] = reference == record.generated
         if not result["exact"]:

@@ -36,6 +36,11 @@ class ModelSet:
     real: bool = False
     extra: dict = field(default_factory=dict)
     draft_swa_mrope: Path | None = None  # the sliding-window draft's reconverted twin
+    # the --spec-type the draft runs under (None: what llama-server detects from the draft file),
+    # and for the tiny models which drafter and target kind these are (tiny.drafters, tiny.target)
+    spec_type: str | None = None
+    drafter: str = tiny.DFLASH.name
+    target_kind: str = "dense"
 
     def with_draft(self, draft: Path) -> ModelSet:
         return replace(self, draft=draft)
@@ -64,6 +69,9 @@ class ModelSet:
             "swa_window": self.swa_window,
             "image_files": [str(p) for p in self.image_files],
             "real": self.real,
+            "spec_type": self.spec_type,
+            "drafter": self.drafter,
+            "target_kind": self.target_kind,
         }
 
     @classmethod
@@ -79,20 +87,49 @@ class ModelSet:
             tuple(Path(x) for x in d.get("image_files", ())),
             d.get("real", False),
             draft_swa_mrope=p(d.get("draft_swa_mrope")),
+            spec_type=d.get("spec_type"),
+            drafter=d.get("drafter", tiny.DFLASH.name),
+            target_kind=d.get("target_kind", "dense"),
         )
 
 
-def tiny_models(out_dir: Path | None = None, seed: int = 0) -> ModelSet:
-    """Write (or reuse) the tiny target, its drafts (plain, M-RoPE, sliding-window, and the
-    sliding-window draft's M-RoPE twin) and projector."""
+def tiny_models(
+    out_dir: Path | None = None, seed: int = 0, drafter: str = tiny.DFLASH.name, target: str = "dense"
+) -> ModelSet:
+    """Write (or reuse) a tiny target of a kind (dense | moe), the drafts of one drafter (plain,
+    M-RoPE, sliding-window, and the sliding-window draft's M-RoPE twin) and the projector."""
     out = Path(out_dir) if out_dir else cache_root() / "tiny" / f"seed{seed}"
-    plain = tiny.write_models(out, seed=seed)
-    mrope = tiny.write_models(out, seed=seed, draft_mrope=True)
-    swa = tiny.write_models(out, seed=seed, draft_swa=SWA_WINDOW)
-    swa_mrope = tiny.write_models(out, seed=seed, draft_mrope=True, draft_swa=SWA_WINDOW)
+    form = tiny.drafter(drafter)
+
+    def write(**kw):
+        return tiny.write_models(out, seed=seed, form=form, target_kind=target, **kw)
+
+    plain = write()
+    mrope = write(draft_mrope=True)
+    swa = write(draft_swa=SWA_WINDOW)
+    swa_mrope = write(draft_mrope=True, draft_swa=SWA_WINDOW)
     return ModelSet(
-        plain.target, plain.draft, plain.mmproj, mrope.draft, swa.draft, SWA_WINDOW, draft_swa_mrope=swa_mrope.draft
+        plain.target,
+        plain.draft,
+        plain.mmproj,
+        mrope.draft,
+        swa.draft,
+        SWA_WINDOW,
+        draft_swa_mrope=swa_mrope.draft,
+        spec_type=form.spec_type,
+        drafter=form.name,
+        target_kind=target,
     )
+
+
+def for_schedule(models: ModelSet, drafter: str | None, target: str | None) -> ModelSet:
+    """The models a schedule that names a tiny drafter or target kind runs on: those tiny models,
+    from the folder of the tiny ones given; the given models themselves when it names neither."""
+    if (drafter or models.drafter) == models.drafter and (target or models.target_kind) == models.target_kind:
+        return models
+    if models.real:
+        raise ValueError("a schedule that names a tiny drafter or target runs on the tiny models, not on real ones")
+    return tiny_models(models.target.parent, drafter=drafter or models.drafter, target=target or models.target_kind)
 
 
 def small_image(seed: int = 0) -> np.ndarray:

@@ -11,11 +11,13 @@ from dataclasses import asdict, dataclass, field
 
 from ..child import CRASH, ERROR
 
-PASS, DRIFT, DEGRADED, FAIL = "PASS", "DRIFT", "DEGRADED", "FAIL"
+PASS, TIE, DRIFT, DEGRADED, FAIL = "PASS", "TIE", "DRIFT", "DEGRADED", "FAIL"
 SKIP = "SKIP"
-# from best to worst: DRIFT = every call succeeded and the output is exact, but the draft drafted
-# otherwise than its reference (see drift.py); DEGRADED = a round drafted nothing where it should
-RANK = {PASS: 0, SKIP: 0, DRIFT: 1, DEGRADED: 2, FAIL: 3, CRASH: 4, ERROR: 5}
+# from best to worst: TIE = the drafts differ from the reference's only as a tie broken by the KV
+# cells' order (proven by replaying the reference with the fix's cell layout, see drift.py);
+# DRIFT = every call succeeded and the output is exact, but the draft drafted otherwise than its
+# reference; DEGRADED = a round drafted nothing where it should
+RANK = {PASS: 0, SKIP: 0, TIE: 1, DRIFT: 2, DEGRADED: 3, FAIL: 4, CRASH: 5, ERROR: 6}
 
 # the log lines worth quoting next to a failing rc (the batch check, the driver's own report)
 _POSITION = re.compile(r"\b[XY] = \d+")
@@ -66,6 +68,10 @@ class Round:
     # the draft's memory ended before pos0 - 1 when drafting started (not empty): the target's
     # state was restored without the draft's, and draft() met the hole before process() did
     draft_behind: bool = False
+    # the draft's own decode of the noise block was refused (draft() logged "llama_process
+    # returned"): a round that drafted nothing because it could not, even where a cut-off allows
+    # drafting nothing
+    refused: bool = False
 
 
 class StopScenario(Exception):
@@ -84,6 +90,8 @@ class Record:
     generated: dict[int, list[int]] = field(default_factory=dict)  # per sequence
     # a scenario that compares drafts within its own run (S12) says here where they differed
     drift: str | None = None
+    # a p_min or n_min cut-off makes a round that drafts nothing an answer, not starvation
+    empty_rounds_allowed: bool = False
 
     def add(self, call: Call) -> Call:
         self.calls.append(call)
@@ -97,8 +105,9 @@ class Record:
 
     @property
     def starved_rounds(self) -> list[Round]:
-        """Rounds where the draft produced nothing although every call succeeded."""
-        return [r for r in self.rounds if r.drafted == 0]
+        """Rounds where the draft produced nothing although every call succeeded (and no cut-off
+        allowed it to)."""
+        return [r for r in self.rounds if r.drafted == 0 and (r.refused or not self.empty_rounds_allowed)]
 
     def status(self) -> str:
         if self.first_failure is not None:

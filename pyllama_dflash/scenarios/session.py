@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import api
+from .loaded import Loaded
 from .models import ModelSet
 from .record import Call, Record, Round
 
@@ -43,6 +44,20 @@ class SessionConfig:
     # the projector's smallest image, in merged tokens (mtmd's image_min_tokens); None: its default,
     # which turns the tiny qwen2vl projector's 1x1 image into 3x3 (llama-server: --image-min-tokens)
     image_min_tokens: int | None = None
+    # the drafting cut-offs and sampling (llama-server: --spec-draft-n-min, --spec-draft-p-min and
+    # the draft's backend sampling); None: libcommon's defaults (0, 0.0, on)
+    n_min: int | None = None
+    p_min: float | None = None
+    backend_sampling: bool | None = None
+    # the drift oracle's tie check: lay an M-RoPE draft's (the twin's) cells out as patch 0002 lays
+    # a legacy draft's out, zero rows in a hole before the rows that follow it, removed right after
+    # (see _laid_out_like_the_fix); the twin takes the rows either way, only the cells' order changes
+    twin_fill_layout: bool = False
+
+    @property
+    def cuts_drafts(self) -> bool:
+        """Whether a drafting round may legitimately draft nothing: a p_min or n_min cut-off."""
+        return bool(self.p_min) or bool(self.n_min)
 
     def check(self) -> SessionConfig:
         """Refuse sizes the pinned llama.cpp answers with an assert, before any native call; returns self.
@@ -70,6 +85,10 @@ class SessionConfig:
         return self
 
 
+# what libcommon's DFlash draft() logs when the draft's decode of the noise block is refused
+DRAFT_REFUSED = "llama_process returned"
+
+
 @dataclass
 class SeqState:
     n_past: int = 0  # the target's next position (llama-server: slot.prompt.tokens.pos_next())
@@ -81,11 +100,21 @@ class SeqState:
 class Session:
     """Target, draft, speculative driver and projector for one scenario run (one variant)."""
 
-    def __init__(self, models: ModelSet, cfg: SessionConfig, record: Record, *, speculative: bool = True):
+    def __init__(
+        self,
+        models: ModelSet,
+        cfg: SessionConfig,
+        record: Record,
+        *,
+        speculative: bool = True,
+        loaded: Loaded | None = None,
+    ):
         self.models = models
         self.cfg = cfg.check()
         self.record = record
         self.speculative = speculative
+        # models and projectors shared with the process's other sessions (see loaded.py), or our own
+        self._loaded = loaded
         self._stack = contextlib.ExitStack()
         try:
             self._open()
@@ -98,7 +127,8 @@ class Session:
 
     def _open(self) -> None:
         cfg, m, enter = self.cfg, self.models, self._stack.enter_context
-        self.target_model = enter(api.Model(m.target, n_gpu_layers=cfg.n_gpu_layers))
+        loaded = self._loaded or enter(Loaded())
+        self.target_model = loaded.model(m.target, cfg.n_gpu_layers)
         self.target = enter(
             api.Context(
                 self.target_model,
@@ -114,7 +144,7 @@ class Session:
         self.spec: api.Speculative | None = None
         self.draft: api.Context | None = None
         if self.speculative:
-            self.draft_model = enter(api.Model(m.draft, n_gpu_layers=cfg.n_gpu_layers))
+            self.draft_model = loaded.model(m.draft, cfg.n_gpu_layers)
             self.draft = enter(
                 api.Context.draft(
                     self.draft_model,
@@ -124,15 +154,24 @@ class Session:
                 )
             )
             # before the target decodes anything: the driver turns on layer-input extraction
-            self.spec = enter(api.Speculative(self.target, self.draft, n_seq=cfg.n_seq, n_max=cfg.n_max))
-        self.projector = (
-            enter(
-                api.Projector(
-                    m.mmproj,
-                    self.target_model,
-                    use_gpu=cfg.n_gpu_layers != 0,
-                    image_min_tokens=cfg.image_min_tokens,
+            self.spec = enter(
+                api.Speculative(
+                    self.target,
+                    self.draft,
+                    n_seq=cfg.n_seq,
+                    n_max=cfg.n_max,
+                    n_min=cfg.n_min,
+                    p_min=cfg.p_min,
+                    backend_sampling=cfg.backend_sampling,
+                    spec_type=m.spec_type,
                 )
+            )
+            # with a cut-off, a round that drafts nothing is the drafter's answer, judged by the drift
+            # oracle against the twin's, not a starved round
+            self.record.empty_rounds_allowed |= cfg.cuts_drafts
+        self.projector = (
+            loaded.projector(
+                m.mmproj, self.target_model, use_gpu=cfg.n_gpu_layers != 0, image_min_tokens=cfg.image_min_tokens
             )
             if m.mmproj
             else None
@@ -267,7 +306,10 @@ class Session:
     def _spec_process(self, batch: api.Batch, step: str, seq: int) -> None:
         if self.spec is None:
             return
+        filled = self._fill_like_the_fix(batch) if self.cfg.twin_fill_layout else []
         ok = self.spec.process(batch)
+        for s, p0, p1 in filled:
+            self.draft.seq_rm(s, p0, p1)
         self.record.add(
             Call(
                 step,
@@ -280,6 +322,27 @@ class Session:
                 log=[str(x) for x in self.spec.last_log],
             )
         )
+
+    def _fill_like_the_fix(self, batch: api.Batch) -> list[tuple[int, int, int]]:
+        """What patch 0002 does to a legacy draft before it injects a batch, done to an M-RoPE draft
+        (the twin, which needs none of it): zero rows in the hole between the draft's last position
+        and the batch's first, to be removed right after the batch. The twin drafts the same either
+        way but for the cells' order in the KV buffer (the freed cells are reused by later rows), which
+        is what a tie check needs to lay out alike. Only a batch of one sequence is laid out: the fix
+        fills per sequence between their injections, which one process() call cannot interleave."""
+        seqs = np.unique(batch.seq_id)
+        pinned = batch.kind != "tokens" and batch.n_tokens > 1 and int(batch.pos[0].min()) == int(batch.pos[0].max())
+        if len(seqs) != 1 or pinned:
+            return []  # several sequences, or a pinned image batch (process() skips it)
+        s = int(seqs[0])
+        x, y = self.draft.pos_max(s), int(batch.pos[0].min())
+        if x < 0 or y <= x + 1:
+            return []
+        pos = np.array([[p, p, p, 0] for p in range(x + 1, y)], dtype=np.int32).T
+        rows = np.zeros((y - x - 1, self.draft.decode_embd_width), np.float32)
+        if self.draft.process(api.Batch.embeddings(rows, pos, seq_id=s)) != 0:
+            return []
+        return [(s, x + 1, y)]
 
     # -- generation ----------------------------------------------------------------------------
 
@@ -305,11 +368,12 @@ class Session:
         # like llama-server's get_n_draft_max: a round yields at most n_draft + 1 tokens, so draft
         # no more than what is left to generate (a round with one token left does not draft)
         n_draft = min(self.cfg.n_max, n_left - 1)
-        behind = False
+        behind = refused = False
         if self.spec is not None and n_draft > 0:
             behind = 0 <= self.draft.pos_max(seq) < pos0 - 1
             drafted = self.spec.draft(seq, id_last, pos0, n_max=n_draft)  # trims the noise block like llama-server
             lines = [str(x) for x in self.spec.last_log]
+            refused = any(DRAFT_REFUSED in line for line in lines)
             self.record.add(
                 Call(
                     step,
@@ -340,7 +404,7 @@ class Session:
                 self.spec.accept(seq, accepted)
             if n_draft > 0:
                 self.record.rounds.append(
-                    Round(seq, pos0, len(drafted), accepted, st.image_pending, list(drafted), behind)
+                    Round(seq, pos0, len(drafted), accepted, st.image_pending, list(drafted), behind, refused)
                 )
                 st.image_pending = False
         return new_tokens
@@ -453,7 +517,9 @@ def _span(batch: api.Batch) -> tuple[int, int]:
     return int(batch.pos[0].min()), int(batch.pos[0].max())
 
 
-def replay_reference(models: ModelSet, cfg: SessionConfig, ops: list[tuple]) -> dict[int, list[int]]:
+def replay_reference(
+    models: ModelSet, cfg: SessionConfig, ops: list[tuple], loaded: Loaded | None = None
+) -> dict[int, list[int]]:
     """Replay a run's prompts on the target alone and generate greedily one token at a time.
 
     The speculative run's output must equal this: drafted tokens are only ever kept where the
@@ -462,7 +528,7 @@ def replay_reference(models: ModelSet, cfg: SessionConfig, ops: list[tuple]) -> 
     record = Record()
     saved: dict[int, tuple[bytes, SeqState]] = {}
     slots: dict[int, SavedSlot] = {}
-    with Session(models, cfg, record, speculative=False) as ref:
+    with Session(models, cfg, record, speculative=False, loaded=loaded) as ref:
         for op in ops:
             kind = op[0]
             if kind == "prompt":

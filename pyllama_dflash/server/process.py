@@ -2,7 +2,7 @@
 
 A :class:`ServerProcess` starts the ``llama-server`` of a variant (found through its
 manifest, or given as a path) with a target, its ``--mmproj`` and, optionally, the
-DFlash draft (``-md ... --spec-type draft-dflash``), on a free loopback port. It waits
+draft (``-md ... --spec-type draft-dflash``, or the drafter's type), on a free loopback port. It waits
 for ``/health``, keeps the server's log in a file and stops it (SIGTERM, then SIGKILL
 after a timeout)::
 
@@ -71,7 +71,10 @@ class ServerModels(Protocol):
 class ServerOptions:
     """How to start the server. ``None`` leaves a flag out, i.e. the server's own default."""
 
-    draft: bool = True  # load the DFlash draft (-md, --spec-type draft-dflash)
+    draft: bool = True  # load the draft (-md, --spec-type)
+    # --spec-type: None, the models' own (draft-dflash where they name none); "auto", no flag: the
+    # server detects the type from the draft file (a Markov head makes draft-dspark)
+    spec_type: str | None = None
     n_parallel: int = 1  # -np: slots (the server's own default is "auto": 4 slots, unified KV)
     n_ctx: int = 256  # -c: the whole KV cache, shared out among the slots
     # -t and -tb. One by default: the tiny models gain nothing from more, and a spinning
@@ -94,13 +97,18 @@ class ServerOptions:
         return replace(self, **changes)
 
 
-def model_args(models: ServerModels, *, draft: bool = True, n_draft_max: int | None = None) -> list[str]:
-    """The model flags: target, projector and (with ``draft``) the DFlash draft."""
+def model_args(
+    models: ServerModels, *, draft: bool = True, n_draft_max: int | None = None, spec_type: str | None = None
+) -> list[str]:
+    """The model flags: target, projector and (with ``draft``) the draft and its --spec-type."""
     args = ["-m", str(models.target)]
     if getattr(models, "mmproj", None):
         args += ["--mmproj", str(models.mmproj)]
     if draft:
-        args += ["-md", str(models.draft), "--spec-type", "draft-dflash"]
+        args += ["-md", str(models.draft)]
+        spec_type = spec_type or getattr(models, "spec_type", None) or "draft-dflash"
+        if spec_type != "auto":
+            args += ["--spec-type", spec_type]
         n_max = n_draft_max if n_draft_max is not None else getattr(models, "n_draft_max", None)
         if n_max is not None:
             args += ["--spec-draft-n-max", str(n_max)]
@@ -114,7 +122,7 @@ def server_command(
     o = options
     cmd = [
         str(binary),
-        *model_args(models, draft=o.draft, n_draft_max=o.n_draft_max),
+        *model_args(models, draft=o.draft, n_draft_max=o.n_draft_max, spec_type=o.spec_type),
         "-c",
         str(o.n_ctx),
         "-np",
