@@ -12,13 +12,20 @@ another order and a round whose candidates tie to rounding can differ; see patch
 A run whose calls all succeeded and whose output is exact, but whose drafts differ, is
 ``DRIFT``. A run that is already worse (``DEGRADED``, ``FAIL``, ...) keeps its status; the
 comparison is still reported for a ``DEGRADED`` one.
+
+Ties are proven, not excused: where the drafts differ, the reference is replayed once more with
+the fix's cell layout (``SessionConfig.twin_fill_layout``: zero rows in each hole of the twin
+before the rows after it, removed right after, as patch 0002 does to a legacy draft). The twin's
+cells then hold the same values in the fix's order. Where that replay drafts exactly what the run
+drafted, the difference was a tie broken by the order attention sums in: ``TIE``, counted and
+reported with its round, not a violation. Where it does not, ``DRIFT``.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .record import DEGRADED, DRIFT, PASS
+from .record import DEGRADED, DRIFT, PASS, TIE
 
 COMPARABLE = (PASS, DEGRADED)  # statuses of a run whose rounds ran to the end of the schedule
 # A reference must also have drafted in every round: a twin whose draft() was refused (DEGRADED:
@@ -86,11 +93,13 @@ def compare(run: list[dict], reference: list[dict]) -> Drift | None:
     return Drift(first + 1, where["seq"], where["pos0"], a["tokens"], b["tokens"], len(differ), total, behind_only)
 
 
-def judge(result: dict, reference: dict | None) -> dict:
-    """Add the drift verdict to a run's result (in place) from its reference run's result.
+def judge(result: dict, reference: dict | None, layout: dict | None = None) -> dict:
+    """Add the drift verdict to a run's result (in place) from its reference run's result, and
+    from ``layout``, the reference replayed with the fix's cell layout, where there is one.
 
     The result gains ``drafts``, ``reference`` (the reference's status and drafts, or why there
-    is none) and ``drift`` (None, or where the drafts first differ).
+    is none) and ``drift`` (None, or where the drafts first differ); a drift that the layout
+    replay drafts too becomes ``TIE`` (with ``tie``: the layout replay's verdict).
     """
     result["drafts"] = drafts(result.get("rounds", []))
     result["drift"] = None
@@ -112,4 +121,13 @@ def judge(result: dict, reference: dict | None) -> dict:
         if result["status"] == PASS:
             result["status"] = DRIFT
             result["first_failure"] = drift.summary()
+            if layout is not None and is_tie(result["drafts"], layout):
+                result["status"] = TIE
+                result["tie"] = {"round": drift.round, "layout_replay": layout.get("status")}
+                result["first_failure"] = "a tie broken by the KV cells' order: " + drift.summary()
     return result
+
+
+def is_tie(run_drafts: list[dict], layout: dict) -> bool:
+    """Whether the reference replayed with the fix's cell layout drafted exactly what the run did."""
+    return layout.get("status") in REFERENCE_OK and compare(run_drafts, drafts(layout.get("rounds", []))) is None
