@@ -62,6 +62,17 @@ SHARED: dict[str, _Shared] = {
         unset="$PYLLAMA_DFLASH_CPU, else native for a build and native first for a lookup",
         kwargs={"choices": ("native", "portable")},
     ),
+    "drafters": _Shared(
+        ("--drafters",),
+        "comma-separated drafters of the DFlash family to run the tiny draft as: dflash, dflash-causal, "
+        "dflash2, dspark, dspark-bonus, dspark-vocab, or all",
+        unset="all",
+    ),
+    "targets": _Shared(
+        ("--targets",),
+        "comma-separated tiny target kinds: dense (qwen35) and moe (qwen35moe), or all",
+        unset="all",
+    ),
     "patches": _Shared(
         ("--patches",),
         "another patch series folder (its series file names the variants)",
@@ -112,3 +123,15 @@ _prog: ContextVar[str | None] = ContextVar("pyllama_dflash_prog", default=None)
 def tool_prog(default: str) -> str:
     """A tool parser's ``prog``: ``pyllama-dflash NAME`` when run through this command, else ``default``."""
     return _prog.get() or default
+
+
+def pick(text: str | None, known: tuple[str, ...] | list[str], flag: str) -> list[str]:
+    """The names of a comma-separated flag value (``all`` or None: every known name, in order);
+    SystemExit naming the flag and the known names for an unknown one."""
+    if text is None or text.strip() == "all":
+        return list(known)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise SystemExit(f"{flag}: unknown {', '.join(unknown) or 'empty value'} (known: {', '.join(known)}, all)")
+    return names

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from conftest import FIX, VARIANTS
-from pyllama_dflash.repro.runner import REFERENCE, run_table
+from pyllama_dflash.engine.matrix import REFERENCE, run_table
 from pyllama_dflash.scenarios.catalog import EXPECTED, SCENARIOS
 
 
@@ -176,6 +176,8 @@ def test_repro_cli_json_and_exit_status(variants, tmp_path):
             "--no-build",
             "--scenarios",
             "S1,S8",
+            "--drafters",
+            "dflash,dspark",
             "--expect-baseline-fail",
             "--json",
             str(out),
@@ -188,19 +190,41 @@ def test_repro_cli_json_and_exit_status(variants, tmp_path):
     report = json.loads(out.read_text())
     assert report["variants"] == list(VARIANTS) and report["fix"] == FIX and report["ok"] is True
     assert report["reference"] == {"variant": "baseline", "draft": "reconverted twin"}
-    s1 = report["results"]["S1"]
+    # a case per drafter and target, every cell naming both
+    cases = {(c["drafter"], c["target"]): c for c in report["cases"]}
+    assert set(cases) == {(d, t) for d in ("dflash", "dspark") for t in ("dense", "moe")}
+    assert cases[("dspark", "moe")]["spec_type"] == "draft-dspark"
+    assert "S8" not in cases[("dspark", "moe")]["results"]  # the MoE target runs the image scenarios
+    for (drafter, target), case in cases.items():
+        for row in case["results"].values():
+            assert all((r["drafter"], r["target"]) == (drafter, target) for r in row.values())
+    s1 = cases[("dflash", "dense")]["results"]["S1"]
     assert s1["full"]["drafts"] == s1["full"]["reference"]["drafts"] == s1[REFERENCE]["drafts"] != []
     assert s1["zero-fill"]["status"] == "DRIFT"
     assert report["llama_cpp"]["pinned"] is True
-    assert report["results"]["S1"]["baseline"]["status"] == "FAIL"
-    assert "Y = X + 1" in report["results"]["S1"]["baseline"]["first_failure"]
+    assert s1["baseline"]["status"] == "FAIL"
+    assert "Y = X + 1" in s1["baseline"]["first_failure"]
     assert isinstance(report["wall_s"], float)
     assert "S1   text, image, text" in proc.stdout
+    assert "== every drafter on the moe target (qwen35moe) ==" in proc.stdout
 
 
 def test_repro_exits_non_zero_when_the_fix_is_baseline(variants):
     proc = subprocess.run(
-        [sys.executable, "-m", "pyllama_dflash.repro", "--no-build", "--scenarios", "S1", "--fix", "baseline"],
+        [
+            sys.executable,
+            "-m",
+            "pyllama_dflash.repro",
+            "--no-build",
+            "--scenarios",
+            "S1",
+            "--drafters",
+            "dflash",
+            "--targets",
+            "dense",
+            "--fix",
+            "baseline",
+        ],
         capture_output=True,
         text=True,
         timeout=600,

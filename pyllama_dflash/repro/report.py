@@ -1,6 +1,21 @@
-"""The matrix as a text table, with each first failure quoted underneath."""
+"""The matrix as a text table, with each first failure quoted underneath; and the drafters of a
+target side by side, one letter per variant."""
 
 from __future__ import annotations
+
+# one letter per status, for the drafters side by side
+LETTERS = {
+    "PASS": "P",
+    "TIE": "T",
+    "DRIFT": "D",
+    "DEGRADED": "G",
+    "FAIL": "F",
+    "CRASH": "C",
+    "ERROR": "E",
+    "SKIP": "s",
+    "-": "-",
+}
+LEGEND = "P PASS, T TIE, D DRIFT, G DEGRADED, F FAIL, C CRASH, E ERROR, s SKIP, . not run"
 
 
 def cell(result: dict) -> str:
@@ -48,4 +63,28 @@ def format_server_table(server: dict[str, dict[str, dict]], variants: list[str])
     for c in checks:
         lines.append(c.ljust(w0) + "".join(cell(server[v][c]).ljust(w) for v, w in zip(variants, widths, strict=True)))
     lines.append("(!) marks a result other than the expected one")
+    return "\n".join(lines)
+
+
+def format_drafters(
+    tables: dict[str, dict[str, dict[str, dict]]], drafters: list[str], columns: list[str], scenarios: dict, title: str
+) -> str:
+    """One target's tables side by side: a scenario per row, a drafter per column, and in each cell
+    one letter per column (variant, then the reference), in the order of ``columns``."""
+    rows = list(dict.fromkeys(sid for d in drafters for sid in tables[d]))
+    titles = {sid: f"{sid:4s} {getattr(scenarios.get(sid), 'title', scenarios.get(sid, ''))}" for sid in rows}
+    w0 = max(len(t) for t in titles.values()) + 2
+    width = max(len(columns) * 2, *(len(d) for d in drafters)) + 2
+
+    def cell(drafter: str, sid: str) -> str:
+        row = tables[drafter].get(sid)
+        if row is None:
+            return "."
+        return " ".join(LETTERS.get(row[c]["status"], "?") if c in row else "." for c in columns)
+
+    lines = [title, "scenario".ljust(w0) + "".join(d.ljust(width) for d in drafters)]
+    lines.append("-" * len(lines[1]))
+    for sid in rows:
+        lines.append(titles[sid].ljust(w0) + "".join(cell(d, sid).ljust(width) for d in drafters))
+    lines.append(f"each cell: {' / '.join(columns)}; {LEGEND}")
     return "\n".join(lines)
