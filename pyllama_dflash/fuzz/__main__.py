@@ -14,16 +14,29 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..flags import common_parser, export, tool_prog
+from ..flags import common_parser, export, pick, tool_prog
 from ..llamabuild import BuildError, find_built
 from ..llamabuild.patchset import BASELINE
 from ..scenarios.models import tiny_models
+from ..tiny import DRAFTERS, TARGET_KINDS
 from .runner import examples_from_env, search_variants, seed_from_env
 from .schedule import Schedule
 
 
 def parser() -> argparse.ArgumentParser:
-    shared = common_parser("variants", "fix", "jobs", "timeout", "backend", "cpu", "patches", jobs=2, timeout=1800.0)
+    shared = common_parser(
+        "variants",
+        "fix",
+        "jobs",
+        "timeout",
+        "backend",
+        "cpu",
+        "drafters",
+        "targets",
+        "patches",
+        jobs=2,
+        timeout=1800.0,
+    )
     ap = argparse.ArgumentParser(
         prog=tool_prog("python -m pyllama_dflash.fuzz"), description=__doc__.split("\n\n")[0], parents=[shared]
     )
@@ -89,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         timeout_s=args.timeout,
         drift=not args.no_drift,
         weighted=not args.unweighted,
+        drafters=tuple(pick(args.drafters, tuple(DRAFTERS), "--drafters")),
+        targets=tuple(pick(args.targets, TARGET_KINDS, "--targets")),
     )
     broken = False
     for v in variants:

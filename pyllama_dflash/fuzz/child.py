@@ -47,6 +47,8 @@ def run_job(job: dict) -> dict:
                 ignore=frozenset(job.get("ignore", ())),
                 reference=reference,
                 weighted=job.get("weighted", True),
+                drafters=tuple(job.get("drafters", ())),
+                targets=tuple(job.get("targets", ())),
             ).to_json()
         else:
             from .execute import execute

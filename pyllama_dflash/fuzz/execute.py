@@ -14,7 +14,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..scenarios.drift import REFERENCE_OK, compare, drafts
-from ..scenarios.models import ModelSet
+from ..scenarios.models import ModelSet, for_schedule
 from ..scenarios.record import Record, StopScenario
 from ..scenarios.session import SeqState, Session, SessionConfig
 from ..tiny import image as tiny_image
@@ -71,6 +71,7 @@ def execute(
     (a failing call ends the run as FAIL): what the reference itself runs.
     """
     t0 = time.monotonic()
+    models = for_schedule(models, schedule.drafter, schedule.target)
     cfg = SessionConfig(**schedule.session_config(config))
     record = CheckedRecord() if check else Record()
     violation = None

@@ -10,6 +10,7 @@ which the schedule is still valid and still fails with the same kind.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 from .schedule import GRID_MIN, Schedule, ScheduleError, Step, words
 
@@ -51,7 +52,7 @@ def minimize(schedule: Schedule, fails: Callable[[Schedule], bool]) -> tuple[Sch
     while changed and tries < MAX_TRIES:
         changed = False
         for steps in _candidates(best.steps):
-            candidate = Schedule(best.n_seq, steps, draft_n_ubatch=best.draft_n_ubatch)
+            candidate = replace(best, steps=steps, found=None)
             try:
                 candidate.validate()
             except ScheduleError:
@@ -63,7 +64,7 @@ def minimize(schedule: Schedule, fails: Callable[[Schedule], bool]) -> tuple[Sch
             if tries >= MAX_TRIES:
                 break
     if best.n_seq == 2 and not any(s.get("seq") == 1 or s["op"] == "batch" for s in best.steps):
-        one = Schedule(1, best.steps, draft_n_ubatch=best.draft_n_ubatch)
+        one = replace(best, n_seq=1, found=None)
         tries += 1
         if fails(one):
             best = one

@@ -14,12 +14,12 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from ..errors import ReferenceDied
 from ..llamabuild.patchset import BASELINE
-from ..scenarios.models import ModelSet
+from ..scenarios.models import ModelSet, for_schedule
 from .schedule import Schedule
 
 
@@ -27,10 +27,8 @@ class ReferenceProcess:
     """``drafts(schedule)`` -> {"status", "rounds"}: what the twin drafts on baseline."""
 
     def __init__(self, models: ModelSet, config: dict | None = None, backend: str | None = None) -> None:
-        twin = models.draft_for("plain", twin=True)
-        if twin is None:
-            raise ValueError(f"no reconverted twin of the draft {models.draft} to take the reference from")
-        self.models = models.with_draft(twin)
+        _twin_of(models)  # refused here, not in the child
+        self.models = models
         self._log = tempfile.NamedTemporaryFile(prefix="pyllama-dflash-reference-", suffix=".log", delete=False)
         cmd = [
             sys.executable,
@@ -85,6 +83,14 @@ class ReferenceProcess:
         self.close()
 
 
+def _twin_of(models: ModelSet) -> ModelSet:
+    """The models with the draft's reconverted twin in its place (the drift oracle's reference)."""
+    twin = models.draft_for("plain", twin=True)
+    if twin is None:
+        raise ValueError(f"no reconverted twin of the draft {models.draft} to take the reference from")
+    return models.with_draft(twin)
+
+
 def main(argv: list[str]) -> int:
     from .. import api, load
     from .execute import execute
@@ -98,7 +104,10 @@ def main(argv: list[str]) -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     for line in sys.stdin:
-        outcome = execute(Schedule.from_json(json.loads(line)), models, config, check=False)
+        schedule = Schedule.from_json(json.loads(line))
+        # the twin of the drafter and target the schedule runs on (see execute)
+        twin = _twin_of(for_schedule(models, schedule.drafter, schedule.target))
+        outcome = execute(replace(schedule, drafter=None, target=None), twin, config, check=False)
         out.write(json.dumps({"status": outcome.status, "rounds": [asdict(r) for r in outcome.record.rounds]}) + "\n")
         out.flush()
     return 0

@@ -60,8 +60,11 @@ def search_variants(
     work_dir: Path | None = None,
     drift: bool = True,
     weighted: bool = True,
+    drafters: tuple[str, ...] = (),
+    targets: tuple[str, ...] = (),
 ) -> dict[str, dict]:
-    """The hypothesis search on each variant, one child each; per variant its SearchResult as JSON."""
+    """The hypothesis search on each variant, one child each; per variant its SearchResult as JSON.
+    Each schedule draws its drafter and target kind from those given (none: ``models`` as they are)."""
     job = {
         "backend": backend,
         "models": models.to_json(),
@@ -73,6 +76,8 @@ def search_variants(
         "ignore": list(ignore),
         "drift": drift,
         "weighted": weighted,
+        "drafters": list(drafters),
+        "targets": list(targets),
     }
     return _each_variant("search", variants, job, parallel, work_dir, timeout_s)
 

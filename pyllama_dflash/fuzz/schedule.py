@@ -4,7 +4,16 @@ A schedule file (what the fuzzer writes; ``python -m pyllama_dflash.repro --sche
 
     {"format": "pyllama-dflash-schedule", "version": 1, "n_seq": 2, "steps": [...], "found": {...}}
 
-``found`` is optional: where the fuzzer found the schedule (variant, kind, message). The steps:
+``found`` is optional: where the fuzzer found the schedule (variant, kind, message). So are the
+models and the drafting settings a schedule was drawn with (absent: the defaults)::
+
+    "drafter": "dspark", "target": "moe", "drafting": {"n_max": 2, "p_min": 0.1, "n_min": 1,
+    "backend_sampling": false}, "draft_n_ubatch": 4
+
+``drafter`` and ``target`` name the tiny models (pyllama_dflash.tiny.drafters, tiny.target);
+``drafting`` is llama-server's --spec-draft-n-max, -n-min, -p-min and the draft's backend sampling.
+
+The steps:
 
 ``{"op": "prompt", "seq": 0, "parts": ["tree blue ", {"image": [4, 3]}, "moon "]}``
     one request's prompt, evaluated chunk by chunk (``Session.prompt``): text, and images as an
@@ -47,7 +56,9 @@ N_BATCH = 16  # SessionConfig's n_batch: one text_batch must fit in it
 # KV cells one sequence may fill: n_ctx 512 split over two sequences' streams, less room for a
 # verify batch; restore and rewind replace a sequence's cells, they do not add to them
 SEQ_CELLS = 224
-GEN_EXTRA = 4  # a drafting round's verify batch: the anchor and n_max (3) drafted tokens
+GEN_EXTRA = 4  # a drafting round's verify batch: the anchor and n_max (3 at most) drafted tokens
+N_MAX = 3  # the tiny drafts' block size (4) minus one, what libcommon clamps a DFlash n_max to
+DRAFTING_KEYS = {"n_max": int, "n_min": int, "p_min": float, "backend_sampling": bool}
 
 WORDS = (
     "tree",
@@ -230,6 +241,9 @@ class Schedule:
     # the draft context's n_batch and n_ubatch, when smaller than the target's (a hole then takes
     # several ubatches to fill, and a text batch reaches the driver larger than the draft's ubatch)
     draft_n_ubatch: int | None = None
+    drafter: str | None = None  # the tiny drafter and target kind (None: the models the run was given)
+    target: str | None = None
+    drafting: dict = field(default_factory=dict)  # n_max, n_min, p_min, backend_sampling (DRAFTING_KEYS)
 
     def validate(self) -> None:
         t = Tracker(self.n_seq)
@@ -243,6 +257,11 @@ class Schedule:
         d: dict[str, Any] = {"format": FORMAT, "version": VERSION, "n_seq": self.n_seq, "steps": self.steps}
         if self.draft_n_ubatch:
             d["draft_n_ubatch"] = self.draft_n_ubatch
+        for key in ("drafter", "target"):
+            if getattr(self, key):
+                d[key] = getattr(self, key)
+        if self.drafting:
+            d["drafting"] = dict(self.drafting)
         if self.found:
             d["found"] = self.found
         return d
@@ -256,7 +275,15 @@ class Schedule:
         draft = d.get("draft_n_ubatch")
         if draft is not None and (not isinstance(draft, int) or not 1 <= draft <= N_BATCH):
             raise ScheduleError(f"draft_n_ubatch must be an integer in 1..{N_BATCH}, not {draft!r}")
-        s = cls(int(d["n_seq"]), list(d["steps"]), d.get("found"), draft)
+        s = cls(
+            int(d["n_seq"]),
+            list(d["steps"]),
+            d.get("found"),
+            draft,
+            d.get("drafter"),
+            d.get("target"),
+            _drafting(d.get("drafting") or {}),
+        )
         s.validate()
         return s
 
@@ -265,7 +292,7 @@ class Schedule:
         draft = (
             {"draft_n_batch": self.draft_n_ubatch, "draft_n_ubatch": self.draft_n_ubatch} if self.draft_n_ubatch else {}
         )
-        return {**(config or {}), "n_seq": self.n_seq, **draft}
+        return {**(config or {}), "n_seq": self.n_seq, **draft, **self.drafting}
 
     def dumps(self) -> str:
         """One step per line, op first: readable in a report, and still JSON."""
@@ -284,6 +311,32 @@ class Schedule:
         except ValueError as e:
             raise ScheduleError(f"{path}: not JSON: {e}") from None
         return cls.from_json(data)
+
+
+def _drafting(d: dict) -> dict:
+    """The drafting settings of a schedule file, checked: known keys, their types, sane ranges."""
+    if not isinstance(d, dict):
+        raise ScheduleError(f"drafting must be an object, not {d!r}")
+    unknown = set(d) - set(DRAFTING_KEYS)
+    if unknown:
+        raise ScheduleError(
+            f"drafting: unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(DRAFTING_KEYS)})"
+        )
+    out = {}
+    for key, value in d.items():
+        kind = DRAFTING_KEYS[key]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if type(value) is not kind:
+            raise ScheduleError(f"drafting.{key} must be a {kind.__name__}, not {value!r}")
+        out[key] = value
+    if not 1 <= out.get("n_max", 1) <= N_MAX:
+        raise ScheduleError(f"drafting.n_max must be in 1..{N_MAX}, not {out['n_max']}")
+    if not 0 <= out.get("n_min", 0) <= N_MAX:
+        raise ScheduleError(f"drafting.n_min must be in 0..{N_MAX}, not {out['n_min']}")
+    if not 0.0 <= out.get("p_min", 0.0) < 1.0:
+        raise ScheduleError(f"drafting.p_min must be in [0, 1), not {out['p_min']}")
+    return out
 
 
 def _op_first(step: Step) -> Step:

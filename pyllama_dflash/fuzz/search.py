@@ -61,6 +61,8 @@ def search(
     ignore: frozenset[str] = frozenset(),
     reference: Callable[[Schedule], dict] | None = None,
     weighted: bool = True,
+    drafters: tuple[str, ...] = (),
+    targets: tuple[str, ...] = (),
 ) -> SearchResult:
     """Run up to `examples` schedules (and the shrinking of what fails).
 
@@ -84,7 +86,7 @@ def search(
         verbosity=Verbosity.quiet,
         suppress_health_check=list(HealthCheck),
     )
-    @given(schedules(max_steps=max_steps, weighted=weighted))
+    @given(schedules(max_steps=max_steps, weighted=weighted, drafters=drafters, targets=targets))
     def holds(schedule: Schedule) -> None:
         result.runs += 1
         result.steps_run += len(schedule.steps)

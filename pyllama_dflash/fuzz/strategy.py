@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from .schedule import GRID_MAX, GRID_MIN, N_BATCH, Schedule, Step, Tracker, words
+from .schedule import GRID_MAX, GRID_MIN, N_BATCH, N_MAX, Schedule, Step, Tracker, words
 
 MAX_TEXT = 20  # tokens of one text prompt: past n_batch (16), so some take two batches
 MAX_WORDS_AROUND = 4  # text before and after an image
@@ -74,6 +74,20 @@ raw_steps = st.one_of(_request(_grid), _request(_grid), _request(_grid), _genera
 raw_steps_unweighted = st.one_of(_request(_free_grid), _request(_free_grid), _request(_free_grid), _generate, _batch)
 
 DRAFT_UBATCHES = (None, 4)  # the draft's n_batch and n_ubatch: the target's (16), or 4 (S15)
+# the drafting settings llama-server takes (--spec-draft-n-max, -n-min, -p-min, backend sampling);
+# the defaults (n_max 3, no cut-off, backend sampling on) in half the schedules
+_drafting = st.one_of(
+    st.just({}),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "n_max": st.integers(1, N_MAX),
+            "n_min": st.integers(0, 2),
+            "p_min": st.sampled_from((0.05, 0.15, 0.3)),
+            "backend_sampling": st.booleans(),
+        },
+    ),
+)
 
 RawStep = tuple
 
@@ -161,14 +175,27 @@ def _used_saves_only(steps: list[Step]) -> list[Step]:
 
 
 @st.composite
-def schedules(draw: st.DrawFn, max_steps: int = 8, weighted: bool = True) -> Schedule:
+def schedules(
+    draw: st.DrawFn,
+    max_steps: int = 8,
+    weighted: bool = True,
+    drafters: tuple[str, ...] = (),
+    targets: tuple[str, ...] = (),
+) -> Schedule:
     """Schedules of up to max_steps raw steps (a request is up to four schedule steps). Weighted, the
     situations that have broken before come more often: a target restored alone then drafting,
-    images ending at a sub-batch boundary, a draft whose ubatch is smaller than a hole."""
+    images ending at a sub-batch boundary, a draft whose ubatch is smaller than a hole. Each draws
+    its drafter and target from those given (none: the models the search runs on) and its
+    drafting settings."""
     n_seq = draw(st.integers(1, 2))
     schedule = normalize(
         n_seq, draw(st.lists(raw_steps if weighted else raw_steps_unweighted, min_size=1, max_size=max_steps))
     )
     if weighted:
         schedule.draft_n_ubatch = draw(st.sampled_from(DRAFT_UBATCHES))
+    if drafters:
+        schedule.drafter = draw(st.sampled_from(drafters))
+    if targets:
+        schedule.target = draw(st.sampled_from(targets))
+    schedule.drafting = draw(_drafting)
     return schedule
