@@ -165,18 +165,34 @@ def run_cases(
                 row[REFERENCE] = reference
         tables[case] = table
     if drift:
-        _prove_ties(cases, tables, variants, config, parallel, work_dir, job_options)
+        prove_ties(
+            [(models, tables[case_name(models)]) for models, _ in cases],
+            variants,
+            config,
+            parallel,
+            work_dir,
+            **job_options,
+        )
     return tables
 
 
-def _prove_ties(cases, tables, variants, config, parallel, work_dir, job_options) -> None:
+def prove_ties(
+    cases: list[tuple[ModelSet, Table]],
+    variants: list[str],
+    config: dict,
+    parallel: int,
+    work_dir: Path | None = None,
+    **job_options,
+) -> None:
     """Where a run drifted, replay its reference with the fix's cell layout and judge again: a drift
-    that replay drafts too is a tie broken by the cells' order (TIE). One replay per drifting row."""
+    that replay drafts too is a tie broken by the cells' order (TIE). One replay per drifting row;
+    the tables (their rows holding each variant's result and the REFERENCE) are judged in place."""
     layout_config = {**config, "twin_fill_layout": True}
+    tables = {case_name(models): table for models, table in cases}
     jobs = [
         Job(sid, BASELINE, models, server_config(BASELINE, layout_config), twin=True, **job_options)
-        for models, _ in cases
-        for sid, row in tables[case_name(models)].items()
+        for models, table in cases
+        for sid, row in table.items()
         if any(row[v].get("status") == DRIFT and row[v].get("drift") for v in variants)
     ]
     if not jobs:

@@ -7,11 +7,14 @@ is built in the shared build folder, so only the mutated file recompiles. Then, 
 first that notices:
 
 1. the C++ test under ctest (row C1, a tenth of a second);
-2. the scenario matrix, every run judged against the drift references, which are run once for
-   all mutants (baseline with the reconverted twin);
-3. the fix's rules that no scenario reaches through mtmd (tests/test_patch_rules.py: a jump
+2. the scenario matrix of DFlash on the dense target, every run judged against the drift
+   references, which are run once for all mutants (baseline with the reconverted twin), a drift
+   proven a tie (the reference laid out as the fix lays the draft out drafts the same) passing;
+3. the same matrix for every other drafter of the family and target (tiny.drafters: the image
+   scenarios on the MoE target), with their own references;
+4. the fix's rules that no scenario reaches through mtmd (tests/test_patch_rules.py: a jump
    inside one batch, positions that go back), run on the mutant as the series' fix;
-4. optionally, a fixed-seed fuzz.
+5. optionally, a fixed-seed fuzz.
 
 A mutant is *killed* when a row's status is not what the fix's expectations allow
 (scenarios.catalog.expectations: a variant the table does not name is held to the fix's bar),
@@ -31,7 +34,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..engine.matrix import Job, run_matrix, server_config
+from ..engine.matrix import REFERENCE, Job, case_name, prove_ties, run_cases, run_matrix, server_config
 from ..env import PATCHES_ENV
 from ..errors import BuildError
 from ..llamabuild import BuildOptions, build, saves_draft_with_slot
@@ -40,8 +43,9 @@ from ..paths import REPO_DIR
 from ..repro import ctest as ctest_row
 from ..scenarios.catalog import SCENARIOS, expectations
 from ..scenarios.drift import judge
-from ..scenarios.models import ModelSet
+from ..scenarios.models import ModelSet, tiny_models
 from ..scenarios.record import PASS
+from ..tiny import DRAFTERS, TARGET_KINDS
 from .operators import Mutant
 
 VARIANT = "mutant"  # every mutant builds as this variant of its own series, one after another
@@ -131,13 +135,14 @@ def try_mutant(
         return out
     out.build_s = time.monotonic() - t0
     t1 = time.monotonic()
-    bar = expectations(VARIANT, saves_draft=saves_draft_with_slot(VARIANT, series_dir))
+    saves = saves_draft_with_slot(VARIANT, series_dir)
 
-    def killed(row: str, result: dict) -> bool:
-        out.rows[row] = result["status"]
-        if result["status"] in bar[row]:
+    def killed(row: str, result: dict, drafter: str = "dflash", target: str = "dense") -> bool:
+        label = row if (drafter, target) == ("dflash", "dense") else f"{row} {drafter}/{target}"
+        out.rows[label] = result["status"]
+        if result["status"] in expectations(VARIANT, saves_draft=saves, drafter=drafter, target=target)[row]:
             return False
-        out.status, out.killed_by = KILLED, row
+        out.status, out.killed_by = KILLED, label
         out.detail = f"{result['status']}: {result.get('first_failure')}"
         return True
 
@@ -147,9 +152,18 @@ def try_mutant(
             return out
         jobs = [Job(sid, VARIANT, models, server_config(VARIANT, config)) for sid in SCENARIOS]
         results = run_matrix(jobs, parallel, work / mutant.id)
+        table = {sid: {VARIANT: judge(results[(sid, VARIANT)], refs[sid]), REFERENCE: refs[sid]} for sid in SCENARIOS}
+        prove_ties([(models, table)], [VARIANT], config, parallel, work / mutant.id)
         for sid in SCENARIOS:
-            if killed(sid, judge(results[(sid, VARIANT)], refs[sid])):
+            if killed(sid, table[sid][VARIANT]):
                 return out
+        family = family_cases(models)
+        tables = run_cases(family, [VARIANT], config, parallel=parallel, work_dir=work / mutant.id / "family")
+        for case_models, scenarios in family:
+            for sid in scenarios:
+                result = tables[case_name(case_models)][sid][VARIANT]
+                if killed(sid, result, case_models.drafter, case_models.target_kind):
+                    return out
         if RULES_TESTS.is_file():
             rules = _rules(series_dir)
             out.rows["rules"] = PASS if rules is None else "FAIL"
@@ -173,6 +187,18 @@ def try_mutant(
         return out
     finally:
         out.judge_s = time.monotonic() - t1
+
+
+def family_cases(models: ModelSet) -> list[tuple[ModelSet, list[str]]]:
+    """Every drafter and target but DFlash on the dense target (stage 2), with the scenarios each runs."""
+    out = models.target.parent
+    image = [sid for sid, sc in SCENARIOS.items() if sc.image]
+    return [
+        (tiny_models(out, drafter=d, target=t), list(SCENARIOS) if t == "dense" else image)
+        for t in TARGET_KINDS
+        for d in DRAFTERS
+        if (d, t) != ("dflash", "dense")
+    ]
 
 
 def _rules(series_dir: Path) -> str | None:
