@@ -12,7 +12,6 @@ import pytest
 
 from conftest import FIX, VARIANTS
 from pyllama_dflash.engine.matrix import REFERENCE, case_name, run_cases
-from pyllama_dflash.llamabuild import saves_draft_with_slot
 from pyllama_dflash.scenarios.catalog import SCENARIOS, expectations
 from pyllama_dflash.scenarios.models import tiny_models
 from pyllama_dflash.tiny import DRAFTERS
@@ -38,7 +37,7 @@ def family(variants, tmp_path_factory) -> dict[tuple[str, str], dict]:
 def test_every_cell_meets_its_expectation(family, case):
     drafter, target = case
     for variant in VARIANTS:
-        bar = expectations(variant, saves_draft=saves_draft_with_slot(variant), drafter=drafter, target=target)
+        bar = expectations(variant, drafter=drafter, target=target)
         for sid, row in family[case].items():
             r = row[variant]
             assert r["status"] in bar[sid], (variant, sid, r["status"], r.get("first_failure"))

@@ -7,8 +7,9 @@ from ..errors import (
     ToolchainError,
     VariantNotBuilt,
 )
-from .builder import BuildOptions, build, find_built, plan, saves_draft_with_slot
+from .builder import BuildOptions, build, find_built, plan
 from .manifest import Manifest, find
+from .variants import Variant, saves_draft_with_slot, variant
 
 __all__ = [
     "BuildError",
@@ -23,4 +24,6 @@ __all__ = [
     "find_built",
     "plan",
     "saves_draft_with_slot",
+    "variant",
+    "Variant",
 ]

@@ -133,18 +133,6 @@ def find_built(
     ]
 
 
-# the file whose patches make a variant's llama-server save and restore the draft with a slot (0003)
-SERVER_SOURCE = "tools/server/server-context.cpp"
-
-
-def saves_draft_with_slot(variant: str, patches_dir: Path | None = None) -> bool:
-    """Whether the variant's llama-server saves and restores the draft's state with a slot: its
-    patches change SERVER_SOURCE (0003). A name the series does not know (a llama-server given
-    by path) is taken as b11434's, which restores the target alone."""
-    series = load_series(patches_dir or default_patches_dir())
-    return variant in series.variants and series.changes(variant, SERVER_SOURCE)
-
-
 def build(variants: list[str], opts: BuildOptions | None = None) -> list[manifests.Manifest]:
     """Build the named variants (``["all"]`` for every one); returns their manifests."""
     opts = opts or BuildOptions()

@@ -37,7 +37,7 @@ from pathlib import Path
 from ..engine.matrix import REFERENCE, Job, case_name, prove_ties, run_cases, run_matrix, server_config
 from ..env import PATCHES_ENV
 from ..errors import BuildError
-from ..llamabuild import BuildOptions, build, saves_draft_with_slot
+from ..llamabuild import BuildOptions, build, variant
 from ..llamabuild.patchset import BASELINE, Series
 from ..paths import REPO_DIR
 from ..repro import ctest as ctest_row
@@ -135,12 +135,12 @@ def try_mutant(
         return out
     out.build_s = time.monotonic() - t0
     t1 = time.monotonic()
-    saves = saves_draft_with_slot(VARIANT, series_dir)
+    mutant_variant = variant(VARIANT, series_dir)
 
     def killed(row: str, result: dict, drafter: str = "dflash", target: str = "dense") -> bool:
         label = row if (drafter, target) == ("dflash", "dense") else f"{row} {drafter}/{target}"
         out.rows[label] = result["status"]
-        if result["status"] in expectations(VARIANT, saves_draft=saves, drafter=drafter, target=target)[row]:
+        if result["status"] in expectations(mutant_variant, drafter=drafter, target=target)[row]:
             return False
         out.status, out.killed_by = KILLED, label
         out.detail = f"{result['status']}: {result.get('first_failure')}"

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..engine.matrix import REFERENCE, case_name, run_cases
 from ..files import atomic_write_json
 from ..flags import common_parser, export, pick, tool_prog
-from ..llamabuild import BuildError, BuildOptions, build, find_built, saves_draft_with_slot
+from ..llamabuild import BuildError, BuildOptions, build, find_built
 from ..llamabuild.patchset import BASELINE
 from ..paths import cache_root
 from ..scenarios.catalog import SCENARIOS, expectations
@@ -188,20 +188,30 @@ def main(argv: list[str] | None = None) -> int:
             )
             print()
     ok = not reasons
-    server = None
+    server = family_server = None
     if args.server:
-        from ..server import run_server_checks
+        from ..server import FAMILY, run_server_checks
 
-        twin = models.draft_for("plain", twin=True)
-        reference = (find_built([BASELINE], backend=args.backend)[0], models.with_draft(twin)) if twin else None
-        server = {m.variant: run_server_checks(m, models, reference=reference) for m in manifests}
+        base = find_built([BASELINE], backend=args.backend)[0]
+
+        def twin_reference(m: ModelSet):
+            twin = m.draft_for("plain", twin=True)
+            return (base, m.with_draft(twin)) if twin else None
+
+        server = {m.variant: run_server_checks(m, models, reference=twin_reference(models)) for m in manifests}
         print(format_server_table(server, variants))
-        reasons += [
-            f"server check {check} on {v}: {r.get('error') or r['status']} (expected {r.get('expected')})"
-            for v, checks in server.items()
-            for check, r in checks.items()
-            if not r["ok"]
-        ]
+        reasons += _server_problems(server)
+        # the image and restore checks for every other drafter and target of the tables
+        family_server = {
+            case_name(m): {
+                v.variant: run_server_checks(v, m, checks=FAMILY, reference=twin_reference(m)) for v in manifests
+            }
+            for m, _ in cases[1:]
+        }
+        for case, results in family_server.items():
+            print(f"\n== llama-server, {case} ==")
+            print(format_server_table(results, variants))
+            reasons += [f"{case}: {r}" for r in _server_problems(results)]
         ok = not reasons
     wall = time.monotonic() - t0
     for r in reasons:
@@ -225,12 +235,7 @@ def main(argv: list[str] | None = None) -> int:
                         "spec_type": m.spec_type,
                         "models": m.to_json(),
                         "expected": {
-                            v: {
-                                s: list(e)
-                                for s, e in expectations(
-                                    v, saves_draft=saves_draft_with_slot(v), drafter=m.drafter, target=m.target_kind
-                                ).items()
-                            }
+                            v: {s: list(e) for s, e in expectations(v, drafter=m.drafter, target=m.target_kind).items()}
                             for v in variants
                         },
                         "results": tables[case_name(m)],
@@ -238,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
                     for m, _ in cases
                 ],
                 **({"server": server} if server is not None else {}),
+                **({"server_family": family_server} if family_server is not None else {}),
                 "ok": ok,
                 "wall_s": round(wall, 3),
             },
@@ -319,6 +325,15 @@ def _replay_schedule(args: argparse.Namespace, variants: list[str], fix: str, mo
             args.json, {"schedule": schedule.to_json(), "variants": variants, "fix": fix, "results": results, "ok": ok}
         )
     return 0 if ok else 1
+
+
+def _server_problems(server: dict[str, dict[str, dict]]) -> list[str]:
+    return [
+        f"server check {check} on {v}: {r.get('error') or r['status']} (expected {r.get('expected')})"
+        for v, checks in server.items()
+        for check, r in checks.items()
+        if not r["ok"]
+    ]
 
 
 def _reference_problems(table: dict) -> list[str]:
@@ -419,7 +434,7 @@ def _unexpected(table: dict, variants: list[str], models: ModelSet) -> list[str]
     """Every cell whose status is not among what its variant is expected to do there."""
     out = []
     for v in variants:
-        bar = expectations(v, saves_draft=saves_draft_with_slot(v), drafter=models.drafter, target=models.target_kind)
+        bar = expectations(v, drafter=models.drafter, target=models.target_kind)
         for sid, row in table.items():
             allowed = bar.get(sid)
             if allowed is not None and row[v]["status"] not in allowed:

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ..llamabuild.variants import BASELINE_ROLE, FIX_ROLE, SEED_ROLE, Variant, variant
 from .drift import compare, drafts
 from .loaded import Loaded
 from .models import ModelSet
@@ -260,15 +261,16 @@ SCENARIOS: dict[str, Scenario] = {
 
 SCENARIO_IDS = tuple(SCENARIOS)
 
-# What each variant must do (the test suite asserts this table). Every run that completes is also
-# judged by the drift oracle (drift.py): its drafts against the same scenario's on baseline with the
-# draft's reconverted twin. DRIFT ranks between PASS and DEGRADED.
+# What each kind of variant must do (llamabuild.variants: baseline, the seed's zero-fill, a fix),
+# as the test suite asserts it. Every run that completes is also judged by the drift oracle
+# (drift.py): its drafts against the same scenario's on baseline with the draft's reconverted twin.
+# DRIFT ranks between PASS and DEGRADED.
 EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
     # S2 is not a control on baseline after all: mtmd wraps a qwen2vl image in <|vision_start|> ...
     # <|vision_end|>, so even an image-first prompt puts one text row (position 0) in the draft
     # before the image, and the draft's memory is not empty when the hole appears. The batch
     # check is skipped only for an empty memory, which no prompt through mtmd_tokenize reaches.
-    "baseline": {
+    BASELINE_ROLE: {
         "S1": (FAIL,),
         "S2": (FAIL,),
         "S3": (FAIL,),
@@ -296,7 +298,7 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
     #   the zero rows are outside every later noise block's window, as if removed.
     # - S5: the tiny draft drafts one repeated token per sequence there ([60] and [68]); the
     #   zero rows do not move its argmax. The oracle can only see what the drafts show.
-    "zero-fill": {
+    SEED_ROLE: {
         "S1": (DRIFT,),
         "S2": (DRIFT,),
         "S3": (DRIFT,),
@@ -319,16 +321,12 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
     # S7 is judged by its calls and output only. S10 is the draft()-side case: the fill exists only
     # for the noise block's decode, which attends to it, so its first round may drift in principle;
     # on the tiny models it drafts what the twin drafts (measured: 0 of 5 rounds differ).
-    # S12 is llama-server's own: every variant whose server restores the target alone drifts there,
-    # whatever its libcommon does; 0003 (variant slots) saves and restores the draft with the slot.
-    # C1: the C++ test's DFlash2 case with images meets a tie broken by the cells' order (its twin laid
-    # out as the fix lays the legacy draft out drafts what the legacy draft drafts): TIE, which passes.
-    "full": {
-        **{sid: (PASS,) for sid in SCENARIO_IDS},
-        "S12": (DRIFT,),
-        "C1": (PASS, TIE),
-    },
-    "slots": {**{sid: (PASS,) for sid in SCENARIO_IDS}, "C1": (PASS, TIE)},
+    # S12 is llama-server's own: a fix whose server restores the target alone (full) drifts there,
+    # whatever its libcommon does; 0003 (variant slots) saves and restores the draft with the slot
+    # (see expectations()). C1: the C++ test's DFlash2 case with images meets a tie broken by the
+    # cells' order (its twin laid out as the fix lays the legacy draft out drafts what the legacy
+    # draft drafts): TIE, which passes.
+    FIX_ROLE: {**{sid: (PASS,) for sid in SCENARIO_IDS}, "C1": (PASS, TIE)},
 }
 
 CTEST_ROW = "C1"  # the series' C++ test under ctest (repro/ctest.py), a row of the matrix too
@@ -347,29 +345,24 @@ CTEST_ROW = "C1"  # the series' C++ test under ctest (repro/ctest.py), a row of 
 NO_HOLE = ("S8", "S14")  # text only, and a one-row image: nothing for a fill to do
 
 
-def _for_the_family(variant: str, table: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+def _for_the_family(role: str, table: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
     out = dict(table)
-    if variant == "zero-fill":
+    if role == SEED_ROLE:
         for sid, allowed in table.items():
             if sid not in NO_HOLE and allowed in ((DRIFT,), (PASS,)):
                 out[sid] = (DRIFT, PASS)
-    elif variant != "baseline":
+    elif role == FIX_ROLE:
         out["S10"] = (PASS, DRIFT)
     return out
 
 
-def expectations(
-    variant: str, *, saves_draft: bool, drafter: str = "dflash", target: str = "dense"
-) -> dict[str, tuple[str, ...]]:
-    """What a variant must do: its EXPECTED entry (widened as _for_the_family says for another drafter
-    or target), or for a variant the table does not name (a renamed fix, a mutant, another series'
-    variant) the rule every fix is held to: PASS on every row, except S12 when its llama-server
-    restores the target alone (``saves_draft`` false; see llamabuild.saves_draft_with_slot), where even
-    an exact driver drifts, as full does."""
-    family = (drafter, target) != ("dflash", "dense")
-    if variant in EXPECTED:
-        return _for_the_family(variant, EXPECTED[variant]) if family else EXPECTED[variant]
-    bar = {sid: (PASS,) for sid in SCENARIO_IDS} | {CTEST_ROW: (PASS, TIE)}
-    if not saves_draft:
-        bar["S12"] = (DRIFT,)
-    return _for_the_family(variant, bar) if family else bar
+def expectations(v: Variant | str, *, drafter: str = "dflash", target: str = "dense") -> dict[str, tuple[str, ...]]:
+    """What a variant must do (a name is looked up in the package's series; a name the series does
+    not know, such as a mutant's, is a fix, see llamabuild.variants): its role's row of EXPECTED, with
+    S12 DRIFT for a fix whose llama-server restores the target alone, where even an exact driver
+    drifts, as full does; widened as _for_the_family says for another drafter or target."""
+    v = variant(v) if isinstance(v, str) else v
+    table = dict(EXPECTED[v.role])
+    if v.role == FIX_ROLE and not v.saves_draft:
+        table["S12"] = (DRIFT,)
+    return _for_the_family(v.role, table) if (drafter, target) != ("dflash", "dense") else table

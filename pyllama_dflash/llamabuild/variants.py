@@ -1,0 +1,52 @@
+"""What a variant is: the one place every table of expectations derives from.
+
+A variant of the series is ``baseline`` (the unpatched tree), the seed's zero-fill (the series' first
+patch, kept to show what it does), or a fix. Whether its llama-server saves and restores the draft
+with a slot follows from its patches (they change ``tools/server/server-context.cpp``: 0003). A name
+the series does not know (a llama-server given by path, a mutant of another series) is a fix whose
+server restores the target alone, as b11434's does. The scenario matrix's expectations
+(``scenarios.catalog``) and the server checks' (``server.checks``) both key on :attr:`Variant.role`
+and :attr:`Variant.saves_draft`, through this one rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..paths import default_patches_dir
+from .patchset import BASELINE, load_series
+
+# the file whose patches make a variant's llama-server save and restore the draft with a slot (0003)
+SERVER_SOURCE = "tools/server/server-context.cpp"
+SEED = "zero-fill"  # the seed's fill: it ends the HTTP 500s, but its zero rows stay and the drafts drift
+
+BASELINE_ROLE, SEED_ROLE, FIX_ROLE = "baseline", "seed", "fix"
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    patches: tuple[str, ...]  # the patch files it carries, in order (the series' every-variant ones too)
+    saves_draft: bool  # its llama-server saves and restores the draft's state with a slot
+
+    @property
+    def role(self) -> str:
+        """``baseline``, ``seed`` (the seed's zero-fill) or ``fix``: what is expected of it."""
+        if self.name == BASELINE:
+            return BASELINE_ROLE
+        return SEED_ROLE if self.name == SEED else FIX_ROLE
+
+
+def variant(name: str, patches_dir: Path | None = None) -> Variant:
+    """The variant ``name`` of the series in ``patches_dir`` (default: the package's), or, for a name
+    the series does not know, a fix whose llama-server restores the target alone."""
+    series = load_series(patches_dir or default_patches_dir())
+    if name not in series.variants:
+        return Variant(name, (), False)
+    return Variant(name, tuple(p.name for p in series.prefix(name)), series.changes(name, SERVER_SOURCE))
+
+
+def saves_draft_with_slot(name: str, patches_dir: Path | None = None) -> bool:
+    """Whether the variant's llama-server saves and restores the draft's state with a slot (0003)."""
+    return variant(name, patches_dir).saves_draft
