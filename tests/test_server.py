@@ -15,17 +15,23 @@ from pathlib import Path
 
 import pytest
 
-from conftest import VARIANTS
+from conftest import FIX, VARIANTS
 from pyllama_dflash import tiny
+from pyllama_dflash.scenarios.models import tiny_models
 from pyllama_dflash.server import (
     CHECKS,
+    FAMILY,
+    REGISTRY,
     SPEC_BATCH_ERROR,
     ServerError,
     ServerOptions,
     ServerProcess,
+    check,
     run_server_checks,
     server_command,
 )
+from pyllama_dflash.server.drafts import LOGS_NO_DRAFTS
+from pyllama_dflash.tiny import DRAFTERS
 
 pytestmark = pytest.mark.server
 
@@ -152,8 +158,8 @@ def test_patched_answers_200_with_the_output_of_the_target_alone(checks, variant
     assert r["chat_image"]["status"] == 200 and r["chat_image"]["content"], _explain(r["chat_image"])
     assert r["exact_image"]["same_tokens"] is True and r["exact_image"]["same_chat_content"] is True
     assert r["exact_text"]["same_tokens"] is True
-    for check in ("two_turn", "concurrent", "alternating", "slot_restore"):
-        assert not r[check]["any_500"], f"{check}: {_explain(r[check])}"
+    for name in ("two_turn", "concurrent", "alternating", "slot_restore"):
+        assert not r[name]["any_500"], f"{name}: {_explain(r[name])}"
 
 
 @pytest.mark.parametrize("variant", PATCHED)
@@ -203,3 +209,71 @@ def test_the_fix_drafts_through_the_server_what_the_twin_drafts_on_baseline(chec
     for v, same in (("zero-fill", False), ("full", True), ("slots", True)):
         r = checks[v]["drafts_vs_twin"]
         assert r["status"] == 200 and r["same_drafts"] is same and r["drafted_reference"], _explain(r)
+
+
+def test_llama_server_detects_the_drafters_type_from_the_file(checks):
+    """No --spec-type: llama-server asks common_speculative_types_from_gguf, which names draft-dflash for the
+    plain draft; the image request then fails on baseline and succeeds on the fixes as with the flag."""
+    for v in VARIANTS:
+        r = checks[v]["spec_type_detected"]
+        assert r["detected"] == r["wanted"] == "draft-dflash", _explain(r)
+
+
+def test_probabilistic_draft_sampling_answers_and_changes_nothing_for_dflash(checks):
+    """--spec-draft-sampling probabilistic with a sampled request: baseline 500 on the image, the fixes 200;
+    b11434 reads the flag for draft-simple and draft-mtp only, so a seeded request gets the same tokens as
+    with greedy drafting (measured, not assumed)."""
+    assert checks["baseline"]["probabilistic_sampling"]["status"] == 500
+    for v in PATCHED:
+        r = checks[v]["probabilistic_sampling"]
+        assert r["status"] == 200 and r["server_alive"], _explain(r)
+        assert r["same_as_greedy_drafting"] is True, _explain(r)
+
+
+# -- the drafters of the family ----------------------------------------------------------
+
+
+FAMILY_CASES = [("dspark", "dense"), ("dflash2", "dense"), ("dflash", "moe")]
+
+
+@pytest.fixture(scope="session")
+def family_checks(variants, tmp_path_factory) -> dict[tuple[str, str], dict[str, dict[str, dict]]]:
+    """The family's checks (server.FAMILY: the image and restore checks) for DSpark (its type detected
+    from the file too), DFlash2 and the MoE target, on baseline and the fix; every drafter and target
+    runs them under ``pyllama-dflash repro --server``."""
+    work = tmp_path_factory.mktemp("server-family")
+    out = {}
+    for drafter, target in FAMILY_CASES:
+        m = tiny_models(work / "models", drafter=drafter, target=target)
+        reference = (variants["baseline"], m.with_draft(m.draft_mrope))
+        out[(drafter, target)] = {
+            v: run_server_checks(
+                variants[v], m, checks=FAMILY, work_dir=work / f"{drafter}-{target}", reference=reference
+            )
+            for v in ("baseline", FIX)
+        }
+    return out
+
+
+@pytest.mark.parametrize("case", FAMILY_CASES, ids=lambda c: "/".join(c))
+def test_every_drafter_fails_on_baseline_and_drafts_as_its_twin_under_the_fix(family_checks, case):
+    results = family_checks[case]
+    for v, checks_of_v in results.items():
+        for name, r in checks_of_v.items():
+            assert r["ok"], f"{'/'.join(case)} {name} on {v}: expected {r.get('expected')}\n{_explain(r)}"
+    assert results["baseline"]["chat_image"]["status"] == 500
+    # DFlash2 logs no draft candidates (server.drafts.LOGS_NO_DRAFTS): its drafts are judged by the matrix
+    readable = case[0] not in LOGS_NO_DRAFTS
+    assert results[FIX]["drafts_vs_twin"]["same_drafts"] is (True if readable else False), results[FIX][
+        "drafts_vs_twin"
+    ]
+    assert results[FIX]["restore_drafts"].get("same_drafts") is (True if readable else None)  # 0003: as if never left
+    detected = results[FIX]["spec_type_detected"]
+    assert detected["detected"] == DRAFTERS[case[0]].spec_type, _explain(detected)
+
+
+def test_every_check_is_registered_once_with_a_fix_expectation():
+    assert len(set(CHECKS)) == len(CHECKS) and set(FAMILY) <= set(CHECKS)
+    assert all(REGISTRY[name].expected.get("fix") for name in CHECKS)
+    with pytest.raises(ValueError, match="registered twice"):
+        check("chat_image", fix=REGISTRY["chat_image"].expected["fix"])(lambda ctx: None)

@@ -3,18 +3,13 @@
 - :mod:`.process`: :class:`ServerProcess` starts a variant's ``llama-server`` on the models
   (with or without the DFlash draft), waits for ``/health``, talks HTTP (``requests``) and
   stops it; :func:`serve` is the short way in.
-- :mod:`.checks`: :func:`run_server_checks` runs the checks (``CHECKS``) on one variant and
-  judges each answer against the table ``EXPECTED`` (baseline's row, or the patched one).
+- :mod:`.checks`: the checks, each one function registered with what it must see per kind of
+  variant (:mod:`.expect` holds the one rule that judges them, :mod:`.bodies` what they send);
+  :func:`run_server_checks` (:mod:`.run`) runs them on one variant.
 """
 
-from .checks import (
-    CHECKS,
-    EXPECTED,
-    SPEC_BATCH_ERROR,
-    Expect,
-    expectation,
-    run_server_checks,
-)
+from .checks import CHECKS, FAMILY, REGISTRY, Check, check
+from .expect import SPEC_BATCH_ERROR, Expect, Result, Seen
 from .process import (
     HOST,
     Response,
@@ -28,19 +23,24 @@ from .process import (
     serve,
     server_command,
 )
+from .run import run_server_checks
 
 __all__ = [
     "CHECKS",
-    "EXPECTED",
+    "FAMILY",
     "HOST",
+    "REGISTRY",
     "SPEC_BATCH_ERROR",
+    "Check",
     "Expect",
+    "Result",
+    "Seen",
+    "check",
     "Response",
     "ServerError",
     "ServerModels",
     "ServerOptions",
     "ServerProcess",
-    "expectation",
     "free_port",
     "model_args",
     "resolve_binary",

@@ -5,9 +5,14 @@ draft's top candidates::
 
      - seq_id 0, draft candidate   0, pos   1:     68 (   0.412) 'abc'
 
-Candidate 0 is what the draft proposes at that position; a round starts again at position 0.
+Candidate 0 is what the draft proposes at that position; a round starts again where the position
+does not grow (DFlash and an anchor-first DSpark log from 0, a bonus-anchor DSpark block from 1).
 If the server drafted (its ``timings.draft_n`` says so) and no such line is found, the log
 format changed: :class:`DraftLogChanged` says so rather than a check comparing nothing.
+
+DFlash2 logs no candidates at all (its draft() walks the selector's lattice and logs nothing per
+position): its drafts cannot be read from the server (``LOGS_NO_DRAFTS``), and the checks that
+compare drafts do not judge them for it; the scenario matrix judges them through the library.
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ DEBUG_VERBOSITY = 5  # LOG_LEVEL_DEBUG in b11434's common/log.h: LOG_DBG needs -
 _CANDIDATE = re.compile(r"- seq_id (?P<seq>\d+), draft candidate +(?P<k>\d+), pos +(?P<pos>\d+): +(?P<id>-?\d+) ")
 
 
+LOGS_NO_DRAFTS = frozenset({"dflash2"})  # drafters whose draft() logs no candidate lines in b11434
+
+
 class DraftLogChanged(PyllamaError, RuntimeError):
     """The server drafted, but its log has no draft candidate lines this parser knows."""
 
@@ -29,13 +37,15 @@ class DraftLogChanged(PyllamaError, RuntimeError):
 def drafted_rounds(log_text: str, seq: int | None = None) -> list[list[int]]:
     """The rounds the draft drafted, in order: per round the candidate-0 token of each position."""
     rounds: list[list[int]] = []
+    last = None
     for m in _CANDIDATE.finditer(log_text):
         if m["k"] != "0" or (seq is not None and int(m["seq"]) != seq):
             continue
         pos = int(m["pos"])
-        if pos == 0 or not rounds:
+        if last is None or pos <= last:
             rounds.append([])
         rounds[-1].append(int(m["id"]))
+        last = pos
     return rounds
 
 

@@ -53,6 +53,15 @@ class TinyModels:
     form: Drafter = DFLASH
 
     @property
+    def spec_type(self) -> str:
+        """The --spec-type the draft runs under (llama-server: draft-dflash or draft-dspark)."""
+        return self.form.spec_type
+
+    @property
+    def drafter(self) -> str:
+        return self.form.name
+
+    @property
     def n_embd(self) -> int:
         return self.config.n_embd
 
