@@ -9,6 +9,7 @@ same ones); these tests run them once per variant and assert the expected outcom
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -277,3 +278,25 @@ def test_every_check_is_registered_once_with_a_fix_expectation():
     assert all(REGISTRY[name].expected.get("fix") for name in CHECKS)
     with pytest.raises(ValueError, match="registered twice"):
         check("chat_image", fix=REGISTRY["chat_image"].expected["fix"])(lambda ctx: None)
+
+
+def test_b11434_aborts_on_a_target_part_cut_short_in_its_state(llama_server, tmp_path):
+    """A finding about llama.cpp b11434, not about the fix: llama_state_seq_load_file reads a sequence state
+    file cut short in its state section past its end and then asserts (llama-context.cpp:
+    GGML_ASSERT(nread <= state_size)), which aborts the whole server on POST /slots/N?action=restore. 0003
+    keeps the draft part out of that path (it frames the state with its length); the target part keeps
+    llama.cpp's format and this abort. Should this test fail, upstream has changed the loader: re-measure."""
+    (tmp_path / "slots-dir").mkdir()
+    srv = llama_server("slots", n_parallel=1, slot_save_path=tmp_path / "slots-dir", cache_ram_mib=0)
+    assert srv.completion([1, 60, 61, 62, 63], n_predict=4).ok
+    assert srv.post("/slots/0?action=save", {"filename": "t.bin"}).ok
+    target = tmp_path / "slots-dir" / "t.bin"
+    data = target.read_bytes()
+    target.write_bytes(data[: len(data) // 2])
+    r = srv.post("/slots/0?action=restore", {"filename": "t.bin"}, timeout=30)
+    for _ in range(50):  # the abort prints a backtrace first
+        if not srv.alive:
+            break
+        time.sleep(0.1)
+    assert r.status is None and not srv.alive, r.describe()
+    assert "GGML_ASSERT(nread <= state_size) failed" in srv.log_text()
