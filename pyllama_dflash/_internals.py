@@ -182,13 +182,16 @@ def check_gguf_file(path: Path) -> None:
 class LlamaModel(NativeHandle):
     _kind = "model"
 
-    def __init__(self, rt: Runtime, path: Path, n_gpu_layers: int = 0, vocab_only: bool = False) -> None:
+    def __init__(
+        self, rt: Runtime, path: Path, n_gpu_layers: int = 0, vocab_only: bool = False, load_mtp: bool = False
+    ) -> None:
         super().__init__(rt)
         self.path = path
         check_gguf_file(path)
         params = rt.lib.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
+        params.load_mtp = load_mtp
         with logs.Capture(min_level=logging.WARNING) as cap:
             self.ptr = rt.lib.llama_model_load_from_file(str(path).encode(), params)
         if self.ptr == rt.ffi.NULL:

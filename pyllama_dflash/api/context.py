@@ -39,6 +39,7 @@ class Context(_Owner):
         n_outputs_max_per_seq: int | None = None,
         kv_unified: bool | None = None,
         *,
+        mtp: bool = False,
         _target: Context | None = None,
     ) -> None:
         if not isinstance(model, Model):
@@ -60,6 +61,8 @@ class Context(_Owner):
             "n_threads_batch": threads,
             "embeddings": embeddings,
         }
+        if mtp:  # a context over the model's MTP head (nextn layers), for draft-mtp
+            params["ctx_type"] = self._rt.lib.LLAMA_CONTEXT_TYPE_MTP
         optional = {
             "n_batch": n_batch,
             "n_ubatch": n_ubatch,
@@ -126,7 +129,9 @@ class Context(_Owner):
                 f"draft {model.path} has n_vocab {model.n_vocab} but target {target.model.path} has n_vocab "
                 f"{target.model.n_vocab}: the draft drafts from the target's output head, so the vocabs must match"
             )
-        bad_layers = [lid for lid in model.target_layer_ids if not 0 <= lid < target.model.n_layer]
+        # an EAGLE3 draft may read one past the target's layers: its final hidden state
+        last = target.model.n_layer + (1 if model.arch == "eagle3" else 0)
+        bad_layers = [lid for lid in model.target_layer_ids if not 0 <= lid < last]
         if bad_layers:
             raise IncompatibleModelsError(
                 f"draft {model.path} reads target layers {bad_layers}, but target {target.model.path} has "
@@ -144,6 +149,32 @@ class Context(_Owner):
             n_threads=n_threads,
             n_outputs_max=n_outputs_max if n_outputs_max is not None else seqs * per_seq,
             n_outputs_max_per_seq=n_outputs_max_per_seq if n_outputs_max_per_seq is not None else per_seq,
+            _target=target,
+        )
+
+    @classmethod
+    def mtp(cls, target: Context, n_threads: int | None = None) -> Context:
+        """The draft context of draft-mtp: a context of type MTP over the target's own model (loaded with
+        ``load_mtp``), as libcommon's common_speculative_init_result makes it without a -md file:
+        n_ctx of the target, no recurrent-state snapshots, one output per sequence."""
+        if not isinstance(target, Context):
+            raise TypeError(f"target must be a Context, not {type(target).__name__}")
+        target._handle._require_open()
+        if not target.model.load_mtp:
+            raise ContextError(
+                f"{target.model.path} was loaded without its MTP head: load it with Model(path, load_mtp=True)"
+            )
+        return cls(
+            target.model,
+            n_ctx=target.n_ctx,
+            n_batch=target.n_batch,
+            n_ubatch=target.n_ubatch,
+            n_seq_max=target.n_seq_max,
+            n_rs_seq=0,
+            n_threads=n_threads,
+            n_outputs_max=target.n_seq_max,
+            n_outputs_max_per_seq=1,
+            mtp=True,
             _target=target,
         )
 

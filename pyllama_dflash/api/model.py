@@ -20,9 +20,11 @@ from ._base import _Owner
 class Model(_Owner):
     """A GGUF model. Bad paths and non-GGUF files raise ModelLoadError before native code runs."""
 
-    def __init__(self, path: Path | str, n_gpu_layers: int = 0) -> None:
+    def __init__(self, path: Path | str, n_gpu_layers: int = 0, *, load_mtp: bool = False) -> None:
+        """``load_mtp``: also load the model's MTP head (nextn layers), which draft-mtp drafts with."""
         self._rt = runtime()
-        self._handle = LlamaModel(self._rt, Path(path), n_gpu_layers=n_gpu_layers)
+        self._handle = LlamaModel(self._rt, Path(path), n_gpu_layers=n_gpu_layers, load_mtp=load_mtp)
+        self.load_mtp = load_mtp
         lib, ptr = self._rt.lib, self._handle.ptr
         self.path = Path(path)
         self.arch = self._handle.meta("general.architecture") or ""

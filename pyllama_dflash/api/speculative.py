@@ -26,8 +26,10 @@ class Speculative(_Owner):
     """libcommon's speculative driver over a target and a draft context.
 
     ``spec_type`` is llama-server's ``--spec-type``: ``draft-dflash`` or ``draft-dspark`` (one
-    implementation serves both, and DFlash2 is a ``draft-dflash`` draft with a selector). Without
-    it, the type is what llama-server detects from the draft file (:func:`detect_spec_type`).
+    implementation serves both, and DFlash2 is a ``draft-dflash`` draft with a selector), or the
+    siblings that keep a memory of the conversation too: ``draft-eagle3`` (a draft context made with
+    Context.draft) and ``draft-mtp`` (Context.mtp, over the target's own MTP head). Without it, the
+    type is what llama-server detects from the draft file (:func:`detect_spec_type`).
     Create it before the target decodes anything: its constructor turns on layer-input
     extraction on the target and non-causal attention on the draft. ``process*`` return what
     ``common_speculative_process`` answered (False is what makes llama-server answer HTTP 500);
@@ -52,10 +54,12 @@ class Speculative(_Owner):
                 "create Speculative before the target decodes anything: DFlash turns on the extraction of the "
                 "target's layer inputs in its constructor"
             )
-        if not draft.model.target_layer_ids:
-            raise IncompatibleModelsError(f"{draft.model.path} has no target_layer_ids: not a DFlash draft")
+        self._rt = runtime()
+        spec_type = spec_type or detect_spec_type(draft.model.path)
+        if spec_type in BLOCK_DRAFTERS + ("draft-eagle3",) and not draft.model.target_layer_ids:
+            raise IncompatibleModelsError(f"{draft.model.path} has no target_layer_ids: not a {spec_type} draft")
         block = draft.model.dflash_block_size
-        if draft.n_ubatch < block:
+        if spec_type in BLOCK_DRAFTERS and draft.n_ubatch < block:
             # the noise block is decoded non-causally, in one ubatch: llama.cpp asserts on it
             raise ContextError(
                 f"draft context n_ubatch {draft.n_ubatch} < the draft's block size {block}: DFlash decodes its "
@@ -64,7 +68,7 @@ class Speculative(_Owner):
         self._rt = runtime()
         self.target = target
         self.draft_ctx = draft
-        self.spec_type = spec_type or detect_spec_type(draft.model.path)
+        self.spec_type = spec_type
         params: dict[str, Any] = {"n_seq": n_seq, "type": spec_type_id(self.spec_type)}
         optional = {"n_max": n_max, "n_min": n_min, "p_min": p_min, "backend_sampling": backend_sampling}
         params.update({k: v for k, v in optional.items() if v is not None})
@@ -198,6 +202,9 @@ def detect_spec_type(path: str | Path) -> str:
         raise IncompatibleModelsError(f"{path}: llama-server detects no speculative type in it ({rt.shim_error()})")
     return SPEC_TYPE_NAMES[value]
 
+
+# the drafters that decode a block of positions at once (common_speculative_impl_draft_dflash)
+BLOCK_DRAFTERS = ("draft-dflash", "draft-dspark")
 
 # common_speculative_type's values in b11434 (common/common.h), by name
 SPEC_TYPE_NAMES = {

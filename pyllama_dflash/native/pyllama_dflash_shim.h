@@ -68,7 +68,7 @@ PYLLAMA_DFLASH_SHIM_API int32_t pyllama_dflash_batch_ext_fill(
         const llama_seq_id     * seq_ids,
         const int8_t           * output);
 
-/* ---- libcommon's speculative driver (draft-dflash, draft-dspark, ...) ------------- */
+/* ---- libcommon's speculative driver (draft-dflash, -dspark, -eagle3, -mtp) -------- */
 
 typedef struct pyllama_dflash_spec pyllama_dflash_spec;
 

@@ -190,10 +190,13 @@ pyllama_dflash_spec * pyllama_dflash_spec_init(
         const pyllama_dflash_spec_params p = params ? *params : pyllama_dflash_spec_default_params();
         if (p.n_seq < 1) return fail("spec_init: n_seq must be >= 1");
         if (p.n_max < 1) return fail("spec_init: n_max must be >= 1");
-        if (p.type != COMMON_SPECULATIVE_TYPE_DRAFT_DFLASH && p.type != COMMON_SPECULATIVE_TYPE_DRAFT_DSPARK) {
+        const bool block = p.type == COMMON_SPECULATIVE_TYPE_DRAFT_DFLASH || p.type == COMMON_SPECULATIVE_TYPE_DRAFT_DSPARK;
+        const bool eagle3 = p.type == COMMON_SPECULATIVE_TYPE_DRAFT_EAGLE3;
+        const bool mtp    = p.type == COMMON_SPECULATIVE_TYPE_DRAFT_MTP;
+        if (!block && !eagle3 && !mtp) {
             return fail("spec_init: type " + std::to_string(p.type) + " (" +
                         common_speculative_type_to_str((common_speculative_type) p.type) +
-                        ") is not a drafter this shim drives (draft-dflash, draft-dspark)");
+                        ") is not a drafter this shim drives (draft-dflash, draft-dspark, draft-eagle3, draft-mtp)");
         }
 
         // what the DFlash constructor would otherwise assert on, or silently get wrong
@@ -205,16 +208,24 @@ pyllama_dflash_spec * pyllama_dflash_spec_init(
         const llama_model * model_tgt = llama_get_model(ctx_tgt);
         const llama_model * model_dft = llama_get_model(ctx_dft);
         const uint32_t n_ids = llama_model_target_layer_ids_n(model_dft);
-        if (n_ids == 0) {
-            return fail("spec_init: the draft model has no target_layer_ids (not a DFlash draft?)");
+        if (!mtp && n_ids == 0) {
+            return fail("spec_init: the draft model has no target_layer_ids (not a DFlash or EAGLE3 draft?)");
+        }
+        if (eagle3 && n_ids != 3) {
+            return fail("spec_init: an EAGLE3 draft reads 3 target layers, this one " + std::to_string(n_ids));
         }
         const int32_t * ids = llama_model_target_layer_ids(model_dft);
-        const int32_t n_layer_tgt = llama_model_n_layer(model_tgt);
-        for (uint32_t k = 0; k < n_ids; ++k) {
+        // EAGLE3 may read one past the last layer: the target's final hidden state
+        const int32_t n_layer_tgt = llama_model_n_layer(model_tgt) + (eagle3 ? 1 : 0);
+        for (uint32_t k = 0; !mtp && k < n_ids; ++k) {
             if (ids[k] < 0 || ids[k] >= n_layer_tgt) {
                 return fail("spec_init: draft target_layer_ids[" + std::to_string(k) + "] = " + std::to_string(ids[k]) +
                             " is outside the target's " + std::to_string(n_layer_tgt) + " layers");
             }
+        }
+        if (mtp && model_dft != model_tgt) {
+            return fail("spec_init: draft-mtp drafts with the target's own MTP head: the draft context must be "
+                        "an MTP context over the target's model");
         }
         if ((uint32_t) p.n_seq > llama_n_seq_max(ctx_tgt) || (uint32_t) p.n_seq > llama_n_seq_max(ctx_dft)) {
             return fail("spec_init: n_seq " + std::to_string(p.n_seq) + " exceeds n_seq_max of target (" +

@@ -28,7 +28,7 @@ from ..scenarios.record import CRASH, DRIFT, ERROR, FAIL, PASS, SKIP, TIE
 from ..scenarios.session import SessionConfig
 from ..tiny import DRAFTERS, TARGET_KINDS
 from . import ctest as ctest_row
-from .report import format_drafters, format_server_table, format_table
+from .report import drafting_around_images, format_drafters, format_server_table, format_siblings, format_table
 
 
 def parser() -> argparse.ArgumentParser:
@@ -90,6 +90,13 @@ def parser() -> argparse.ArgumentParser:
         "--server",
         action="store_true",
         help='also run the llama-server checks (HTTP codes, exactness) per variant, under "server"',
+    )
+    ap.add_argument(
+        "--siblings",
+        action="store_true",
+        help="also measure the sibling drafters that keep a memory of the conversation, draft-mtp (the "
+        "target's own MTP head) and draft-eagle3, on the image scenarios: a table of measurements, under "
+        '"siblings" (with --server, their llama-server checks too, under "server_siblings")',
     )
     real = ap.add_argument_group("real models (instead of the tiny generated ones)")
     real.add_argument("--target", type=Path, help="target GGUF (an M-RoPE model with an mmproj, Qwen3.5-style)")
@@ -213,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
             print(format_server_table(results, variants))
             reasons += [f"{case}: {r}" for r in _server_problems(results)]
         ok = not reasons
+    siblings = server_siblings = None
+    if args.siblings:
+        siblings, server_siblings = _siblings(args, variants, manifests, config)
     wall = time.monotonic() - t0
     for r in reasons:
         print(f"repro: {r}", file=sys.stderr)
@@ -244,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
                 ],
                 **({"server": server} if server is not None else {}),
                 **({"server_family": family_server} if family_server is not None else {}),
+                **({"siblings": siblings} if siblings is not None else {}),
+                **({"server_siblings": server_siblings} if server_siblings is not None else {}),
                 "ok": ok,
                 "wall_s": round(wall, 3),
             },
@@ -325,6 +337,45 @@ def _replay_schedule(args: argparse.Namespace, variants: list[str], fix: str, mo
             args.json, {"schedule": schedule.to_json(), "variants": variants, "fix": fix, "results": results, "ok": ok}
         )
     return 0 if ok else 1
+
+
+SIBLING_SCENARIOS = ("S8", "S1", "S2", "S3", "S4", "S5", "S10", "S11", "S13", "S15")
+
+
+def _siblings(args: argparse.Namespace, variants: list[str], manifests, config: dict) -> tuple[dict, dict | None]:
+    """draft-mtp and draft-eagle3 on the image scenarios (and S8, text only): measured, not judged."""
+    from ..scenarios.models import SIBLINGS, sibling_models
+
+    cases = [(sibling_models(s), list(SIBLING_SCENARIOS)) for s in SIBLINGS]
+    tables = run_cases(
+        cases,
+        variants,
+        config,
+        parallel=args.jobs,
+        drift=False,  # neither has a reconverted twin
+        backend=args.backend if args.backend != "auto" else None,
+        timeout_s=args.timeout,
+    )
+    out = {}
+    for m, _ in cases:
+        table = tables[case_name(m)]
+        for row in table.values():
+            for r in row.values():
+                r["around_images"] = drafting_around_images(r)
+        out[m.drafter] = table
+    print(format_siblings(out, variants, SCENARIOS))
+    server = None
+    if args.server:
+        from ..server import SIBLINGS_CHECKS, run_server_checks
+
+        server = {
+            m.drafter: {v.variant: run_server_checks(v, m, checks=SIBLINGS_CHECKS[m.drafter]) for v in manifests}
+            for m, _ in cases
+        }
+        for sibling, results in server.items():
+            print(f"== llama-server, {sibling} (measured) ==")
+            print(format_server_table(results, variants))
+    return out, server
 
 
 def _server_problems(server: dict[str, dict[str, dict]]) -> list[str]:

@@ -56,7 +56,7 @@ def format_server_table(server: dict[str, dict[str, dict]], variants: list[str])
         codes = "/".join(str(c) for c in st) if isinstance(st, list) else str(st)
         return codes + ("" if r["ok"] else " (!)")
 
-    w0 = max(len(c) for c in checks) + 2
+    w0 = max(len("llama-server check"), *(len(c) for c in checks)) + 2
     widths = [max(len(v), *(len(cell(server[v][c])) for c in checks)) + 2 for v in variants]
     lines = ["llama-server check".ljust(w0) + "".join(v.ljust(w) for v, w in zip(variants, widths, strict=True))]
     lines.append("-" * len(lines[0]))
@@ -87,4 +87,56 @@ def format_drafters(
     for sid in rows:
         lines.append(titles[sid].ljust(w0) + "".join(cell(d, sid).ljust(width) for d in drafters))
     lines.append(f"each cell: {' / '.join(columns)}; {LEGEND}")
+    return "\n".join(lines)
+
+
+def drafting_around_images(result: dict) -> dict:
+    """What a run drafted before the first image and after it: rounds, tokens drafted per round, rounds
+    that drafted nothing, accepted tokens (a measurement of a sibling drafter, not a verdict)."""
+    rounds = result.get("rounds") or []
+    first = next((i for i, r in enumerate(rounds) if r.get("after_image")), None)
+    before, after = (rounds, []) if first is None else (rounds[:first], rounds[first:])
+
+    def side(rs: list[dict]) -> dict:
+        drafted = [r["drafted"] for r in rs]
+        return {
+            "rounds": len(rs),
+            "drafted_per_round": round(sum(drafted) / len(rs), 2) if rs else None,
+            "empty_rounds": sum(1 for d in drafted if d == 0),
+            "accepted": sum(r["accepted"] for r in rs),
+            "drafted": sum(drafted),
+        }
+
+    return {"before_image": side(before), "after_image": side(after)}
+
+
+def format_siblings(tables: dict[str, dict[str, dict[str, dict]]], variants: list[str], scenarios: dict) -> str:
+    """The sibling drafters after an image: per scenario and variant, the run's status, then tokens drafted
+    per round before / after the first image (and rounds after it that drafted nothing). Measurements."""
+    lines = []
+    for sibling, table in tables.items():
+
+        def cell(r: dict) -> str:
+            if r["status"] not in ("PASS", "DEGRADED", "DRIFT"):
+                return r["status"]
+            m = r.get("around_images") or drafting_around_images(r)
+            b, a = m["before_image"], m["after_image"]
+            fmt = lambda side: "-" if side["drafted_per_round"] is None else f"{side['drafted_per_round']:g}"
+            empty = f", {a['empty_rounds']} empty" if a["empty_rounds"] else ""
+            exact = "" if r.get("exact") in (True, None) else ", NOT EXACT"
+            return f"{r['status']} {fmt(b)}/{fmt(a)}{empty}{exact}"
+
+        titles = {sid: f"{sid:4s} {scenarios[sid].title}" for sid in table}
+        w0 = max(len(t) for t in titles.values()) + 2
+        widths = [max(len(v), *(len(cell(table[sid][v])) for sid in table)) + 2 for v in variants]
+        lines.append(f"== {sibling} after an image (measured, no expectation) ==")
+        lines.append("scenario".ljust(w0) + "".join(v.ljust(w) for v, w in zip(variants, widths, strict=True)))
+        lines.append("-" * len(lines[-1]))
+        for sid in table:
+            lines.append(
+                titles[sid].ljust(w0)
+                + "".join(cell(table[sid][v]).ljust(w) for v, w in zip(variants, widths, strict=True))
+            )
+        lines.append("each cell: status, then tokens drafted per round before / after the first image")
+        lines.append("")
     return "\n".join(lines)

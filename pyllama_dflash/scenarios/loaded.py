@@ -21,13 +21,13 @@ class Loaded:
 
     def __init__(self) -> None:
         self._stack = contextlib.ExitStack()
-        self._models: dict[tuple[str, int], api.Model] = {}
+        self._models: dict[tuple[str, int, bool], api.Model] = {}
         self._projectors: dict[tuple, api.Projector] = {}
 
-    def model(self, path: Path, n_gpu_layers: int = 0) -> api.Model:
-        key = (str(Path(path).resolve()), n_gpu_layers)
+    def model(self, path: Path, n_gpu_layers: int = 0, load_mtp: bool = False) -> api.Model:
+        key = (str(Path(path).resolve()), n_gpu_layers, load_mtp)
         if key not in self._models:
-            self._models[key] = self._stack.enter_context(api.Model(path, n_gpu_layers=n_gpu_layers))
+            self._models[key] = self._stack.enter_context(api.Model(path, n_gpu_layers=n_gpu_layers, load_mtp=load_mtp))
         return self._models[key]
 
     def projector(

@@ -122,6 +122,36 @@ def tiny_models(
     )
 
 
+SIBLINGS = ("mtp", "eagle3")  # the drafters that keep a memory of the conversation but are not DFlash's
+
+
+def sibling_models(sibling: str, out_dir: Path | None = None, seed: int = 0) -> ModelSet:
+    """The tiny models of a sibling drafter (issue: what MTP and EAGLE3 do after an image):
+
+    - ``mtp``: the dense target with a Qwen3.5 MTP head (its own file, the trunk byte for byte the
+      dense target's), drafting with ``--spec-type draft-mtp`` over its own head;
+    - ``eagle3``: the dense target and a tiny EAGLE3 draft (``--spec-type draft-eagle3``).
+
+    Neither has a reconverted twin: an EAGLE3 draft's rope is always the plain one, and the MTP head is
+    the target's own (M-RoPE already)."""
+    from ..tiny.eagle3 import FILENAME as EAGLE3_FILE
+    from ..tiny.eagle3 import write_eagle3
+    from ..tiny.target import write_target
+
+    if sibling not in SIBLINGS:
+        raise ValueError(f"unknown sibling drafter {sibling!r} (known: {', '.join(SIBLINGS)})")
+    out = Path(out_dir) if out_dir else cache_root() / "tiny" / f"seed{seed}"
+    base = tiny.write_models(out, seed=seed)
+    g = tiny.gguf_module()
+    if sibling == "mtp":
+        target = out / tiny.target_filename("dense", mtp=True)
+        write_target(target, base.config, seed=seed, mtp=True, gguf=g)
+        return ModelSet(target, target, base.mmproj, spec_type="draft-mtp", drafter="mtp", target_kind="dense")
+    draft = out / EAGLE3_FILE
+    write_eagle3(draft, base.config, seed=seed, gguf=g)
+    return ModelSet(base.target, draft, base.mmproj, spec_type="draft-eagle3", drafter="eagle3", target_kind="dense")
+
+
 def for_schedule(models: ModelSet, drafter: str | None, target: str | None) -> ModelSet:
     """The models a schedule that names a tiny drafter or target kind runs on: those tiny models,
     from the folder of the tiny ones given; the given models themselves when it names neither."""

@@ -128,7 +128,9 @@ class Session:
     def _open(self) -> None:
         cfg, m, enter = self.cfg, self.models, self._stack.enter_context
         loaded = self._loaded or enter(Loaded())
-        self.target_model = loaded.model(m.target, cfg.n_gpu_layers)
+        # draft-mtp drafts with the target's own MTP head: the target is loaded with it
+        mtp = self.speculative and m.spec_type == "draft-mtp"
+        self.target_model = loaded.model(m.target, cfg.n_gpu_layers, load_mtp=mtp)
         self.target = enter(
             api.Context(
                 self.target_model,
@@ -143,7 +145,10 @@ class Session:
         )
         self.spec: api.Speculative | None = None
         self.draft: api.Context | None = None
-        if self.speculative:
+        if self.speculative and mtp:
+            self.draft_model = self.target_model
+            self.draft = enter(api.Context.mtp(self.target))
+        elif self.speculative:
             self.draft_model = loaded.model(m.draft, cfg.n_gpu_layers)
             self.draft = enter(
                 api.Context.draft(
@@ -153,6 +158,7 @@ class Session:
                     n_ubatch=cfg.draft_n_ubatch or cfg.draft_n_batch or cfg.n_ubatch,
                 )
             )
+        if self.speculative:
             # before the target decodes anything: the driver turns on layer-input extraction
             self.spec = enter(
                 api.Speculative(

@@ -8,7 +8,7 @@
   :func:`run_server_checks` (:mod:`.run`) runs them on one variant.
 """
 
-from .checks import CHECKS, FAMILY, REGISTRY, Check, check
+from .checks import CHECKS, FAMILY, REGISTRY, SIBLINGS_CHECKS, Check, check
 from .expect import SPEC_BATCH_ERROR, Expect, Result, Seen
 from .process import (
     HOST,
@@ -30,6 +30,7 @@ __all__ = [
     "FAMILY",
     "HOST",
     "REGISTRY",
+    "SIBLINGS_CHECKS",
     "SPEC_BATCH_ERROR",
     "Check",
     "Expect",

@@ -105,8 +105,10 @@ def model_args(
     if getattr(models, "mmproj", None):
         args += ["--mmproj", str(models.mmproj)]
     if draft:
-        args += ["-md", str(models.draft)]
         spec_type = spec_type or getattr(models, "spec_type", None) or "draft-dflash"
+        # draft-mtp drafts with the target's own MTP head: no draft file (the model set names the target)
+        if not (spec_type == "draft-mtp" and models.draft == models.target):
+            args += ["-md", str(models.draft)]
         if spec_type != "auto":
             args += ["--spec-type", spec_type]
         n_max = n_draft_max if n_draft_max is not None else getattr(models, "n_draft_max", None)

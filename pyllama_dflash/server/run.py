@@ -92,9 +92,9 @@ def run_server_checks(
             else (str(server) if isinstance(server, str) and os.sep not in str(server) else None)
         )
     wanted = list(checks) if checks is not None else list(CHECKS)
-    unknown = sorted(set(wanted) - set(CHECKS))
+    unknown = sorted(set(wanted) - set(REGISTRY))
     if unknown:
-        raise ValueError(f"unknown server checks {unknown}; known: {', '.join(CHECKS)}")
+        raise ValueError(f"unknown server checks {unknown}; known: {', '.join(REGISTRY)}")
     real = bool(getattr(models, "real", False))
     base = options or (ServerOptions(n_ctx=4096, threads=min(8, os.cpu_count() or 1)) if real else ServerOptions())
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="pyllama-dflash-server-"))

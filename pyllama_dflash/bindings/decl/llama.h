@@ -25,6 +25,12 @@ enum llama_rope_type {
     ...
 };
 
+enum llama_context_type {
+    LLAMA_CONTEXT_TYPE_DEFAULT,
+    LLAMA_CONTEXT_TYPE_MTP,
+    ...
+};
+
 enum llama_flash_attn_type {
     LLAMA_FLASH_ATTN_TYPE_AUTO,
     LLAMA_FLASH_ATTN_TYPE_DISABLED,
@@ -58,6 +64,7 @@ struct llama_model_params {
     int32_t n_gpu_layers;
     bool vocab_only;
     bool check_tensors;
+    bool load_mtp;
     ...;
 };
 
@@ -76,6 +83,7 @@ struct llama_context_params {
     bool no_perf;
     bool kv_unified;
     struct llama_context * ctx_other;
+    enum llama_context_type ctx_type;
     ...;
 };
 

@@ -39,6 +39,7 @@ class Check:
     run: Callable[[Any], Result]
     expected: dict[str, Expect]  # kind -> what it must see; a kind not given takes the fix's
     family: bool  # one of the checks each drafter of the family runs (FAMILY)
+    sibling: str | None = None  # a check of a sibling drafter's models (mtp, eagle3), not the DFlash family's
 
     def expect(self, v: Variant | None, *, drafter: str = "dflash") -> Expect:
         kind = _kind(v)
@@ -56,9 +57,10 @@ class Check:
 REGISTRY: dict[str, Check] = {}
 
 
-def check(name: str, *, family: bool = False, **expected: Expect) -> Callable:
+def check(name: str, *, family: bool = False, sibling: str | None = None, **expected: Expect) -> Callable:
     """Register a check under ``name`` with its expectations (``baseline=``, ``seed=``, ``fix=``,
-    ``slots=``); ``family``: it also runs for every drafter of the family."""
+    ``slots=``); ``family``: it also runs for every drafter of the family; ``sibling``: it runs on that
+    sibling drafter's models (``mtp``, ``eagle3``) instead, under ``repro --siblings --server``."""
     unknown = set(expected) - {BASELINE, SEED, FIX, SLOTS}
     if unknown or FIX not in expected:
         raise ValueError(f"check {name}: expectations for {sorted(unknown)} (known: baseline, seed, fix, slots)")
@@ -66,7 +68,7 @@ def check(name: str, *, family: bool = False, **expected: Expect) -> Callable:
     def register(fn: Callable[[Any], Result]) -> Callable[[Any], Result]:
         if name in REGISTRY:
             raise ValueError(f"check {name} is registered twice")
-        REGISTRY[name] = Check(name, fn, expected, family)
+        REGISTRY[name] = Check(name, fn, expected, family, sibling)
         return fn
 
     return register
@@ -90,8 +92,12 @@ def server_facts(srv: ServerProcess) -> dict:
 
 
 # the checks register themselves on import, in this order: the order they run and are reported in
-for _module in ("requests", "slots", "faults", "drafting"):
+for _module in ("requests", "slots", "faults", "drafting", "siblings"):
     importlib.import_module(f"{__name__}.{_module}")
 
-CHECKS = tuple(REGISTRY)
-FAMILY = tuple(name for name, c in REGISTRY.items() if c.family)  # what each drafter of the family runs
+CHECKS = tuple(name for name, c in REGISTRY.items() if c.sibling is None)  # on the DFlash family's models
+FAMILY = tuple(name for name in CHECKS if REGISTRY[name].family)  # what each drafter of the family runs
+SIBLINGS_CHECKS = {
+    s: tuple(name for name, c in REGISTRY.items() if c.sibling == s)
+    for s in dict.fromkeys(c.sibling for c in REGISTRY.values() if c.sibling)
+}
