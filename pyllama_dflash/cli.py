@@ -33,6 +33,7 @@ TOOLS: dict[str, tuple[str, str]] = {
     "mutate": ("pyllama_dflash.mutate.__main__", "mutation testing: does the harness notice the fix broken?"),
     "bench": ("pyllama_dflash.bench.__main__", "the project's performance figures, as side-by-side ratios"),
     "tiny": ("pyllama_dflash.tiny.__main__", "write the tiny target/draft/mmproj GGUFs"),
+    "soak": ("pyllama_dflash.soak.__main__", "a bounded soak of a variant's llama-server through real clients"),
     "upgrade": (
         "pyllama_dflash.upgrade.__main__",
         "add rope.dimension_sections to a legacy DFlash draft for an M-RoPE target",

@@ -1,0 +1,84 @@
+"""``pyllama-dflash soak``: a bounded soak of the fix's llama-server through real clients.
+
+Several hundred requests from concurrent clients on four slots, with the RAM prompt cache on: image
+and text chats, streaming and not (part of them through the openai client), slot saves and restores,
+and a few malformed requests. Every answer is judged (status, greedy output equal to the server
+without the draft, no HTTP 500 on the fix); the summary gives requests, failures by kind, throughput
+with and without the draft, and the server's memory at start and end. Exit 0 when nothing failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from ..flags import common_parser, export, pick, tool_prog
+from ..llamabuild import BuildError, find_built, variant
+from ..llamabuild.patchset import BASELINE
+from ..scenarios.models import tiny_models
+from .run import KINDS, soak
+
+
+def parser() -> argparse.ArgumentParser:
+    shared = common_parser("variants", "backend", "cpu", "patches")
+    ap = argparse.ArgumentParser(
+        prog=tool_prog("python -m pyllama_dflash.soak"), description=__doc__.split("\n\n")[0], parents=[shared]
+    )
+    ap.add_argument("--requests", type=int, default=300, help="requests in the workload (default: %(default)s)")
+    ap.add_argument("--clients", type=int, default=4, help="concurrent clients, one per slot (default: %(default)s)")
+    ap.add_argument(
+        "--time-limit", type=float, default=600.0, metavar="S", help="stop after S seconds (default: %(default)s)"
+    )
+    ap.add_argument("--seed", type=int, default=0, help="the workload's seed (default: %(default)s)")
+    ap.add_argument("--drafter", default="dflash", help="the tiny drafter to run (default: %(default)s)")
+    ap.add_argument(
+        "--kinds",
+        help=f"comma-separated request kinds to draw from (default: all: {', '.join(KINDS)})",
+    )
+    ap.add_argument("--json", type=Path, metavar="PATH", help="write the reports as JSON")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    export(args)
+    names = [v.strip() for v in args.variants.split(",")] if args.variants else None
+    try:
+        manifests = find_built(names or ["all"], backend=args.backend)
+    except BuildError as e:
+        print(f"soak: error: {e} (build it first: pyllama-dflash build)", file=sys.stderr)
+        return 2
+    if names is None:
+        manifests = manifests[-1:]  # the fix, the last of the series
+    models = tiny_models(drafter=args.drafter)
+    work = Path(tempfile.mkdtemp(prefix="pyllama-dflash-soak-"))
+    reports, ok = {}, True
+    for m in manifests:
+        baseline = variant(m.variant).role == "baseline"
+        r = soak(
+            m.binary("llama-server"),
+            models,
+            variant=m.variant,
+            n_requests=args.requests,
+            clients=args.clients,
+            time_limit_s=args.time_limit,
+            seed=args.seed,
+            kinds=tuple(pick(args.kinds, KINDS, "--kinds")),
+            work_dir=work / m.variant,
+            expect_500=baseline,
+        )
+        print(r.summary())
+        reports[m.variant] = r.to_json()
+        ok &= r.ok or m.variant == BASELINE
+    if args.json:
+        from ..files import atomic_write_json
+
+        atomic_write_json(args.json, reports)
+    print(f"soak: logs in {work}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
