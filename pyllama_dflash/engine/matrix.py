@@ -124,6 +124,12 @@ def server_config(variant: str, config: dict) -> dict:
     return {**config, "server_saves_draft": saves_draft_with_slot(variant)}
 
 
+def reference_config(config: dict) -> dict:
+    """The drift reference's session config: baseline's slot loop, following the history a target-only
+    restore leaves (SessionConfig.history_restores)."""
+    return {**server_config(BASELINE, config), "history_restores": True}
+
+
 Table = dict[str, dict[str, dict]]  # table[scenario][column]
 
 
@@ -150,7 +156,7 @@ def run_cases(
         for sid in scenarios:
             jobs += [Job(sid, v, models, server_config(v, config), **job_options) for v in variants]
             if drift:
-                jobs.append(Job(sid, BASELINE, models, server_config(BASELINE, config), twin=True, **job_options))
+                jobs.append(Job(sid, BASELINE, models, reference_config(config), twin=True, **job_options))
     results = run_jobs(jobs, parallel, work_dir)
     by_key = {(j.case, *j.key): r for j, r in zip(jobs, results, strict=True)}
     tables: dict[str, Table] = {}
@@ -187,10 +193,10 @@ def prove_ties(
     """Where a run drifted, replay its reference with the fix's cell layout and judge again: a drift
     that replay drafts too is a tie broken by the cells' order (TIE). One replay per drifting row;
     the tables (their rows holding each variant's result and the REFERENCE) are judged in place."""
-    layout_config = {**config, "twin_fill_layout": True}
+    layout_config = {**reference_config(config), "twin_fill_layout": True}
     tables = {case_name(models): table for models, table in cases}
     jobs = [
-        Job(sid, BASELINE, models, server_config(BASELINE, layout_config), twin=True, **job_options)
+        Job(sid, BASELINE, models, layout_config, twin=True, **job_options)
         for models, table in cases
         for sid, row in table.items()
         if any(row[v].get("status") == DRIFT and row[v].get("drift") for v in variants)

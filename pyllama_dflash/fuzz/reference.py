@@ -24,7 +24,9 @@ from .schedule import Schedule
 
 
 class ReferenceProcess:
-    """``drafts(schedule)`` -> {"status", "rounds"}: what the twin drafts on baseline."""
+    """``drafts(schedule)`` -> {"status", "rounds"}: what the twin drafts on baseline, following the
+    history a target-only restore leaves (SessionConfig.history_restores); with ``layout`` its cells laid
+    out as the fix lays a legacy draft's (SessionConfig.twin_fill_layout), for the tie check."""
 
     def __init__(self, models: ModelSet, config: dict | None = None, backend: str | None = None) -> None:
         _twin_of(models)  # refused here, not in the child
@@ -47,10 +49,10 @@ class ReferenceProcess:
             env={**os.environ, "PYTHONFAULTHANDLER": "1"},
         )
 
-    def drafts(self, schedule: Schedule) -> dict:
+    def drafts(self, schedule: Schedule, layout: bool = False) -> dict:
         assert self._proc.stdin is not None and self._proc.stdout is not None
         try:
-            self._proc.stdin.write(json.dumps(schedule.to_json()) + "\n")
+            self._proc.stdin.write(json.dumps({"schedule": schedule.to_json(), "layout": layout}) + "\n")
             self._proc.stdin.flush()
             line = self._proc.stdout.readline()
             return json.loads(line)
@@ -104,11 +106,17 @@ def main(argv: list[str]) -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     for line in sys.stdin:
-        schedule = Schedule.from_json(json.loads(line))
+        ask = json.loads(line)
+        schedule = Schedule.from_json(ask["schedule"])
         # the twin of the drafter and target the schedule runs on (see execute)
         twin = _twin_of(for_schedule(models, schedule.drafter, schedule.target))
-        outcome = execute(replace(schedule, drafter=None, target=None), twin, config, check=False)
-        out.write(json.dumps({"status": outcome.status, "rounds": [asdict(r) for r in outcome.record.rounds]}) + "\n")
+        cfg = {**config, "history_restores": True, **({"twin_fill_layout": True} if ask.get("layout") else {})}
+        try:
+            outcome = execute(replace(schedule, drafter=None, target=None), twin, cfg, check=False)
+            answer = {"status": outcome.status, "rounds": [asdict(r) for r in outcome.record.rounds]}
+        except Exception as e:  # a harness error on one schedule: an answer that judges nothing, not a death
+            answer = {"status": "ERROR", "rounds": [], "error": f"{type(e).__name__}: {e}"}
+        out.write(json.dumps(answer) + "\n")
         out.flush()
     return 0
 

@@ -59,7 +59,7 @@ def search(
     exact: bool = False,
     config: dict | None = None,
     ignore: frozenset[str] = frozenset(),
-    reference: Callable[[Schedule], dict] | None = None,
+    reference: Callable[..., dict] | None = None,
     weighted: bool = True,
     drafters: tuple[str, ...] = (),
     targets: tuple[str, ...] = (),
@@ -121,7 +121,7 @@ def _minimize(
     config: dict | None,
     exact: bool,
     result: SearchResult,
-    reference: Callable[[Schedule], dict] | None,
+    reference: Callable[..., dict] | None,
 ) -> None:
     """Hypothesis's shrunk schedule, then minimize()'s pass on its steps; the failure is the final run's."""
     last: list[Violation] = []

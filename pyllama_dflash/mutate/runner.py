@@ -34,7 +34,16 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..engine.matrix import REFERENCE, Job, case_name, prove_ties, run_cases, run_matrix, server_config
+from ..engine.matrix import (
+    REFERENCE,
+    Job,
+    case_name,
+    prove_ties,
+    reference_config,
+    run_cases,
+    run_matrix,
+    server_config,
+)
 from ..env import PATCHES_ENV
 from ..errors import BuildError
 from ..llamabuild import BuildOptions, build, variant
@@ -108,7 +117,7 @@ def write_series(mutant: Mutant, fixed: dict[str, str], series: Series, pristine
 
 def references(models: ModelSet, config: dict, parallel: int, work: Path) -> dict[str, dict]:
     """The drift references, once for every mutant: each scenario on baseline with the twin."""
-    jobs = [Job(sid, BASELINE, models, server_config(BASELINE, config), twin=True) for sid in SCENARIOS]
+    jobs = [Job(sid, BASELINE, models, reference_config(config), twin=True) for sid in SCENARIOS]
     results = run_matrix(jobs, parallel, work / "references")
     return {sid: results[(sid, f"{BASELINE}+twin")] for sid in SCENARIOS}
 

@@ -53,6 +53,11 @@ class SessionConfig:
     # a legacy draft's out, zero rows in a hole before the rows that follow it, removed right after
     # (see _laid_out_like_the_fix); the twin takes the rows either way, only the cells' order changes
     twin_fill_layout: bool = False
+    # the drift oracle's reference follows the history a target-only restore leaves: the restored
+    # conversation continued from its saved point, without what ran after it. The draft's rows past the
+    # restored position belong to that undone part, so they are removed from the reference's draft
+    # (baseline's M-RoPE twin would keep a cell at the restored position beside the new row: X <= Y).
+    history_restores: bool = False
 
     @property
     def cuts_drafts(self) -> bool:
@@ -344,10 +349,15 @@ class Session:
         x, y = self.draft.pos_max(s), int(batch.pos[0].min())
         if x < 0 or y <= x + 1:
             return []
-        pos = np.array([[p, p, p, 0] for p in range(x + 1, y)], dtype=np.int32).T
-        rows = np.zeros((y - x - 1, self.draft.decode_embd_width), np.float32)
-        if self.draft.process(api.Batch.embeddings(rows, pos, seq_id=s)) != 0:
-            return []
+        # in pieces of the draft's ubatch, as the fix fills: a non-causal draft takes one ubatch at a time
+        step = self.draft.n_ubatch
+        for p0 in range(x + 1, y, step):
+            p1 = min(y, p0 + step)
+            pos = np.array([[p, p, p, 0] for p in range(p0, p1)], dtype=np.int32).T
+            rows = np.zeros((p1 - p0, self.draft.decode_embd_width), np.float32)
+            if self.draft.process(api.Batch.embeddings(rows, pos, seq_id=s)) != 0:
+                self.draft.seq_rm(s, x + 1, y)
+                return []
         return [(s, x + 1, y)]
 
     # -- generation ----------------------------------------------------------------------------
@@ -462,6 +472,9 @@ class Session:
         data, st = saved
         ok = self.target.state_seq_set(seq, data)
         self.record.add(Call(step, "target", "llama_state_seq_set_data", seq, ok, pos=(0, st.n_past - 1)))
+        if self.cfg.history_restores and self.draft is not None:
+            ok = self.draft.seq_rm(seq, st.n_past, -1)
+            self.record.add(Call(f"{step} (history)", "draft", "llama_memory_seq_rm", seq, ok, pos=(st.n_past, -1)))
         self.seqs[seq] = SeqState(st.n_past, st.id_last, False, list(st.text_tokens))
 
     def rewind(
