@@ -1,11 +1,15 @@
 """``python -m pyllama_dflash.mutate``: how much of the fix the harness would notice breaking.
 
-Every mutant of the C++ lines the fix variant adds to ``common/speculative.cpp`` (see
-operators.py) is built as a variant and tried with the C++ test, the scenario matrix and,
-optionally, a fixed-seed fuzz (see runner.py). Prints one line per mutant, the survivors, and
-the mutation score: killed / (killed + survived); equivalent mutants (equivalent.json, each
-with its reason) and mutants that do not compile are not counted. Exits 0 when nothing
-survived. Each mutant costs a recompile of one file and a matrix run: about 20 s here.
+Every mutant of the C++ lines the fix variant adds to ``common/speculative.cpp`` and to
+``tools/server/server-context.cpp`` (see operators.py) is built as a variant and tried: a mutant of
+libcommon with the C++ test, the scenario matrix of every drafter and target, the rules tests and,
+optionally, a fixed-seed fuzz; a mutant of llama-server with its slot checks (see runner.py).
+
+Prints one line per mutant, the survivors, and the mutation score: killed / (killed + survived).
+Equivalent mutants (equivalent.json, each with its reason) and mutants that do not compile are
+not counted. Exits 0 when nothing survived. A libcommon mutant costs a recompile of one file and
+a matrix run (about 20 s here); a llama-server mutant a relink of the server and its slot checks
+(about 90 s).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from .runner import (
     EQUIVALENT,
     EQUIVALENT_FILE,
     KILLED,
+    MUTATED_FILES,
     STILLBORN,
     SURVIVED,
     load_equivalents,
@@ -39,7 +44,6 @@ from .runner import (
     write_series,
 )
 
-FILE = "common/speculative.cpp"
 CONFIG = {"n_batch": 16, "n_ubatch": 16}
 
 
@@ -51,6 +55,18 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--list", action="store_true", help="list the mutants and build nothing")
     ap.add_argument("--only", metavar="IDS", help="comma-separated mutant ids (as --list prints them)")
     ap.add_argument("--limit", type=int, help="try at most this many mutants")
+    ap.add_argument(
+        "--files",
+        default=",".join(MUTATED_FILES),
+        help="comma-separated files whose added lines are mutated (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--every",
+        type=int,
+        default=1,
+        metavar="K",
+        help="try every K-th mutant only (a sample; the score then covers the sample)",
+    )
     ap.add_argument(
         "--fuzz-examples",
         type=int,
@@ -83,11 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     read = tree_reader(pristine)
     fixed = apply_series(read, series.prefix(fix))
     own = {rel: fixed[rel] for p in series.prefix(fix) if p.variant != EVERY for rel in p.touched}
-    if FILE not in own:
-        print(f"mutate: error: variant {fix!r} does not change {FILE}", file=sys.stderr)
+    files = [f.strip() for f in args.files.split(",") if f.strip()]
+    missing = [f for f in files if f not in own]
+    if missing:
+        print(f"mutate: error: variant {fix!r} does not change {', '.join(missing)}", file=sys.stderr)
         return 2
-    all_mutants = mutants(FILE, read(FILE), own[FILE])
-    every = all_mutants
+    all_mutants = [m for f in files for m in mutants(f, read(f), own[f])]
+    every = all_mutants[:: max(1, args.every)]
     if args.only:
         wanted = {x.strip() for x in args.only.split(",")}
         every = [m for m in every if m.id in wanted]
@@ -113,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for m in every:
             print(f"{m.id:16s} {m.describe()}")
-        print(f"{len(every)} mutants of {FILE} as variant {fix!r} has it")
+        print(f"{len(every)} mutants of {', '.join(files)} as variant {fix!r} has it")
         return 0
     try:
         equivalents = load_equivalents()
@@ -124,7 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     models = tiny_models()
     work = Path(tempfile.mkdtemp(prefix="pyllama-dflash-mutate-"))
-    print(f"mutate: {len(every)} mutants of {FILE} ({fix}); references on baseline with the twin ...", flush=True)
+    print(
+        f"mutate: {len(every)} mutants of {', '.join(files)} ({fix}); references on baseline with the twin ...",
+        flush=True,
+    )
     refs = references(models, CONFIG, args.jobs, work)
     outcomes = []
     try:
@@ -162,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write_json(
             args.json,
             {
-                "file": FILE,
+                "files": files,
                 "fix": fix,
                 "score": score,
                 "counts": dict(counts),

@@ -16,6 +16,10 @@ first that notices:
    inside one batch, positions that go back), run on the mutant as the series' fix;
 5. optionally, a fixed-seed fuzz.
 
+A mutant of the lines the fix adds to ``tools/server/server-context.cpp`` (patch 0003) is tried with
+the llama-server checks of slot files instead (SERVER_KILLERS, on the mutant's own server): the C++
+test and the matrix never run that file.
+
 A mutant is *killed* when a row's status is not what the fix's expectations allow
 (scenarios.catalog.expectations: a variant the table does not name is held to the fix's bar),
 *stillborn* when it does not compile (not counted), *equivalent* when it survives and
@@ -62,6 +66,22 @@ EQUIVALENT_FILE = Path(__file__).with_name("equivalent.json")
 RULES_TESTS = REPO_DIR / "tests" / "test_patch_rules.py"  # in a checkout; an installed package has no tests
 
 KILLED, SURVIVED, STILLBORN, EQUIVALENT = "killed", "survived", "stillborn", "equivalent"
+SERVER_FILE = "tools/server/server-context.cpp"
+# the files whose added lines are mutated: libcommon's (patches 0001-0002) and llama-server's (0003)
+MUTATED_FILES = ("common/speculative.cpp", SERVER_FILE)
+# the server checks that hold 0003's promises: what kills a mutant of its lines
+SERVER_KILLERS = (
+    "slot_restore",
+    "restore_drafts",
+    "restore_no_draft_part",
+    "restore_corrupt_draft_part",
+    "restore_swapped_parts",
+    "restore_damaged_draft_part",
+    "restore_draft_runs_past",
+    "save_draft_part_unwritable",
+    "restore_clears_without_draft_part",
+    "save_without_draft_removes_stale_part",
+)
 
 
 @dataclass
@@ -156,6 +176,9 @@ def try_mutant(
         return True
 
     try:
+        if mutant.path == SERVER_FILE:
+            _server_stage(out, manifest, models, series_dir, work / mutant.id)
+            return out
         # the test takes a tenth of a second; a mutant that loops forever is killed here, in a minute
         if killed(ctest_row.ROW, ctest_row.run_ctest(manifest, timeout=60)):
             return out
@@ -196,6 +219,20 @@ def try_mutant(
         return out
     finally:
         out.judge_s = time.monotonic() - t1
+
+
+def _server_stage(out: Outcome, manifest, models: ModelSet, series_dir: Path, work: Path) -> None:
+    """0003's mutants: the slot checks on the mutant's llama-server, in order, stopping at the first that
+    notices. A check that errs (a server that died, say) notices too."""
+    from ..server import run_server_checks
+
+    for name in SERVER_KILLERS:
+        r = run_server_checks(manifest, models, checks=[name], work_dir=work, patches_dir=series_dir)[name]
+        out.rows[name] = "PASS" if r["ok"] else "FAIL"
+        if not r["ok"]:
+            out.status, out.killed_by = KILLED, name
+            out.detail = f"{r.get('error') or r.get('status')} (expected {r.get('expected')})"
+            return
 
 
 def family_cases(models: ModelSet) -> list[tuple[ModelSet, list[str]]]:

@@ -13,8 +13,10 @@ import random
 import shutil
 import threading
 import time
+from pathlib import Path
 
 from .. import bodies
+from ..drafts import DEBUG_VERBOSITY, LOGS_NO_DRAFTS, read_drafted_rounds
 from ..expect import Expect, Result, Seen, judged
 from . import check, server_facts
 
@@ -94,6 +96,53 @@ def restore_swapped_parts(ctx) -> Result:
         holds=all(s.ok for s in saves),
     )
     out = judged(ctx.expect("restore_swapped_parts"), seen, cache_n_after_restore=cache_n, **facts)
+    out.details["restore_status"] = restore.status
+    if not restore.ok:
+        out.details["restore_error"] = restore.error_message
+    return out
+
+
+def _draft_state(part: bytes) -> bytes:
+    """The state section of a draft part (0003's framing: magic, version, n_tokens as u32, the tokens, then
+    the state's length as u64 and the state)."""
+    n_tokens = int.from_bytes(part[8:12], "little")
+    return part[12 + 4 * n_tokens :]
+
+
+def _draft_prefix(part: bytes) -> bytes:
+    return part[: len(part) - len(_draft_state(part))]
+
+
+@check("restore_draft_runs_past", **_EXACT_OR_REFUSED)
+def restore_draft_runs_past(ctx) -> Result:
+    """A forged draft part: A's header and tokens (so the binding holds) in front of B's longer draft state.
+    0003 refuses a draft that comes back past its target, whatever the tokens say. Without 0003 there is
+    no draft part to forge."""
+    srv, folder = _session(ctx, "restore_draft_runs_past")
+    with srv:
+        a, b = _tokens(srv, SHORT), _tokens(srv, LONG)
+        ra = srv.completion(a, n_predict=bodies.N_PREDICT)
+        saves = [_save(srv, "a.bin")]
+        rb = srv.completion(b, n_predict=bodies.N_PREDICT)
+        saves.append(_save(srv, "b.bin"))
+        part_a, part_b = folder / "a.bin.draft", folder / "b.bin.draft"
+        if part_a.exists() and part_b.exists():
+            part_a.write_bytes(_draft_prefix(part_a.read_bytes()) + _draft_state(part_b.read_bytes()))
+        other = srv.completion(_tokens(srv, OTHER), n_predict=bodies.N_PREDICT)
+        restore = _restore(srv, "a.bin")
+        last = _continue(srv, a + (ra.tokens or []))
+        facts = server_facts(srv)
+    ref = _reference(ctx, "restore_draft_runs_past", SHORT, ra.tokens or [])
+    cache_n = last.timings.get("cache_n")
+    seen = Seen(
+        [ra, rb, other, last],
+        same_tokens=last.ok and last.tokens == ref,
+        cached=bool(cache_n),
+        restore_status=restore.status,
+        empty_after_restore=not cache_n,
+        holds=all(s.ok for s in saves),
+    )
+    out = judged(ctx.expect("restore_draft_runs_past"), seen, cache_n_after_restore=cache_n, **facts)
     out.details["restore_status"] = restore.status
     if not restore.ok:
         out.details["restore_error"] = restore.error_message
@@ -276,3 +325,83 @@ def save_killed(ctx, rounds: int = 3) -> Result:
         holds=bool(outcomes) and clean and all(o["server_alive"] for o in outcomes),
     )
     return judged(ctx.expect("save_killed"), seen, rounds=outcomes)
+
+
+@check(
+    "restore_clears_without_draft_part",
+    fix=Expect(200, "every", same_tokens=True),
+    slots=Expect(200, "every", same_tokens=True, same_drafts=True),
+)
+def restore_clears_without_draft_part(ctx) -> Result:
+    """0003's promise: a slot file without a draft part clears the draft's sequence. Conversation A is saved,
+    its draft part removed, B runs on the slot, A is restored and continued: with 0003 its drafts must equal
+    those of the same restore on a fresh server, where the draft had nothing to keep. Without 0003 the
+    draft keeps B's rows (not judged: that is restore_drafts' finding)."""
+    runs = {}
+    for label, between in (("after_b", True), ("fresh", False)):
+        srv, folder = _session(ctx, f"restore_clears_{label}", verbosity=DEBUG_VERBOSITY)
+        with srv:
+            a = _tokens(srv, SHORT)
+            first = srv.completion(a, n_predict=bodies.N_PREDICT)
+            saved = _save(srv, "a.bin")
+            (folder / "a.bin.draft").unlink(missing_ok=True)
+            if between:
+                srv.completion(_tokens(srv, LONG), n_predict=bodies.N_PREDICT)
+            else:
+                srv.post("/slots/0?action=erase", {})  # nothing of A left on the slot, draft included
+            restore = _restore(srv, "a.bin")
+            since = srv.log_path.stat().st_size
+            last = _continue(srv, a + (first.tokens or []))
+            facts = server_facts(srv)
+        rounds = _rounds(ctx, srv.log_path, since, last)
+        runs[label] = {"first": first, "saved": saved, "restore": restore, "last": last, "rounds": rounds, **facts}
+    after, fresh = runs["after_b"], runs["fresh"]
+    readable = after["rounds"] is not None
+    same = readable and bool(after["rounds"]) and after["rounds"] == fresh["rounds"]
+    seen = Seen(
+        [after["first"], after["restore"], after["last"]],
+        same_tokens=after["last"].ok and fresh["last"].ok and after["last"].tokens == fresh["last"].tokens,
+        same_drafts=same if readable else ctx.expect("restore_clears_without_draft_part").same_drafts,
+        holds=after["saved"].ok and fresh["restore"].ok,
+    )
+    return judged(
+        ctx.expect("restore_clears_without_draft_part"),
+        seen,
+        drafted=after["rounds"],
+        drafted_fresh=fresh["rounds"],
+        server_alive=after["server_alive"],
+        log=after["log"],
+    )
+
+
+def _rounds(ctx, log: Path, since: int, last) -> list[list[int]] | None:
+    if getattr(ctx.models, "drafter", "dflash") in LOGS_NO_DRAFTS:
+        return None
+    stats = last.draft_stats or {}
+    return read_drafted_rounds(log, since=since, drafted=stats.get("draft_n"), seq=0)
+
+
+@check("save_without_draft_removes_stale_part", fix=Expect(200, "every"))
+def save_without_draft_removes_stale_part(ctx) -> Result:
+    """0003's promise: a server without a draft that saves over a slot file removes the draft part an
+    earlier save left under that name, so a restore never pairs it with the new target part."""
+    srv, folder = _session(ctx, "stale_part_with_draft")
+    with srv:
+        first = srv.completion(_tokens(srv, SHORT), n_predict=bodies.N_PREDICT)
+        with_draft = _save(srv, "s.bin")
+    had_part = (folder / "s.bin.draft").exists()
+    srv = ctx.server("stale_part_without_draft", draft=False, n_parallel=1, slot_save_path=folder, cache_ram_mib=0)
+    with srv:
+        second = srv.completion(_tokens(srv, LONG), n_predict=bodies.N_PREDICT)
+        without = _save(srv, "s.bin")
+        facts = server_facts(srv)
+    left = (folder / "s.bin.draft").exists()
+    writes_draft = bool(ctx.variant and ctx.variant.saves_draft)
+    seen = Seen([first, with_draft, second, without], holds=(had_part and not left) if writes_draft else not left)
+    return judged(
+        ctx.expect("save_without_draft_removes_stale_part"),
+        seen,
+        draft_part_after_the_draft_save=had_part,
+        draft_part_after_the_plain_save=left,
+        **facts,
+    )
