@@ -12,7 +12,7 @@ from conftest import VARIANTS
 from pyllama_dflash.engine.matrix import Job, run_matrix
 from pyllama_dflash.llamabuild import VariantNotBuilt, find
 from pyllama_dflash.llamabuild.toolchain import nvidia_gpu_present
-from pyllama_dflash.scenarios.catalog import SCENARIOS, expectations
+from pyllama_dflash.scenarios.catalog import SCENARIOS, expectations, meets
 
 
 def _cuda_builds() -> bool:
@@ -45,4 +45,4 @@ def gpu_matrix(model_set, tmp_path_factory):
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_gpu_matrix_cell(gpu_matrix, scenario, variant):
     result = gpu_matrix[(scenario, variant)]
-    assert result["status"] in expectations(variant)[scenario], (scenario, variant, result.get("first_failure"))
+    assert meets(expectations(variant)[scenario], result), (scenario, variant, result.get("first_failure"))

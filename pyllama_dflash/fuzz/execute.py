@@ -113,6 +113,9 @@ def execute(
     if tie:
         status = "TIE"
     stats["starved_rounds"] = len(record.starved_rounds)
+    # schedules where draft() met a draft behind the target, per sequence (S10 on seq 0, S16 on seq 1)
+    for seq in (0, 1):
+        stats[f"behind_on_seq{seq}"] = int(any(r.draft_behind and r.seq == seq for r in record.rounds))
     return Outcome(status, violation, record, stats, time.monotonic() - t0, tie)
 
 

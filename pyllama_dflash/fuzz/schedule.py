@@ -112,6 +112,7 @@ def prompt_cells(parts: list) -> int:
 class Slot:
     cells: int
     sampled: bool
+    seq: int = 0  # the sequence it was saved from
 
 
 @dataclass
@@ -216,7 +217,7 @@ class Tracker:
         elif op == "generate":
             sm.cells += step["n"] + GEN_EXTRA
         elif op == "save":
-            self.slots[step["name"]] = Slot(sm.cells, sm.sampled)
+            self.slots[step["name"]] = Slot(sm.cells, sm.sampled, step["seq"])
             sm.checkpoints.append(step["name"])
         elif op == "restore":
             slot = self.slots[step["name"]]

@@ -4,7 +4,8 @@ A raw step is a small tuple of integers. Most are *requests*, shaped like llama-
 boundary (continue the sequence's cache, rewind it to a checkpoint or to 0, or restore a saved
 state into the target alone), a prompt (text, or text and images; or none, as when a cached
 prompt is the whole prompt: S10), then drafting rounds. The others are a two-sequence text
-batch and a standalone drafting round, which interleave the sequences further.
+batch, a standalone drafting round, which interleave the sequences further, and the second
+slot restored to a state saved from the first, then drafting (S16).
 
 Like llama-server, every request is checkpointed after its prompt and again after its
 generation, so a rewind or a restore always has states to pick from (were saves drawn
@@ -67,9 +68,15 @@ _restore_and_generate = st.tuples(
     st.just("request"), _seq, st.just(RESTORE), _pick, st.just(("none",)), st.integers(1, MAX_GEN)
 )
 
+# the same on the second slot with a state saved from the first: the draft is behind on a sequence
+# other than 0 (S16), where a fill that draft() makes must be removed from that sequence
+_adopt_and_generate = st.tuples(st.just("adopt"), _pick, st.integers(1, MAX_GEN))
+
 # one_of draws a branch uniformly, and drops a strategy object it already has: three distinct
 # request strategies make requests three times as likely as each of the others
-raw_steps = st.one_of(_request(_grid), _request(_grid), _request(_grid), _generate, _batch, _restore_and_generate)
+raw_steps = st.one_of(
+    _request(_grid), _request(_grid), _request(_grid), _generate, _batch, _restore_and_generate, _adopt_and_generate
+)
 # the strategy before the weighting above, kept to measure what the weighting buys (fuzz --unweighted)
 raw_steps_unweighted = st.one_of(_request(_free_grid), _request(_free_grid), _request(_free_grid), _generate, _batch)
 
@@ -111,6 +118,17 @@ def expand(raw: RawStep, t: Tracker, index: int) -> list[Step]:
         if t.n_seq < 2:
             return []
         return [{"op": "batch", "texts": [[0, words(raw[1], index)], [1, words(raw[2], index + 7)]]}]
+    if kind == "adopt":
+        names = [name for name, slot in t.slots.items() if slot.seq == 0]
+        if t.n_seq < 2 or not names:
+            return []
+        # a slot that never ran has an empty draft, which is not behind: a short request on it first
+        first = [{"op": "prompt", "seq": 1, "parts": [words(1, index)]}] if t.seqs[1].cells == 0 else []
+        return first + [
+            {"op": "restore", "seq": 1, "name": names[raw[1] % len(names)]},
+            {"op": "generate", "seq": 1, "n": raw[2]},
+            {"op": "save", "seq": 1, "name": None},
+        ]
     seq = raw[1] % t.n_seq
     if kind == "generate":
         return [{"op": "generate", "seq": seq, "n": raw[2]}]

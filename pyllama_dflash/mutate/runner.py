@@ -54,7 +54,7 @@ from ..llamabuild import BuildOptions, build, variant
 from ..llamabuild.patchset import BASELINE, Series
 from ..paths import REPO_DIR
 from ..repro import ctest as ctest_row
-from ..scenarios.catalog import SCENARIOS, expectations
+from ..scenarios.catalog import SCENARIOS, expectations, meets
 from ..scenarios.drift import judge
 from ..scenarios.models import ModelSet, tiny_models
 from ..scenarios.record import PASS
@@ -169,7 +169,7 @@ def try_mutant(
     def killed(row: str, result: dict, drafter: str = "dflash", target: str = "dense") -> bool:
         label = row if (drafter, target) == ("dflash", "dense") else f"{row} {drafter}/{target}"
         out.rows[label] = result["status"]
-        if result["status"] in expectations(mutant_variant, drafter=drafter, target=target)[row]:
+        if meets(expectations(mutant_variant, drafter=drafter, target=target)[row], result):
             return False
         out.status, out.killed_by = KILLED, label
         out.detail = f"{result['status']}: {result.get('first_failure')}"

@@ -15,7 +15,9 @@ comparison is still reported for a ``DEGRADED`` one.
 
 Ties are proven, not excused: where the drafts differ, the reference is replayed once more with
 the fix's cell layout (``SessionConfig.twin_fill_layout``: zero rows in each hole of the twin
-before the rows after it, removed right after, as patch 0002 does to a legacy draft). The twin's
+before the rows after it, removed right after, as patch 0002 does to a legacy draft; and, where a
+round begins with the draft behind, zero rows in the hole for that round's noise block, removed
+after it, as 0002's draft() does). The twin's
 cells then hold the same values in the fix's order. Where that replay drafts exactly what the run
 drafted, the difference was a tie broken by the order attention sums in: ``TIE``, counted and
 reported with its round, not a violation. Where it does not, ``DRIFT``.
@@ -121,9 +123,13 @@ def judge(result: dict, reference: dict | None, layout: dict | None = None) -> d
         if result["status"] == PASS:
             result["status"] = DRIFT
             result["first_failure"] = drift.summary()
-            if layout is not None and is_tie(result["drafts"], layout):
+            # a drift confined to rounds that began behind is the documented draft()-side exception and
+            # stays DRIFT; past those rounds, the layout replay (which fills a behind twin in draft() too,
+            # as the fix does) must draft what the run drafted
+            if layout is not None and not drift.behind_only and is_tie(result["drafts"], layout):
                 result["status"] = TIE
-                result["tie"] = {"round": drift.round, "layout_replay": layout.get("status")}
+                behind = sum(1 for r in result["drafts"] if r["behind"])
+                result["tie"] = {"round": drift.round, "layout_replay": layout.get("status"), "rounds_behind": behind}
                 result["first_failure"] = "a tie broken by the KV cells' order: " + drift.summary()
     return result
 

@@ -51,7 +51,8 @@ class SessionConfig:
     backend_sampling: bool | None = None
     # the drift oracle's tie check: lay an M-RoPE draft's (the twin's) cells out as patch 0002 lays
     # a legacy draft's out, zero rows in a hole before the rows that follow it, removed right after
-    # (see _laid_out_like_the_fix); the twin takes the rows either way, only the cells' order changes
+    # (_fill_like_the_fix: the twin takes the rows either way, only the cells' order changes), and
+    # zero rows for the noise block of a round that begins behind (_round: as 0002's draft() fills)
     twin_fill_layout: bool = False
     # the drift oracle's reference follows the history a target-only restore leaves: the restored
     # conversation continued from its saved point, without what ran after it. The draft's rows past the
@@ -345,8 +346,12 @@ class Session:
         pinned = batch.kind != "tokens" and batch.n_tokens > 1 and int(batch.pos[0].min()) == int(batch.pos[0].max())
         if len(seqs) != 1 or pinned:
             return []  # several sequences, or a pinned image batch (process() skips it)
-        s = int(seqs[0])
-        x, y = self.draft.pos_max(s), int(batch.pos[0].min())
+        return self._fill_hole(int(seqs[0]), int(batch.pos[0].min()))
+
+    def _fill_hole(self, s: int, y: int) -> list[tuple[int, int, int]]:
+        """Zero rows in the draft's positions between its last one and y on sequence s, as 0002's
+        prepare_draft() fills a legacy draft: [(s, p0, p1)] to remove afterwards, or [] (no hole)."""
+        x = self.draft.pos_max(s)
         if x < 0 or y <= x + 1:
             return []
         # in pieces of the draft's ubatch, as the fix fills: a non-causal draft takes one ubatch at a time
@@ -387,7 +392,12 @@ class Session:
         behind = refused = False
         if self.spec is not None and n_draft > 0:
             behind = 0 <= self.draft.pos_max(seq) < pos0 - 1
+            # the tie check's twin is filled as 0002's draft() fills a legacy draft that is behind: for
+            # the noise block's decode only (its rows attend to the zero rows too), removed right after
+            filled = self._fill_hole(seq, pos0) if behind and self.cfg.twin_fill_layout else []
             drafted = self.spec.draft(seq, id_last, pos0, n_max=n_draft)  # trims the noise block like llama-server
+            for s, p0, p1 in filled:
+                self.draft.seq_rm(s, p0, p1)
             lines = [str(x) for x in self.spec.last_log]
             refused = any(DRAFT_REFUSED in line for line in lines)
             self.record.add(
