@@ -316,32 +316,6 @@ class BatchBuffers:
         self.struct.logits = self._logits
 
 
-def fill_batch_per_row(
-    rt: Runtime,
-    batch: Any,
-    embd: np.ndarray,
-    pos: np.ndarray,
-    seq_id: int = 0,
-) -> None:
-    """The naive way (for the benchmark): fill a ``llama_batch *`` row by row from Python.
-
-    Each row: its embedding (one memmove of n_embd floats), n_pos positions, seq id, output flag.
-    """
-    ffi = rt.ffi
-    n_tokens, n_embd = embd.shape
-    n_pos = pos.shape[0]
-    row_bytes = n_embd * 4
-    src = ffi.from_buffer("float[]", np.ascontiguousarray(embd, dtype=np.float32))
-    for i in range(n_tokens):
-        ffi.memmove(batch.embd + i * n_embd, src + i * n_embd, row_bytes)
-        for j in range(n_pos):
-            batch.pos[j * n_tokens + i] = int(pos[j, i])
-        batch.n_seq_id[i] = 1
-        batch.seq_id[i][0] = seq_id
-        batch.logits[i] = 0
-    batch.n_tokens = n_tokens
-
-
 # ---- speculative driver (the shim) ------------------------------------------------------------
 
 

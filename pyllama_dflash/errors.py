@@ -11,6 +11,7 @@ works. Messages name the file or parameter and the reason. Errors that carry fie
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +61,6 @@ class NativeCallError(PyllamaError):
     """A native call failed in a way that is not a plain return code (shim error, NULL result)."""
 
     def __init__(self, call: str, message: str, log_lines: list[Any] | None = None) -> None:
-        from .logs import (
-            format_lines,  # logs imports nothing of ours; errors stays importable alone
-        )
-
         self.call = call
         self.message = message
         self.log_lines = log_lines or []
@@ -103,6 +100,11 @@ def short_native_line(line: str) -> str:
         r"^(?P<file>\S*?(?P<rel>(?:src|ggml|common|tools|include)/\S+?)):(?P<line>\d+): (?P<msg>.*)$", line.strip()
     )
     return f"{m['msg']} at {m['rel']}:{m['line']}" if m else line.strip()
+
+
+def format_lines(lines: Iterable[Any]) -> str:
+    """Native log lines (``logs.LogLine``, or their text) one per line, as an error quotes them."""
+    return "\n".join(str(ln) for ln in lines)
 
 
 class ChildError(PyllamaError):

@@ -66,9 +66,9 @@ def default_file_mode() -> int:
     return 0o666 & ~umask
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write data through :func:`atomic_path`, synced to disk before the rename."""
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> None:
+    """Write data through :func:`atomic_path` (``mode`` as there), synced to disk before the rename."""
+    with atomic_path(path, mode=mode) as tmp, open(tmp, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())

@@ -23,12 +23,12 @@ import logging
 import re
 import tempfile
 import threading
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .bindings.callbacks import native_callback
+from .errors import format_lines as format_lines  # the errors quote log lines too
 
 LOGGER_PREFIX = "pyllama_dflash"
 SOURCES = ("llama", "mtmd", "common")
@@ -288,7 +288,3 @@ def recent(n: int = 20, min_level: int = logging.NOTSET, source: str | None = No
     """The last n lines at min_level or above."""
     poll_common()
     return _state.ring.lines(min_level=min_level, source=source)[-n:]
-
-
-def format_lines(lines: Iterable[LogLine]) -> str:
-    return "\n".join(str(ln) for ln in lines)

@@ -20,7 +20,7 @@ def test_second_library_dir_is_refused(lib_dir: Path, tmp_path: Path) -> None:
     assert str(lib_dir.resolve()) in str(info.value) and str(other.resolve()) in str(info.value)
     # the same dir again is fine
     ffi, lib = load_module(lib_dir)
-    from pyllama_dflash.bindings.drift import SHIM_ABI
+    from pyllama_dflash.bindings.header_adapters import SHIM_ABI
 
     assert int(lib.pyllama_dflash_shim_abi()) == SHIM_ABI
 

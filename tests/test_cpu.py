@@ -18,6 +18,7 @@ from pyllama_dflash.engine.matrix import run_table
 from pyllama_dflash.errors import VariantNotBuilt
 from pyllama_dflash.llamabuild import BuildOptions, build, cpu, manifest, toolchain
 from pyllama_dflash.scenarios.catalog import SCENARIOS, expectations, meets
+from pyllama_dflash.scenarios.session import DEFAULT_CONFIG
 
 
 def test_a_native_build_records_the_features_march_native_enables(variants):
@@ -72,9 +73,7 @@ def test_the_portable_build_targets_the_x86_64_baseline(portable):
 
 def test_the_portable_build_loads_and_passes_the_matrix(portable, model_set, monkeypatch, tmp_path):
     monkeypatch.setenv("PYLLAMA_DFLASH_CPU", "portable")  # the children look the portable builds up
-    table = run_table(
-        list(SCENARIOS), list(VARIANTS), model_set, {"n_batch": 16, "n_ubatch": 16}, parallel=2, work_dir=tmp_path
-    )
+    table = run_table(list(SCENARIOS), list(VARIANTS), model_set, DEFAULT_CONFIG, parallel=2, work_dir=tmp_path)
     for sid, row in table.items():
         for v in VARIANTS:
             r = row[v]

@@ -8,10 +8,10 @@ import subprocess
 import pytest
 
 from conftest import FIX, REPO, VARIANTS
+from pyllama_dflash.engine import ctest_row
 from pyllama_dflash.llamabuild import BuildOptions, ctest
 from pyllama_dflash.llamabuild.builder import stage
 from pyllama_dflash.llamabuild.patchset import BASELINE, EVERY, load_series
-from pyllama_dflash.repro import ctest as ctest_row
 from pyllama_dflash.scenarios.catalog import expectations, meets
 from pyllama_dflash.scenarios.record import CRASH, DRIFT, ERROR, FAIL, PASS, TIE
 

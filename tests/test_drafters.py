@@ -14,6 +14,7 @@ from conftest import FIX, VARIANTS
 from pyllama_dflash.engine.matrix import REFERENCE, case_name, run_cases
 from pyllama_dflash.scenarios.catalog import SCENARIOS, expectations, meets
 from pyllama_dflash.scenarios.models import tiny_models
+from pyllama_dflash.scenarios.session import DEFAULT_CONFIG
 from pyllama_dflash.tiny import DRAFTERS
 
 IMAGE_SCENARIOS = [sid for sid, sc in SCENARIOS.items() if sc.image]
@@ -29,7 +30,7 @@ def family(variants, tmp_path_factory) -> dict[tuple[str, str], dict]:
     cases = [
         (tiny_models(out, drafter=d, target=t), list(SCENARIOS) if t == "dense" else IMAGE_SCENARIOS) for d, t in CASES
     ]
-    tables = run_cases(cases, list(VARIANTS), {"n_batch": 16, "n_ubatch": 16}, parallel=2, work_dir=out / "runs")
+    tables = run_cases(cases, list(VARIANTS), DEFAULT_CONFIG, parallel=2, work_dir=out / "runs")
     return {(m.drafter, m.target_kind): tables[case_name(m)] for m, _ in cases}
 
 

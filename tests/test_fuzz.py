@@ -19,10 +19,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import FIX, VARIANTS
-from pyllama_dflash.fuzz.invariant import DraftAhead, DraftHole, SpecFailed, TargetFailed, failed_call
-from pyllama_dflash.fuzz.runner import examples_from_env, replay_variants, search_variants, seed_from_env
-from pyllama_dflash.fuzz.schedule import Schedule, ScheduleError, words
-from pyllama_dflash.fuzz.strategy import normalize, raw_steps, schedules
+from pyllama_dflash.engine.invariant import DraftAhead, DraftHole, SpecFailed, TargetFailed, failed_call
+from pyllama_dflash.engine.schedule import Schedule, ScheduleError, words
+from pyllama_dflash.engine.schedule_runner import examples_from_env, replay_variants, search_variants, seed_from_env
+from pyllama_dflash.engine.strategy import normalize, raw_steps, schedules
 from pyllama_dflash.scenarios.record import Call
 
 # -- the format and the strategy (no native code) ------------------------------------------------

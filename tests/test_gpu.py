@@ -13,6 +13,7 @@ from pyllama_dflash.engine.matrix import Job, run_matrix
 from pyllama_dflash.llamabuild import VariantNotBuilt, find
 from pyllama_dflash.llamabuild.toolchain import nvidia_gpu_present
 from pyllama_dflash.scenarios.catalog import SCENARIOS, expectations, meets
+from pyllama_dflash.scenarios.session import DEFAULT_CONFIG
 
 
 def _cuda_builds() -> bool:
@@ -34,7 +35,7 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def gpu_matrix(model_set, tmp_path_factory):
     jobs = [
-        Job(s, v, model_set, {"n_batch": 16, "n_ubatch": 16, "n_gpu_layers": 99}, backend="cuda")
+        Job(s, v, model_set, {**DEFAULT_CONFIG, "n_gpu_layers": 99}, backend="cuda")
         for s in SCENARIOS
         for v in VARIANTS
     ]

@@ -23,7 +23,8 @@ PACKAGE_DIR = Path(pyllama_dflash.__file__).parent
 INTERNAL = {
     "pyllama_dflash.scenarios.record.StopScenario": "ends a scenario run at its first failing call; "
     "the runner catches it",
-    "pyllama_dflash.fuzz.invariant.Violation": "a broken invariant handed to hypothesis, which shrinks and reports it",
+    "pyllama_dflash.engine.invariant.Violation": "a broken invariant handed to hypothesis, which shrinks and "
+    "reports it",
 }
 
 
@@ -133,6 +134,59 @@ def test_no_module_imports_a_module_that_imports_it_back():
         if v not in index:
             visit(v)
     assert cycles == [], cycles
+
+
+# A package with a __main__.py is a command (``python -m pyllama_dflash.<tool>``), on top of the rest.
+# tiny is the one layer with a command of its own: the tiny models, which the scenarios, the server
+# checks and every command run on; its __main__.py writes them to disk, and nothing imports it.
+# layer: a module below the commands that imports it
+LAYERS_WITH_A_COMMAND = {"pyllama_dflash.tiny": "pyllama_dflash.scenarios.models"}
+
+
+def _commands() -> list[str]:
+    return sorted(
+        _module_name(main.parent / "__init__.py")
+        for main in PACKAGE_DIR.rglob("__main__.py")
+        if _module_name(main.parent / "__init__.py") not in LAYERS_WITH_A_COMMAND
+    )
+
+
+def _command_of(module: str, commands: list[str]) -> str | None:
+    return next((c for c in commands if module == c or module.startswith(c + ".")), None)
+
+
+def test_no_command_imports_another_command():
+    """repro, fuzz, mutate, bench, soak, upgrade (and any tool added with a __main__.py): what two of
+    them share lives below them (the engine, the scenarios, the GGUF modules), never in one of them."""
+    graph = import_graph()
+    commands = _commands()
+    assert {f"pyllama_dflash.{c}" for c in ("repro", "fuzz", "mutate", "bench", "soak", "upgrade")} <= set(commands)
+    crossing = sorted(
+        f"{m} -> {d}"
+        for m, deps in graph.items()
+        for d in deps
+        if _command_of(m, commands) and _command_of(d, commands) not in (None, _command_of(m, commands))
+    )
+    assert crossing == [], crossing
+
+
+def test_nothing_below_the_commands_imports_one():
+    """The commands sit on top: no module outside them imports one (cli.py names them as strings)."""
+    graph = import_graph()
+    commands = _commands()
+    upward = sorted(
+        f"{m} -> {d}"
+        for m, deps in graph.items()
+        for d in deps
+        if not _command_of(m, commands) and _command_of(d, commands)
+    )
+    assert upward == [], upward
+    # no one imports a __main__, a layer's own command included
+    mains = sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps if d.endswith(".__main__"))
+    assert mains == [], mains
+    # a layer with a command is a layer: something below the commands needs it
+    for layer, below in LAYERS_WITH_A_COMMAND.items():
+        assert any(d == layer or d.startswith(layer + ".") for d in graph[below]), (layer, below)
 
 
 def test_every_folder_of_python_code_is_a_package():

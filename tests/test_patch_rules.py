@@ -245,9 +245,10 @@ _SAME_LAYOUT = r"""
 import hashlib, json, sys
 import numpy as np
 from pyllama_dflash import api, load
-from pyllama_dflash.fuzz.execute import execute
-from pyllama_dflash.fuzz.schedule import Schedule
+from pyllama_dflash.engine.execute import execute
+from pyllama_dflash.engine.schedule import Schedule
 from pyllama_dflash.scenarios import session
+from pyllama_dflash.scenarios.session import DEFAULT_CONFIG
 from pyllama_dflash.scenarios.models import ModelSet
 
 load("baseline")
@@ -267,7 +268,7 @@ def laid_out_like_the_fix(self, batch, step, seq):
     assert self.draft.seq_rm(seq, x + 1, y)
 
 session.Session._spec_process = laid_out_like_the_fix
-out = execute(Schedule.load(sys.argv[2]), models.with_draft(models.draft_mrope), {"n_batch": 16, "n_ubatch": 16},
+out = execute(Schedule.load(sys.argv[2]), models.with_draft(models.draft_mrope), DEFAULT_CONFIG,
               check=False)
 print(json.dumps([r.tokens for r in out.record.rounds]))
 """
@@ -279,8 +280,8 @@ def test_the_only_drift_left_is_a_tie_broken_by_the_cells_order(variants, model_
     order in the KV buffer differs (the freed fill cells are reused), so attention sums in another
     order. Laying the twin's cells out the same way on baseline makes it draft what full drafts. The
     oracle proves it by itself (TIE); this hand-made layout replay, written apart, agrees with it."""
-    from pyllama_dflash.fuzz.runner import replay_variants
-    from pyllama_dflash.fuzz.schedule import Schedule
+    from pyllama_dflash.engine.schedule import Schedule
+    from pyllama_dflash.engine.schedule_runner import replay_variants
 
     path = Path(__file__).parent / "data" / "schedules" / "tie-cell-order.json"
     fixed = replay_variants(Schedule.load(path), ["full"], model_set, work_dir=tmp_path)["full"]

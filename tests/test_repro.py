@@ -1,6 +1,6 @@
 """The scenario matrix on the tiny models, every variant: the table the fix is judged by.
 
-Each (scenario, variant) runs in its own child process (see pyllama_dflash.repro.runner).
+Each (scenario, variant) runs in its own child process (see pyllama_dflash.engine.matrix).
 These tests never skip: a missing build is built by the ``variants`` fixture, and a build
 failure fails them.
 """
@@ -17,6 +17,7 @@ import pytest
 from conftest import FIX, VARIANTS
 from pyllama_dflash.engine.matrix import REFERENCE, run_table
 from pyllama_dflash.scenarios.catalog import SCENARIOS, expectations, meets
+from pyllama_dflash.scenarios.session import DEFAULT_CONFIG
 
 
 @pytest.fixture(scope="session")
@@ -27,7 +28,7 @@ def matrix(variants, model_set, tmp_path_factory) -> dict[tuple[str, str], dict]
         list(SCENARIOS),
         list(VARIANTS),
         model_set,
-        {"n_batch": 16, "n_ubatch": 16},
+        DEFAULT_CONFIG,
         parallel=2,
         work_dir=tmp_path_factory.mktemp("matrix"),
     )
@@ -256,7 +257,7 @@ def test_the_hole_is_as_wide_as_the_image_grid(matrix):
 def test_a_draft_with_smaller_batches_than_the_target_drafts_as_its_twin(variants, model_set, tmp_path):
     """The draft's n_batch 8 and n_ubatch 4 against the target's 16: every run the fix injects is cut at
     the draft's n_ubatch, the 6-position hole of S3 spans two of its ubatches."""
-    config = {"n_batch": 16, "n_ubatch": 16, "draft_n_batch": 8, "draft_n_ubatch": 4}
+    config = {**DEFAULT_CONFIG, "draft_n_batch": 8, "draft_n_ubatch": 4}
     table = run_table(["S1", "S3", "S5", "S11"], [FIX], model_set, config, parallel=2, work_dir=tmp_path)
     for sid, row in table.items():
         r = row[FIX]

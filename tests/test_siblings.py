@@ -14,6 +14,7 @@ from pyllama_dflash import tiny
 from pyllama_dflash.engine.matrix import case_name, run_cases
 from pyllama_dflash.repro.report import drafting_around_images
 from pyllama_dflash.scenarios.models import SIBLINGS, sibling_models
+from pyllama_dflash.scenarios.session import DEFAULT_CONFIG
 from pyllama_dflash.server import SIBLINGS_CHECKS, run_server_checks
 
 SCENARIOS = ["S8", "S1", "S2", "S3", "S5", "S10", "S11"]
@@ -24,7 +25,7 @@ HOLES = ["S1", "S3", "S5", "S11"]  # text before the image: a hole in the draft'
 def siblings(variants, tmp_path_factory) -> dict[str, dict]:
     out = tmp_path_factory.mktemp("siblings")
     cases = [(sibling_models(s, out / "models"), SCENARIOS) for s in SIBLINGS]
-    tables = run_cases(cases, list(VARIANTS), {"n_batch": 16, "n_ubatch": 16}, parallel=2, drift=False, work_dir=out)
+    tables = run_cases(cases, list(VARIANTS), DEFAULT_CONFIG, parallel=2, drift=False, work_dir=out)
     return {m.drafter: tables[case_name(m)] for m, _ in cases}
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from pyllama_dflash.engine.matrix import REFERENCE, run_table
 from pyllama_dflash.scenarios.catalog import SCENARIOS
+from pyllama_dflash.scenarios.session import DEFAULT_CONFIG
 from pyllama_dflash.server import run_server_checks
 from pyllama_dflash.upgrade import upgrade
 
@@ -30,9 +31,7 @@ def upgraded(model_set, tmp_path_factory):
 
 
 def test_the_upgraded_draft_passes_every_scenario_on_baseline_without_drift(variants, upgraded, tmp_path):
-    table = run_table(
-        list(SCENARIOS), ["baseline"], upgraded, {"n_batch": 16, "n_ubatch": 16}, parallel=2, work_dir=tmp_path
-    )
+    table = run_table(list(SCENARIOS), ["baseline"], upgraded, DEFAULT_CONFIG, parallel=2, work_dir=tmp_path)
     for sid, row in table.items():
         run, ref = row["baseline"], row[REFERENCE]
         if sid == "S7":

@@ -117,11 +117,12 @@ def bench_matrix() -> dict:
     from ..engine.matrix import run_table
     from ..scenarios.catalog import SCENARIOS
     from ..scenarios.models import tiny_models
+    from ..scenarios.session import DEFAULT_CONFIG
 
     variants = [m.variant for m in build(["all"], BuildOptions(quiet=True))]
     models = tiny_models()
     t0 = time.monotonic()
-    table = run_table(list(SCENARIOS), variants, models, {"n_batch": 16, "n_ubatch": 16}, parallel=os.cpu_count() or 2)
+    table = run_table(list(SCENARIOS), variants, models, DEFAULT_CONFIG, parallel=os.cpu_count() or 2)
     wall = time.monotonic() - t0
     results = [r for row in table.values() for r in row.values()]
     child_wall = sum(r["wall_s"] for r in results)

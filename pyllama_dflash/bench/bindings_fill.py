@@ -20,8 +20,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .._internals import Runtime
 
 
 @dataclass(frozen=True)
@@ -53,12 +57,38 @@ def _median_time(fn: Callable[[], object], repeats: int) -> float:
     return statistics.median(samples)
 
 
+def fill_batch_per_row(
+    rt: Runtime,
+    batch: Any,
+    embd: np.ndarray,
+    pos: np.ndarray,
+    seq_id: int = 0,
+) -> None:
+    """The naive way, the benchmark's yardstick: fill a ``llama_batch *`` row by row from Python.
+
+    Each row: its embedding (one memmove of n_embd floats), n_pos positions, seq id, output flag.
+    """
+    ffi = rt.ffi
+    n_tokens, n_embd = embd.shape
+    n_pos = pos.shape[0]
+    row_bytes = n_embd * 4
+    src = ffi.from_buffer("float[]", np.ascontiguousarray(embd, dtype=np.float32))
+    for i in range(n_tokens):
+        ffi.memmove(batch.embd + i * n_embd, src + i * n_embd, row_bytes)
+        for j in range(n_pos):
+            batch.pos[j * n_tokens + i] = int(pos[j, i])
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = seq_id
+        batch.logits[i] = 0
+    batch.n_tokens = n_tokens
+
+
 def measure_embd_batch_fill(
     n_rows: int = 4096, n_embd: int = 64, n_pos: int = 4, repeats: int = 7, lib_dir: Path | None = None
 ) -> BatchFillTiming:
     """Median time to build an embedding batch of n_rows via numpy vs a per-row loop."""
     from pyllama_dflash import api
-    from pyllama_dflash._internals import BatchBuffers, fill_batch_per_row, runtime
+    from pyllama_dflash._internals import BatchBuffers, runtime
 
     rt = runtime(lib_dir)
     rng = np.random.default_rng(0)

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from pyllama_dflash.bindings import drift
+from pyllama_dflash.bindings import header_adapters
 from pyllama_dflash.bindings.ffibuild import MODULE_NAME
 from pyllama_dflash.errors import BindingLoadError
 
@@ -60,9 +60,9 @@ def load_module(lib_dir: Path) -> tuple[Any, Any]:
         except ImportError as exc:
             raise BindingLoadError(f"cannot load {path}: {exc}") from exc
         abi = int(module.lib.pyllama_dflash_shim_abi())
-        if abi != drift.SHIM_ABI:
+        if abi != header_adapters.SHIM_ABI:
             raise BindingLoadError(
-                f"{path}: shim ABI {abi}, bindings expect {drift.SHIM_ABI}; rebuild the shim and module"
+                f"{path}: shim ABI {abi}, bindings expect {header_adapters.SHIM_ABI}; rebuild the shim and module"
             )
         _loaded = (wanted, module)
         return module.ffi, module.lib

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from cffi import FFI
 
-from pyllama_dflash.bindings import drift
+from pyllama_dflash.bindings import header_adapters
 from pyllama_dflash.files import atomic_path
 
 MODULE_NAME = "_pyllama_dflash_cffi"
@@ -37,7 +37,7 @@ SHIM_HEADER = _NATIVE_DIR / "pyllama_dflash_shim.h"
 
 def decl_paths() -> list[Path]:
     """The declaration headers, in cdef order."""
-    return [_DECL_DIR / name for name in drift.DECL_FILES]
+    return [_DECL_DIR / name for name in header_adapters.DECL_FILES]
 
 
 def cdef_text() -> str:
@@ -51,7 +51,8 @@ def cdef_text() -> str:
 def source_hash() -> str:
     """sha256 over everything that shapes the module or the shim: a changed hash means rebuild."""
     digest = hashlib.sha256()
-    inputs = [*decl_paths(), Path(__file__).resolve(), Path(drift.__file__).resolve(), SHIM_SOURCE, SHIM_HEADER]
+    adapters = Path(header_adapters.__file__).resolve()
+    inputs = [*decl_paths(), Path(__file__).resolve(), adapters, SHIM_SOURCE, SHIM_HEADER]
     for path in inputs:
         digest.update(path.name.encode())
         digest.update(b"\0")
@@ -66,7 +67,7 @@ def build_ffi(include_dirs: list[Path], lib_dir: Path) -> FFI:
     ffi.cdef(cdef_text())
     ffi.set_source(
         MODULE_NAME,
-        drift.SOURCE_PREAMBLE,
+        header_adapters.SOURCE_PREAMBLE,
         include_dirs=[str(p) for p in include_dirs],
         library_dirs=[str(lib_dir)],
         libraries=list(LIBRARIES),

@@ -1,9 +1,8 @@
 """A hypothesis fuzzer of image/text schedules for the DFlash draft (issue 6).
 
-``schedule`` (the JSON format and its validity rules), ``strategy`` (hypothesis strategies),
-``invariant`` (what ``full`` must keep after every call), ``execute`` (one schedule on the
-loaded variant), ``search`` (the hypothesis loop in one process), ``minimize`` (a greedy pass on
-the shrunk schedule's steps), ``child``/``runner`` (one child process per variant), ``__main__``
-(``python -m pyllama_dflash.fuzz``). A shrunk failing schedule replays with
-``python -m pyllama_dflash.repro --schedule FILE``.
+The command alone (``__main__``: ``python -m pyllama_dflash.fuzz``); the schedules' format,
+strategy, invariant, search and child processes are the engine's (``pyllama_dflash.engine``:
+``schedule``, ``strategy``, ``invariant``, ``execute``, ``reference``, ``search``, ``minimize``,
+``schedule_child``, ``schedule_runner``), which ``repro --schedule`` and ``mutate`` use too. A
+shrunk failing schedule replays with ``python -m pyllama_dflash.repro --schedule FILE``.
 """

@@ -14,13 +14,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..engine.schedule import Schedule
+from ..engine.schedule_runner import examples_from_env, search_variants, seed_from_env
 from ..flags import common_parser, export, pick, tool_prog
 from ..llamabuild import BuildError, find_built
 from ..llamabuild.patchset import BASELINE
 from ..scenarios.models import tiny_models
 from ..tiny import DRAFTERS, TARGET_KINDS
-from .runner import examples_from_env, search_variants, seed_from_env
-from .schedule import Schedule
 
 
 def parser() -> argparse.ArgumentParser:

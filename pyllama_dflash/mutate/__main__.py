@@ -30,6 +30,7 @@ from ..llamabuild.builder import stage
 from ..llamabuild.patchset import EVERY, apply_series, load_series, tree_reader
 from ..paths import default_patches_dir
 from ..scenarios.models import tiny_models
+from ..scenarios.session import DEFAULT_CONFIG
 from .operators import mutants
 from .runner import (
     EQUIVALENT,
@@ -43,8 +44,6 @@ from .runner import (
     try_mutant,
     write_series,
 )
-
-CONFIG = {"n_batch": 16, "n_ubatch": 16}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -146,13 +145,20 @@ def main(argv: list[str] | None = None) -> int:
         f"mutate: {len(every)} mutants of {', '.join(files)} ({fix}); references on baseline with the twin ...",
         flush=True,
     )
-    refs = references(models, CONFIG, args.jobs, work)
+    refs = references(models, DEFAULT_CONFIG, args.jobs, work)
     outcomes = []
     try:
         for k, m in enumerate(every, 1):
             series_dir = write_series(m, own, series, pristine, work / "series")
             o = try_mutant(
-                m, series_dir, refs, models, CONFIG, parallel=args.jobs, work=work, fuzz_examples=args.fuzz_examples
+                m,
+                series_dir,
+                refs,
+                models,
+                DEFAULT_CONFIG,
+                parallel=args.jobs,
+                work=work,
+                fuzz_examples=args.fuzz_examples,
             )
             if o.status == SURVIVED and m.id in equivalents:
                 o.status, o.detail = EQUIVALENT, equivalents[m.id]["reason"]

@@ -38,6 +38,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..engine import ctest_row
 from ..engine.matrix import (
     REFERENCE,
     Job,
@@ -53,7 +54,6 @@ from ..errors import BuildError
 from ..llamabuild import BuildOptions, build, variant
 from ..llamabuild.patchset import BASELINE, Series
 from ..paths import REPO_DIR
-from ..repro import ctest as ctest_row
 from ..scenarios.catalog import SCENARIOS, expectations, meets
 from ..scenarios.drift import judge
 from ..scenarios.models import ModelSet, tiny_models
@@ -203,7 +203,7 @@ def try_mutant(
                 out.status, out.killed_by, out.detail = KILLED, "rules", rules
                 return out
         if fuzz_examples:
-            from ..fuzz.runner import search_variants
+            from ..engine.schedule_runner import search_variants
 
             r = search_variants([VARIANT], models, examples=fuzz_examples, parallel=1, work_dir=work / "fuzz")[VARIANT]
             if "runs" not in r:  # the child itself failed: a crash the fuzzer's child did not survive

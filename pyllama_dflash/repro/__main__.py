@@ -16,6 +16,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from ..engine import ctest_row
 from ..engine.matrix import REFERENCE, case_name, run_cases
 from ..files import atomic_write_json
 from ..flags import common_parser, export, pick, tool_prog
@@ -25,9 +26,8 @@ from ..paths import cache_root
 from ..scenarios.catalog import SCENARIOS, expectations, meets
 from ..scenarios.models import ModelSet, tiny_models
 from ..scenarios.record import CRASH, DRIFT, ERROR, FAIL, PASS, SKIP, TIE
-from ..scenarios.session import SessionConfig
+from ..scenarios.session import DEFAULT_CONFIG, SessionConfig
 from ..tiny import DRAFTERS, TARGET_KINDS
-from . import ctest as ctest_row
 from .report import drafting_around_images, format_drafters, format_server_table, format_siblings, format_table
 
 
@@ -304,8 +304,8 @@ def _replay_schedule(args: argparse.Namespace, variants: list[str], fix: str, mo
     """One table row: the schedule on every variant; 0 when the fix variant keeps the invariant."""
     from types import SimpleNamespace
 
-    from ..fuzz.runner import replay_variants
-    from ..fuzz.schedule import Schedule, ScheduleError
+    from ..engine.schedule import Schedule, ScheduleError
+    from ..engine.schedule_runner import replay_variants
 
     try:
         schedule = Schedule.load(args.schedule)
@@ -426,8 +426,8 @@ def _models(args: argparse.Namespace) -> tuple[ModelSet, dict]:
         if args.draft:  # another draft for the tiny target (an upgraded one, say); its twin is derived
             models = _with_draft(models, args.draft)
         return models, {
-            "n_batch": args.n_batch or 16,
-            "n_ubatch": args.n_batch or 16,
+            "n_batch": args.n_batch or DEFAULT_CONFIG["n_batch"],
+            "n_ubatch": args.n_batch or DEFAULT_CONFIG["n_ubatch"],
             "n_gpu_layers": args.n_gpu_layers,
             **_draft_sizes(args),
         }
@@ -468,7 +468,7 @@ def _with_draft(models: ModelSet, draft: Path) -> ModelSet:
     """The models with this (plain-kind) draft, and its reconverted twin as the M-RoPE draft: the
     draft itself when it has sections, else a copy upgraded into the cache (the drift reference).
     The sliding-window drafts are the tiny generator's and do not go with another draft."""
-    from ..upgrade import DraftUpgradeError, reconverted_twin
+    from ..draft_upgrade import DraftUpgradeError, reconverted_twin
 
     if not draft.is_file():
         raise ValueError(f"--draft {draft}: no such file")

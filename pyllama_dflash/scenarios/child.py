@@ -13,7 +13,7 @@ import functools
 import hashlib
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, fields
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from .catalog import SCENARIOS, Env
 from .drift import drafts
 from .loaded import Loaded
 from .models import ModelSet, large_image, long_image, small_image, tiny_image, wide_image
+from .ops import Generate, Op
 from .record import Record, StopScenario
 from .session import SessionConfig, replay_reference
 
@@ -61,7 +62,7 @@ _REPLAYED: dict[str, dict[int, list[int]]] = {}
 _LOADED = Loaded()
 
 
-def _replay(models: ModelSet, cfg: SessionConfig, ops: list[tuple]) -> dict[int, list[int]]:
+def _replay(models: ModelSet, cfg: SessionConfig, ops: list[Op]) -> dict[int, list[int]]:
     """replay_reference, once per (target, projector, config, operations) in this process: it runs
     on the target alone, so every drafter and variant of a batch shares it."""
     key = hashlib.sha256(
@@ -72,11 +73,11 @@ def _replay(models: ModelSet, cfg: SessionConfig, ops: list[tuple]) -> dict[int,
     return {seq: list(tokens) for seq, tokens in _REPLAYED[key].items()}
 
 
-def _ops_digest(ops: list[tuple]) -> str:
+def _ops_digest(ops: list[Op]) -> str:
     """The operations as text, an image by the hash of its pixels (or of its file's bytes)."""
     parts = []
     for op in ops:
-        for x in op:
+        for x in (type(op).__name__, *(getattr(op, f.name) for f in fields(op))):
             items = x if isinstance(x, tuple) else (x,)
             parts.append(
                 ",".join(
@@ -116,7 +117,7 @@ def run_job(job: dict) -> dict:
         stopped = e.call
     finally:
         # each session with its own config: a scenario may size one otherwise (n_ctx, image_min_tokens)
-        ops = [(s.cfg, s.ops) for s in env.sessions if any(op[0] == "generate" for op in s.ops)]
+        ops = [(s.cfg, s.ops) for s in env.sessions if any(isinstance(op, Generate) for op in s.ops)]
         for s in reversed(env.sessions):
             s.close()
     result = {

@@ -22,6 +22,7 @@ import numpy as np
 from .. import api
 from .loaded import Loaded
 from .models import ModelSet
+from .ops import Generate, Op, Prompt, RestoreSlot, RestoreTarget, Rewind, SaveSlot, SaveTarget, TextBatch
 from .record import Call, Record, Round
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,10 @@ class SessionConfig:
         return self
 
 
+# the job config the tools run the tiny models with: SessionConfig's batch sizes, as a child receives them
+DEFAULT_CONFIG: dict[str, int] = {"n_batch": SessionConfig.n_batch, "n_ubatch": SessionConfig.n_ubatch}
+
+
 # what libcommon's DFlash draft() logs when the draft's decode of the noise block is refused
 DRAFT_REFUSED = "llama_process returned"
 
@@ -128,7 +133,7 @@ class Session:
             self._stack.close()
             raise
         self.seqs = [SeqState() for _ in range(cfg.n_seq)]
-        self.ops: list[tuple] = []  # what happened, for the reference replay
+        self.ops: list[Op] = []  # what happened, for the reference replay (ops.py)
         self._own_saves: set[int] = set()
 
     def _open(self) -> None:
@@ -202,7 +207,7 @@ class Session:
 
     def prompt(self, seq: int, text: str, images: Sequence[np.ndarray] = (), step: str = "prompt") -> None:
         """Tokenize text with its media markers and evaluate the chunks in order, like a slot's prompt."""
-        self.ops.append(("prompt", seq, text, tuple(images), step))
+        self.ops.append(Prompt(seq, text, tuple(images), step))
         if not images:
             self._text(seq, self.tokenize(text), step)
             return
@@ -221,7 +226,7 @@ class Session:
 
     def text_batch(self, parts: Sequence[tuple[int, str]], step: str = "batch") -> None:
         """Several sequences' text in one target batch, as llama-server batches its slots."""
-        self.ops.append(("text_batch", tuple(parts), step))
+        self.ops.append(TextBatch(tuple(parts), step))
         toks, pos, seqs = [], [], []
         for seq, text in parts:
             t = self.tokenize(text)
@@ -369,7 +374,7 @@ class Session:
 
     def generate(self, seq: int, n_tokens: int, step: str = "generate") -> list[int]:
         """Greedy generation of n_tokens with drafting rounds; returns the tokens generated."""
-        self.ops.append(("generate", seq, n_tokens, step))
+        self.ops.append(Generate(seq, n_tokens, step))
         st = self.seqs[seq]
         if st.id_last is None:
             raise ValueError(f"generate: sequence {seq} has no sampled token yet (its prompt ended without logits)")
@@ -440,7 +445,7 @@ class Session:
     def save_slot(self, seq: int) -> SavedSlot:
         """``POST /slots/N?action=save``: the target's sequence state, and the draft's where the
         variant's server saves it too (``cfg.server_saves_draft``)."""
-        self.ops.append(("save_slot", seq))
+        self.ops.append(SaveSlot(seq))
         st = self.seqs[seq]
         draft = self.draft.state_seq_get(seq) if self.draft is not None and self.cfg.server_saves_draft else None
         return SavedSlot(
@@ -454,7 +459,7 @@ class Session:
         slot in between, and the next prompt only trims them to its common prefix. With 0003 the
         draft's part is loaded too, and a file without one clears the draft's sequence.
         """
-        self.ops.append(("restore_slot", seq, step))
+        self.ops.append(RestoreSlot(seq, step))
         ok = self.target.state_seq_set(seq, saved.target)
         self.record.add(Call(step, "target", "llama_state_seq_set_data", seq, ok, pos=(0, saved.state.n_past - 1)))
         if self.draft is not None and self.cfg.server_saves_draft:
@@ -469,7 +474,7 @@ class Session:
 
     def save_target(self, seq: int) -> tuple[bytes, SeqState]:
         """The target's sequence state and bookkeeping, like a context checkpoint or cached prompt."""
-        self.ops.append(("save", seq))
+        self.ops.append(SaveTarget(seq))
         st = self.seqs[seq]
         saved = (self.target.state_seq_get(seq), SeqState(st.n_past, st.id_last, False, list(st.text_tokens)))
         self._own_saves.add(id(saved))
@@ -478,7 +483,7 @@ class Session:
     def restore_target(self, seq: int, saved: tuple[bytes, SeqState], step: str = "restore") -> None:
         """Restore the target alone: the draft keeps whatever it holds (its tail, or a hole)."""
         # a state saved elsewhere (another request's cached prompt) travels with the op
-        self.ops.append(("restore", seq, None if id(saved) in self._own_saves else saved, step))
+        self.ops.append(RestoreTarget(seq, None if id(saved) in self._own_saves else saved, step))
         data, st = saved
         ok = self.target.state_seq_set(seq, data)
         self.record.add(Call(step, "target", "llama_state_seq_set_data", seq, ok, pos=(0, st.n_past - 1)))
@@ -502,8 +507,7 @@ class Session:
         :meth:`save_target`). Unlike :meth:`restore_target`, the draft is trimmed too.
         """
         self.ops.append(
-            (
-                "rewind",
+            Rewind(
                 seq,
                 pos,
                 None if checkpoint is None or id(checkpoint) in self._own_saves else checkpoint,
@@ -547,7 +551,7 @@ def _span(batch: api.Batch) -> tuple[int, int]:
 
 
 def replay_reference(
-    models: ModelSet, cfg: SessionConfig, ops: list[tuple], loaded: Loaded | None = None
+    models: ModelSet, cfg: SessionConfig, ops: Sequence[Op], loaded: Loaded | None = None
 ) -> dict[int, list[int]]:
     """Replay a run's prompts on the target alone and generate greedily one token at a time.
 
@@ -559,25 +563,24 @@ def replay_reference(
     slots: dict[int, SavedSlot] = {}
     with Session(models, cfg, record, speculative=False, loaded=loaded) as ref:
         for op in ops:
-            kind = op[0]
-            if kind == "prompt":
-                _, seq, text, images, step = op
-                ref.prompt(seq, text, images, step)
-            elif kind == "text_batch":
-                ref.text_batch(op[1], op[2])
-            elif kind == "generate":
-                ref.generate(op[1], op[2], op[3])
-            elif kind == "save":
-                saved[op[1]] = ref.save_target(op[1])
-            elif kind == "save_slot":
-                slots[op[1]] = ref.save_slot(op[1])
-            elif kind == "restore_slot":
-                ref.restore_slot(op[1], slots[op[1]], op[2])
-            elif kind == "restore":
-                _, seq, external, step = op
-                ref.restore_target(seq, external or saved[seq], step)
-            elif kind == "rewind":
-                # like restore: a checkpoint of this session is the sequence's latest save
-                _, seq, pos, external, has_checkpoint, step = op
-                ref.rewind(seq, pos, (external or saved[seq]) if has_checkpoint else None, step)
+            match op:
+                case Prompt(seq, text, images, step):
+                    ref.prompt(seq, text, images, step)
+                case TextBatch(parts, step):
+                    ref.text_batch(parts, step)
+                case Generate(seq, n_tokens, step):
+                    ref.generate(seq, n_tokens, step)
+                case SaveTarget(seq):
+                    saved[seq] = ref.save_target(seq)
+                case SaveSlot(seq):
+                    slots[seq] = ref.save_slot(seq)
+                case RestoreSlot(seq, step):
+                    ref.restore_slot(seq, slots[seq], step)
+                case RestoreTarget(seq, external, step):
+                    ref.restore_target(seq, external or saved[seq], step)
+                case Rewind(seq, pos, external, has_checkpoint, step):
+                    # like restore: a checkpoint of this session is the sequence's latest save
+                    ref.rewind(seq, pos, (external or saved[seq]) if has_checkpoint else None, step)
+                case _:
+                    raise TypeError(f"not a session operation: {op!r}")
     return record.generated

@@ -7,9 +7,9 @@ import argparse
 import json
 from pathlib import Path
 
+from ..files import atomic_write_bytes, default_file_mode
 from ..flags import tool_prog
 from . import DRAFTERS, TARGET_KINDS, drafter, write_models
-from ._write import write_bytes_atomic
 from .image import png_bytes, rgb
 from .mmproj import image_grid
 
@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     for w, h in args.image:
         p = args.out_dir / f"tiny-{w}x{h}-s{args.seed}.png"
         data = png_bytes(rgb(w, h, args.seed))
-        write_bytes_atomic(p, data)
+        if not (p.is_file() and p.read_bytes() == data):  # an identical image is left as it is
+            atomic_write_bytes(p, data, mode=default_file_mode())
         nx, ny = image_grid(w, h, m.config)
         images[str(p)] = {"nx": nx, "ny": ny, "n_tokens": nx * ny, "n_pos": max(nx, ny)}
     print(

@@ -60,16 +60,6 @@ def write_gguf(path: Path, arch: str, fp: str, build: Callable[[Any, Any], None]
     return True
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> bool:
-    """Write `data` to `path` via temp file + rename; skip if identical. True if written."""
-    path = Path(path)
-    if path.is_file() and path.read_bytes() == data:
-        return False
-    with atomic_path(path, mode=default_file_mode()) as tmp:
-        tmp.write_bytes(data)
-    return True
-
-
 def _stored_fingerprint(path: Path, g: Any) -> str | None:
     if not path.is_file():
         return None

@@ -2,9 +2,11 @@
 
 ``inspect`` tells whether a draft is affected, ``upgrade`` writes its reconverted twin (only that
 key added, tensor data streamed unchanged). CLI: ``python -m pyllama_dflash.upgrade --help``.
+The functions live below the commands, in ``pyllama_dflash.draft_upgrade`` (repro makes a real
+draft's reconverted twin with them); this package is the command, and re-exports them.
 """
 
-from .draft import (
+from ..draft_upgrade import (
     SECTIONS_KEY,
     DraftInfo,
     DraftUpgradeError,

@@ -11,8 +11,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..draft_upgrade import DraftUpgradeError, inspect, upgrade
 from ..flags import tool_prog
-from .draft import DraftUpgradeError, inspect, upgrade
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -71,7 +71,7 @@ llama_pos                  mtmd_input_chunk_get_n_pos(const mtmd_input_chunk * c
 
 size_t    mtmd_image_tokens_get_n_tokens(const mtmd_image_tokens * image_tokens);
 llama_pos mtmd_image_tokens_get_n_pos(const mtmd_image_tokens * image_tokens);
-/* nx/ny are deprecated upstream; see drift.py for how the warning is contained. */
+/* nx/ny are deprecated upstream; see header_adapters.py for how the warning is contained. */
 size_t    pyllama_dflash_image_tokens_nx(const mtmd_image_tokens * image_tokens);
 size_t    pyllama_dflash_image_tokens_ny(const mtmd_image_tokens * image_tokens);
 struct mtmd_decoder_pos mtmd_image_tokens_get_decoder_pos(const mtmd_image_tokens * image_tokens, llama_pos pos_0, size_t i);

@@ -20,7 +20,7 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ..errors import GGUFError
+from .errors import GGUFError
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)

@@ -1,4 +1,4 @@
-"""One variant in this process: ``python -m pyllama_dflash.fuzz.child JOB OUT``.
+"""One variant in this process: ``python -m pyllama_dflash.engine.schedule_child JOB OUT``.
 
 JOB (JSON) says the mode: ``search`` runs the hypothesis loop (needs the test extra), ``replay``
 runs one schedule; with ``drift`` every completed run is also checked against the drift

@@ -1,4 +1,5 @@
-"""Parent side: one child process per variant (the variants share sonames), run in parallel."""
+"""The schedules' parent side: one child process per variant (the variants share sonames), run in
+parallel; the child side is schedule_child.py."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from pathlib import Path
 from .. import child
 from ..env import FUZZ_EXAMPLES_ENV, FUZZ_SEED_ENV
 from ..scenarios.models import ModelSet
+from ..scenarios.session import DEFAULT_CONFIG
 from .schedule import Schedule
 
 DEFAULT_EXAMPLES = 50  # per variant in CI; PYLLAMA_DFLASH_FUZZ_EXAMPLES raises it
 DEFAULT_SEED = 0  # a fixed seed keeps CI deterministic; PYLLAMA_DFLASH_FUZZ_SEED varies it
-CONFIG = {"n_batch": 16, "n_ubatch": 16}
 
 
 def examples_from_env() -> int:
@@ -27,7 +28,7 @@ def seed_from_env() -> int:
 
 def run_child(job: dict, work_dir: Path, name: str, timeout_s: float) -> dict:
     """Run one job in a fresh interpreter; a native crash becomes a CRASH result."""
-    return child.run_job("pyllama_dflash.fuzz.child", job, work_dir, name, timeout=timeout_s)
+    return child.run_job("pyllama_dflash.engine.schedule_child", job, work_dir, name, timeout=timeout_s)
 
 
 def _each_variant(
@@ -68,7 +69,7 @@ def search_variants(
     job = {
         "backend": backend,
         "models": models.to_json(),
-        "config": CONFIG,
+        "config": DEFAULT_CONFIG,
         "examples": examples,
         "seed": seed,
         "max_steps": max_steps,
@@ -99,7 +100,7 @@ def replay_variants(
     job = {
         "backend": backend,
         "models": models.to_json(),
-        "config": config or CONFIG,
+        "config": config or DEFAULT_CONFIG,
         "schedule": schedule.to_json(),
         "exact": exact,
         "drift": drift,

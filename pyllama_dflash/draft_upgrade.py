@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import DraftUpgradeError
-from ..files import atomic_path, default_file_mode
+from .errors import DraftUpgradeError
+from .files import atomic_path, default_file_mode
 from .gguf_stream import (
     CHUNK_SIZE,
     GGUFError,

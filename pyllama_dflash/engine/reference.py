@@ -3,7 +3,7 @@
 The variants share sonames, so the fuzzer's process (one variant loaded) cannot also run
 baseline. :class:`ReferenceProcess` keeps one child with baseline loaded for a whole search and
 asks it, schedule by schedule, what the twin drafts: one JSON line each way over its stdin and
-stdout. ``python -m pyllama_dflash.fuzz.reference MODELS_JSON CONFIG_JSON [BACKEND]`` is that
+stdout. ``python -m pyllama_dflash.engine.reference MODELS_JSON CONFIG_JSON [BACKEND]`` is that
 child; its native logs go to stderr, which the parent keeps in a file and quotes if it dies.
 """
 
@@ -35,7 +35,7 @@ class ReferenceProcess:
         cmd = [
             sys.executable,
             "-m",
-            "pyllama_dflash.fuzz.reference",
+            "pyllama_dflash.engine.reference",
             json.dumps(self.models.to_json()),
             json.dumps(config or {}),
             backend or "",
