@@ -26,7 +26,7 @@ class build_py_and_variants(build_py):
         from pyllama_dflash.llamabuild import BuildError, BuildOptions, build
 
         try:
-            build(["all"], BuildOptions(patches_dir=HERE / "patches"))
+            build(["all"], BuildOptions(patches_dir=HERE / "patches", server=True))
         except BuildError as e:
             raise SystemExit(f"pyllama-dflash: building the llama.cpp variants failed: {e}") from e
 

@@ -29,6 +29,11 @@ def default_patches_dir() -> Path:
     explicit = os.environ.get(PATCHES_ENV)
     if explicit:
         return Path(explicit).expanduser().resolve()
+    return package_patches_dir()
+
+
+def package_patches_dir() -> Path:
+    """The project's own series: the checkout's ``patches/``, or the packaged copy."""
     for candidate in (REPO_DIR / "patches", PACKAGE_DIR / "_patches"):
         if (candidate / "series").is_file():
             return candidate

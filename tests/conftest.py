@@ -29,7 +29,7 @@ def variants() -> dict[str, Manifest]:
     """
     # native, whatever $PYLLAMA_DFLASH_CPU says: the tests of portable builds build their own
     jobs = int(os.environ.get("PYLLAMA_DFLASH_JOBS", "0")) or None
-    built = build(["all"], BuildOptions(jobs=jobs, cpu="native"))
+    built = build(["all"], BuildOptions(jobs=jobs, cpu="native", server=True))  # the server tests need it
     return {m.variant: m for m in built}
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pyllama_dflash.errors import VariantNotBuilt
 from pyllama_dflash.files import file_lock, sha256_file
 from pyllama_dflash.llamabuild import manifest as manifest_mod
 from pyllama_dflash.llamabuild import pinned, toolchain
@@ -221,3 +222,92 @@ def test_a_missing_cublas_names_both_remedies(monkeypatch):
     (problem,) = toolchain.cuda_toolkit_problems()
     assert "has nvcc (CUDA " in problem and "no libcublas" in problem
     assert "install the toolkit's cuBLAS" in problem and "pip install 'pyllama-dflash[cuda]'" in problem
+
+
+def test_an_edit_through_a_staged_link_is_named_and_undone_and_the_stage_recompiles_it(pristine, tmp_path, monkeypatch):
+    """The sdist tree is guarded: its files are read-only and recorded. An append to a staged file that
+    is a hard link into it (what an editor does to a file with several links, after making it writable)
+    changes the pristine file; the next resolve names it and extracts the tree again, and the stage
+    relinks, with that path a fresh copy (so ninja recompiles it)."""
+    from pyllama_dflash.env import CACHE_ENV
+    from pyllama_dflash.llamabuild import source
+
+    archive = cache_root() / "downloads" / pinned.SDIST_FILENAME
+    assert archive.is_file(), f"{archive}: the builds fetched the pinned sdist there"
+    cache = tmp_path / "cache"
+    (cache / "downloads").mkdir(parents=True)
+    os.link(archive, cache / "downloads" / archive.name)
+    monkeypatch.setenv(CACHE_ENV, str(cache))  # never the real cache
+    said: list[str] = []
+    src = source._from_sdist(said.append)  # the sdist route itself (resolve() would try git first)
+    assert src.record is not None and src.record.generation == 1
+    rel = "src/llama-batch.cpp"
+    original = (src.path / rel).read_bytes()
+    assert (src.path / rel).stat().st_mode & 0o222 == 0  # read-only
+
+    stage = Stage(tmp_path / "stage", src.path, src.record)
+    stage.ensure(said.append)
+    staged = stage.root / rel
+    assert staged.stat().st_ino == (src.path / rel).stat().st_ino  # a link: the same file
+    os.chmod(staged, 0o644)
+    with open(staged, "a") as f:
+        f.write("// an edit through the stage\n")
+    assert (src.path / rel).read_bytes() != original  # the pristine tree changed with it
+
+    said.clear()
+    again = source._from_sdist(said.append)
+    assert any(rel in line and "was modified" in line for line in said), said
+    assert (again.path / rel).read_bytes() == original
+    assert again.record.generation == 2 and again.record.repaired_since(1) == [rel]
+    assert again.record.changed(again.path) == []
+
+    Stage(tmp_path / "stage", again.path, again.record).ensure(said.append)
+    assert staged.read_bytes() == original
+    assert staged.stat().st_ino != (again.path / rel).stat().st_ino  # a copy, not a link
+    assert staged.stat().st_mtime_ns > (again.path / rel).stat().st_mtime_ns  # newer than its objects
+    other = "src/llama-context.cpp"
+    assert (stage.root / other).stat().st_ino == (again.path / other).stat().st_ino  # the rest linked again
+
+
+def test_a_variant_of_another_series_is_published_beside_the_projects_own(variants, tmp_path):
+    """--patches DIR with the project's variant names: its build gets its own folder (the series' tag), the
+    project's build stays as it was and is still the one found, and build --list names both series. A
+    build holds llama-server only when asked for it."""
+    from pyllama_dflash.llamabuild import BuildOptions, build, find_built
+    from pyllama_dflash.llamabuild.builder import series_tag
+
+    other = tmp_path / "patches"
+    shutil.copytree(REPO / "patches", other)
+    ours = variants["full"]
+    before = ours.path.read_bytes()
+    (theirs,) = build(["full"], BuildOptions(patches_dir=other, cpu="native", quiet=True))
+    try:
+        tag = series_tag(load_series(other))
+        assert tag and theirs.lib_dir.name == f"{ours.lib_dir.name}-{tag}"
+        assert ours.path.read_bytes() == before  # not replaced, not rebuilt
+        assert find_built(["full"], cpu_mode="native")[0].lib_dir == ours.lib_dir
+        assert find_built(["full"], cpu_mode="native", patches_dir=other)[0].lib_dir == theirs.lib_dir
+        listed = build_py("--list").stdout
+        assert f"series {REPO / 'patches'}  {ours.lib_dir}" in listed
+        assert "builds of other series:" in listed and f"series {other}  {theirs.lib_dir}" in listed
+
+        # built without llama-server unless asked: asking later builds it into the same folder
+        assert not theirs.has_binary("llama-server") and not (theirs.lib_dir / "llama-server").exists()
+        with pytest.raises(VariantNotBuilt, match="built without llama-server; build it with: .* --server"):
+            theirs.binary("llama-server")
+        # looked up with the server, the build of the same patches that has one serves (the project's)
+        assert find_built(["full"], cpu_mode="native", patches_dir=other, server=True)[0].lib_dir == ours.lib_dir
+        (again,) = build(["full"], BuildOptions(patches_dir=other, cpu="native", quiet=True, server=True))
+        assert again.lib_dir == theirs.lib_dir and again.binary("llama-server").is_file()
+        assert find_built(["full"], cpu_mode="native", patches_dir=other, server=True)[0].lib_dir == theirs.lib_dir
+    finally:
+        shutil.rmtree(theirs.lib_dir)
+
+
+def test_build_list_needs_no_toolkit(tmp_path):
+    """--list reads the manifests: no source is resolved and no compiler or CUDA toolkit is looked for."""
+    env = {"PATH": str(tmp_path), "CUDA_HOME": str(tmp_path / "none"), "CUDA_PATH": str(tmp_path / "none")}
+    proc = build_py("--list", "--backend", "cuda", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"series: {REPO / 'patches'}"), proc.stdout
+    assert all(line.endswith(("not built for cuda",)) or "cuda" in line for line in proc.stdout.splitlines()[1:])

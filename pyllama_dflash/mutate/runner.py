@@ -157,7 +157,8 @@ def try_mutant(
     t0 = time.monotonic()
     os.environ[PATCHES_ENV] = str(series_dir)  # the children look the mutant's build up in its series
     try:
-        (manifest,) = build([VARIANT], BuildOptions(patches_dir=series_dir, quiet=True, cpu="native"))
+        server = mutant.path == SERVER_FILE  # only a mutant of llama-server's lines needs the server
+        (manifest,) = build([VARIANT], BuildOptions(patches_dir=series_dir, quiet=True, cpu="native", server=server))
     except BuildError as e:
         out.status, out.detail = STILLBORN, _first_error(str(e))
         out.build_s = time.monotonic() - t0

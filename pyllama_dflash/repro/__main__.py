@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.server:
         from ..server import FAMILY, run_server_checks
 
-        base = find_built([BASELINE], backend=args.backend)[0]
+        base = find_built([BASELINE], backend=args.backend, server=True)[0]
 
         def twin_reference(m: ModelSet):
             twin = m.draft_for("plain", twin=True)
@@ -402,9 +402,10 @@ def _variant_names(args: argparse.Namespace) -> list[str]:
 
 def _manifests(args: argparse.Namespace, names: list[str]):
     """The variants' manifests: built where missing, or with --no-build found as they are."""
+    server = bool(args.server)  # llama-server only where its checks run: the matrix needs the libraries
     if args.no_build:
-        return find_built(names, backend=args.backend)
-    return build(names, BuildOptions(backend=args.backend, cpu=args.cpu))
+        return find_built(names, backend=args.backend, server=server)
+    return build(names, BuildOptions(backend=args.backend, cpu=args.cpu, server=server))
 
 
 def _scenario_ids(args: argparse.Namespace) -> list[str]:

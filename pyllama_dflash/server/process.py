@@ -167,7 +167,7 @@ def resolve_binary(server: Manifest | str | os.PathLike) -> Path:
     if isinstance(server, Manifest):
         return server.binary("llama-server")
     if isinstance(server, str) and os.sep not in server and not Path(server).exists():
-        return find(server).binary("llama-server")
+        return find(server, binaries=("llama-server",)).binary("llama-server")
     return Path(server)
 
 

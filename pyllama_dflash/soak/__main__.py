@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     export(args)
     names = [v.strip() for v in args.variants.split(",")] if args.variants else None
     try:
-        manifests = find_built(names or ["all"], backend=args.backend)
+        manifests = find_built(names or ["all"], backend=args.backend, server=True)
     except BuildError as e:
         print(f"soak: error: {e} (build it first: pyllama-dflash build)", file=sys.stderr)
         return 2
