@@ -21,6 +21,8 @@ SKIP_BUILD_ENV = "PYLLAMA_DFLASH_SKIP_BUILD"  # `pip install .` without building
 CUDA_BUILD_TEST_ENV = "PYLLAMA_DFLASH_TEST_CUDA_BUILD"  # 1: the test suite builds every variant with CUDA too
 CUDA_ARCH_ENV = "PYLLAMA_DFLASH_CUDA_ARCH"  # CMAKE_CUDA_ARCHITECTURES for that test (default 90)
 MUTATION_TEST_ENV = "PYLLAMA_DFLASH_TEST_MUTATION"  # 1: the test suite runs the whole mutation testing
+FUZZ_BUDGET_TEST_ENV = "PYLLAMA_DFLASH_TEST_FUZZ_BUDGET"  # 1: the test suite fuzzes the fix at 5 seeds x 1000
+SOAK_TEST_ENV = "PYLLAMA_DFLASH_TEST_SOAK"  # 1: the test suite runs the full soak (600 requests)
 
 ALL = (
     CACHE_ENV,
@@ -37,6 +39,8 @@ ALL = (
     CUDA_BUILD_TEST_ENV,
     CUDA_ARCH_ENV,
     MUTATION_TEST_ENV,
+    FUZZ_BUDGET_TEST_ENV,
+    SOAK_TEST_ENV,
 )
 
 

@@ -3,12 +3,14 @@ run unaided on baseline and zero-fill it finds their failures, whose shrunk sche
 same failure through ``python -m pyllama_dflash.repro --schedule FILE``.
 
 PYLLAMA_DFLASH_FUZZ_EXAMPLES raises the examples per variant (default 50), PYLLAMA_DFLASH_FUZZ_SEED
-changes the seed (default 0, so CI is deterministic).
+changes the seed (default 0, so CI is deterministic). PYLLAMA_DFLASH_TEST_FUZZ_BUDGET=1 also fuzzes the
+fix at twenty times CI's budget, 1000 examples at each of five seeds (the weekly workflow does).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -23,7 +25,9 @@ from pyllama_dflash.engine.invariant import DraftAhead, DraftHole, SpecFailed, T
 from pyllama_dflash.engine.schedule import Schedule, ScheduleError, words
 from pyllama_dflash.engine.schedule_runner import examples_from_env, replay_variants, search_variants, seed_from_env
 from pyllama_dflash.engine.strategy import normalize, raw_steps, schedules
+from pyllama_dflash.env import FUZZ_BUDGET_TEST_ENV
 from pyllama_dflash.scenarios.record import Call
+from pyllama_dflash.tiny import DRAFTERS, TARGET_KINDS
 
 # -- the format and the strategy (no native code) ------------------------------------------------
 
@@ -331,3 +335,33 @@ def test_session_rewind_and_its_reference_replay(variants, model_set):
         timeout=120,
     )
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+# -- at budget (opt-in) ----------------------------------------------------------------------------
+
+BUDGET_EXAMPLES = 1000  # twenty times CI's 50
+BUDGET_SEEDS = (0, 1, 2, 3, 4)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get(FUZZ_BUDGET_TEST_ENV), reason=f"opt-in: {FUZZ_BUDGET_TEST_ENV}=1 (about 15 min a seed)"
+)
+@pytest.mark.parametrize("seed", BUDGET_SEEDS)
+def test_the_fix_holds_at_twenty_times_the_budget(variants, model_set, tmp_path, seed):
+    """Every drafter and target drawn, ties proven and counted, restores judged against their history:
+    no violation of any kind on the fix."""
+    r = search_variants(
+        [FIX],
+        model_set,
+        examples=BUDGET_EXAMPLES,
+        seed=seed,
+        parallel=1,
+        work_dir=tmp_path,
+        drafters=tuple(DRAFTERS),  # as `pyllama-dflash fuzz` draws by default
+        targets=TARGET_KINDS,
+    )[FIX]
+    assert _kinds(r) == {}, json.dumps(r["failures"], indent=1)
+    assert r["runs"] == BUDGET_EXAMPLES and r["stats"]["drift_checked"] > BUDGET_EXAMPLES // 2, r["stats"]
+    # the draft()-side cases were drawn on both sequences
+    assert r["stats"]["behind_on_seq0"] > 0 and r["stats"]["behind_on_seq1"] > 0, r["stats"]

@@ -10,6 +10,7 @@ import os
 import pytest
 
 from conftest import FIX
+from pyllama_dflash.env import SOAK_TEST_ENV
 from pyllama_dflash.scenarios.models import tiny_models
 from pyllama_dflash.soak import soak, workload
 from pyllama_dflash.soak.run import KINDS
@@ -51,7 +52,8 @@ def test_baseline_answers_its_500s_under_the_same_load(variants, tmp_path):
     assert r.ok, r.summary()  # its 500s are the bug, counted; everything else as expected
 
 
-@pytest.mark.skipif(not os.environ.get("PYLLAMA_DFLASH_TEST_SOAK"), reason="opt-in: PYLLAMA_DFLASH_TEST_SOAK=1")
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get(SOAK_TEST_ENV), reason=f"opt-in: {SOAK_TEST_ENV}=1")
 def test_the_full_soak(variants, tmp_path):
     r = _soak(variants, FIX, tmp_path, 600)
     assert r.ok and r.http_500 == 0, r.summary()

@@ -35,6 +35,12 @@ class Drafter:
     vocab_draft: int | None = None  # reduced draft vocabulary (d2t + own output head)
 
     @property
+    def refuses_p_min(self) -> bool:
+        """libcommon refuses p_min > 0 for a DSpark draft without a confidence head (llama-server does not
+        start with it: "DSpark draft has no confidence head: please set --spec-draft-p-min 0")."""
+        return self.markov and not self.confidence
+
+    @property
     def n_block_extra(self) -> int:
         """Rows of the noise block beyond n_max: the anchor, except for an anchor-first DSpark block."""
         return 0 if self.markov and self.sample_from_anchor is not False else 1
