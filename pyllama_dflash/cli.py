@@ -38,6 +38,8 @@ TOOLS: dict[str, tuple[str, str]] = {
         "pyllama_dflash.upgrade.__main__",
         "add rope.dimension_sections to a legacy DFlash draft for an M-RoPE target",
     ),
+    "develop": ("pyllama_dflash.develop.__main__", "a git work tree of the pinned source, one commit per patch"),
+    "write-back": ("pyllama_dflash.develop.writeback", "write a develop tree's commits back into the patch series"),
 }
 
 
