@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -27,6 +28,7 @@ from ..files import atomic_write_json
 from ..flags import common_parser, tool_prog
 from ..llamabuild import BuildError, BuildOptions, build
 from ..llamabuild.builder import stage
+from ..llamabuild.manifest import all_manifests
 from ..llamabuild.patchset import EVERY, apply_series, load_series, tree_reader
 from ..paths import default_patches_dir
 from ..scenarios.models import tiny_models
@@ -39,6 +41,7 @@ from .runner import (
     MUTATED_FILES,
     STILLBORN,
     SURVIVED,
+    VARIANT,
     load_equivalents,
     references,
     try_mutant,
@@ -170,6 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         os.environ.pop(PATCHES_ENV, None)
         stage(fix, BuildOptions(cpu="native", quiet=True))  # the shared build folder back on the fix, compiled
+        # the mutants' published build (one folder for the run's scratch series) goes with the run
+        for m in all_manifests():
+            if m.variant == VARIANT and Path(m.data.get("patches_dir", "")) == work / "series":
+                shutil.rmtree(m.lib_dir, ignore_errors=True)
 
     counts = Counter(o.status for o in outcomes)
     scored = counts[KILLED] + counts[SURVIVED]
