@@ -30,6 +30,8 @@ import pyllama_dflash
 from pyllama_dflash.files import file_lock, sha256_file
 from pyllama_dflash.llamabuild import VariantNotBuilt
 from pyllama_dflash.llamabuild import manifest as manifests
+from pyllama_dflash.llamabuild.builder import series_tag
+from pyllama_dflash.llamabuild.patchset import load_series
 from pyllama_dflash.llamabuild.stage import Stage
 from pyllama_dflash.paths import cache_root
 
@@ -83,8 +85,9 @@ class Build:
         return rc
 
 
-def _published(key: str) -> Path:
-    return manifests.variants_root() / f"{VARIANT}-{key}"
+def _published(env: Env) -> Path:
+    """Where the private series' variant is published: beside the project's builds (its series' tag)."""
+    return manifests.variants_root() / f"{VARIANT}-{env.key}-{series_tag(load_series(env.series))}"
 
 
 def _outputs(lib_dir: Path) -> dict[str, str]:
@@ -166,7 +169,7 @@ def clean(env: Env) -> CleanBuild:
     """An uninterrupted build from baseline content: the reference bytes. While it runs, the
     variants folder is watched: the final name may only ever show a complete build."""
     env.fresh()
-    final = _published(env.key)
+    final = _published(env)
     build = Build(env.series)
     hidden: set[str] = set()
     incomplete: list[str] = []
@@ -188,7 +191,7 @@ def clean(env: Env) -> CleanBuild:
 
 
 def test_a_variant_appears_whole_under_its_name_or_not_at_all(env: Env, clean: CleanBuild) -> None:
-    final = _published(env.key)
+    final = _published(env)
     assert clean.incomplete_seen == []  # never a half-written folder under the final name
     assert clean.hidden_seen, "the build was not seen publishing through a hidden temporary folder"
     # the manifest was written last: nothing in the folder is newer
@@ -211,7 +214,7 @@ def test_a_build_killed_mid_compile_resumes_to_the_same_bytes(env: Env, clean: C
     else:
         os.kill(killed.proc.pid, signal.SIGKILL)
     assert killed.finish() == -signal.SIGKILL
-    assert not _published(env.key).exists()
+    assert not _published(env).exists()
     # the orphans inherited the build folder's lock: until they are gone, a new build waits
     # instead of compiling into the same object files beside them
     assert _lock_is_held(env.work)
@@ -221,7 +224,7 @@ def test_a_build_killed_mid_compile_resumes_to_the_same_bytes(env: Env, clean: C
     assert again.finish() == 0, again.text
     env.timings[f"resume after killing {victim}"] = again.wall
     assert "compile" in again.text and "up to date" not in again.text, again.text
-    assert _outputs(_published(env.key)) == clean.outputs
+    assert _outputs(_published(env)) == clean.outputs
 
 
 def test_two_builds_at_once_one_builds_the_other_waits_and_reuses(env: Env, clean: CleanBuild) -> None:
@@ -234,13 +237,13 @@ def test_two_builds_at_once_one_builds_the_other_waits_and_reuses(env: Env, clea
     env.timings["two builds at once"] = max(first.wall, second.wall)
     assert "compile [" in first.text and "waiting for another build" not in first.text
     assert "waiting for another build of this folder" in second.text, second.text
-    assert f"up to date ({_published(env.key)}), built by another process" in second.text, second.text
+    assert f"up to date ({_published(env)}), built by another process" in second.text, second.text
     assert "compile" not in second.text
-    assert _outputs(_published(env.key)) == clean.outputs
+    assert _outputs(_published(env)) == clean.outputs
 
 
 def test_a_cache_entry_missing_a_library_is_refused_then_rebuilt(env: Env, clean: CleanBuild) -> None:
-    final = _published(env.key)
+    final = _published(env)
     if not final.exists():
         assert Build(env.series).finish() == 0
     missing = final / json.loads((final / manifests.MANIFEST).read_text())["libraries"]["llama"]
@@ -256,7 +259,9 @@ def test_a_cache_entry_missing_a_library_is_refused_then_rebuilt(env: Env, clean
         text=True,
         timeout=120,
     )
-    assert f"{VARIANT:12s} broken    ({missing} is missing)" in listed.stdout, listed.stdout
+    (line,) = [ln for ln in listed.stdout.splitlines() if ln.startswith(f"{VARIANT:12s} ")]
+    assert line.startswith(f"{VARIANT:12s} broken ") and line.endswith(str(final)), listed.stdout
+    assert f"({missing} is missing)" in listed.stdout, listed.stdout
 
     rebuilt = Build(env.series)
     assert rebuilt.finish() == 0, rebuilt.text

@@ -35,9 +35,11 @@ def test_the_upgraded_draft_passes_every_scenario_on_baseline_without_drift(vari
     for sid, row in table.items():
         run, ref = row["baseline"], row[REFERENCE]
         if sid == "S7":
-            # the draft ahead of a restored target is refused on baseline by the twin too (X <= Y):
-            # not the image hole, and what the patch series (or llama-server's own trim) is for
-            assert run["status"] == ref["status"] == "FAIL" and "X <= Y" in run["first_failure"]
+            # the draft ahead of a restored target is refused on baseline (X <= Y): not the image hole,
+            # and what the patch series (or llama-server's own trim) is for; the reference follows the
+            # history the restore leaves (the twin's rows past the restored position removed), so it passes
+            assert run["status"] == "FAIL" and "X <= Y" in run["first_failure"], run.get("first_failure")
+            assert ref["status"] == "PASS", ref.get("first_failure")
             continue
         if sid == "S12":
             # baseline's llama-server restores a slot's target alone: the twin drifts there as well,
