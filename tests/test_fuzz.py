@@ -357,6 +357,7 @@ def test_the_fix_holds_at_twenty_times_the_budget(variants, model_set, tmp_path,
         examples=BUDGET_EXAMPLES,
         seed=seed,
         parallel=1,
+        timeout_s=7200.0,  # 7 to 10 minutes a seed alone on 2 cores; far more beside other work
         work_dir=tmp_path,
         drafters=tuple(DRAFTERS),  # as `pyllama-dflash fuzz` draws by default
         targets=TARGET_KINDS,
