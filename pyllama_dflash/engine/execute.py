@@ -18,7 +18,7 @@ from ..scenarios.models import ModelSet, for_schedule
 from ..scenarios.record import Record, StopScenario
 from ..scenarios.session import SeqState, Session, SessionConfig
 from ..tiny import image as tiny_image
-from .invariant import CheckedRecord, DraftDrift, DraftStarved, OutputDiffers, Violation
+from .invariant import CheckedRecord, DraftDrift, DraftStarved, Memories, OutputDiffers, Violation
 from .schedule import Schedule, Step, image_px
 
 Saved = tuple[bytes, SeqState]
@@ -82,7 +82,7 @@ def execute(
     run = _Run()
     with Session(models, cfg, record) as session:
         if check:
-            record.bind(session)
+            record.bind(Memories(session.memory_ends, session.cfg.n_seq))
         try:
             _run_steps(session, schedule.steps, record if check else None, run)
         except Violation as v:

@@ -41,12 +41,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..scenarios.record import Call, Record, StopScenario
-
-if TYPE_CHECKING:
-    from ..scenarios.session import Session
 
 _X = re.compile(r"\bX = (-?\d+)")
 _Y = re.compile(r"\bY = (-?\d+)")
@@ -114,20 +112,29 @@ def failed_call(call: Call) -> Violation:
     return SpecFailed(call.summary(), call)
 
 
+@dataclass(frozen=True)
+class Memories:
+    """All the invariant observes of a session: where each memory of a sequence ends."""
+
+    ends: Callable[[int], tuple[int, int]]  # seq -> (the draft's last position, the target's)
+    n_seq: int
+
+
 class CheckedRecord(Record):
-    """A Record that checks the invariant at each call it is given; bind() it to its session first."""
+    """A Record that checks the invariant at each call it is given; bind() it to its session's
+    Memories first."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.session: Session | None = None
+        self.memories: Memories | None = None
         self.free: set[int] = set()  # restored on the target alone, not yet handled by the driver
         self.lag: dict[int, int] = {}  # seq -> P: its last rows were a pinned image at P, skipped
         self.sub_batch: dict[int, tuple[int, int, int]] = {}  # seq -> (lo, hi, n) of the last image sub-batch
         self.batch_seqs: tuple[int, ...] = ()  # the sequences of the text batch under way (its calls say seq -1)
         self.stats: Counter[str] = Counter()
 
-    def bind(self, session: Session) -> None:
-        self.session = session
+    def bind(self, memories: Memories) -> None:
+        self.memories = memories
 
     def add(self, call: Call) -> Call:
         try:
@@ -170,11 +177,11 @@ class CheckedRecord(Record):
         self.check(seq)
 
     def check(self, seq: int, call: Call | None = None) -> None:
-        assert self.session is not None and self.session.draft is not None, "bind() a speculative session"
+        assert self.memories is not None, "bind() the memories of a speculative session"
         if seq in self.free:
             self.stats["free"] += 1
             return
-        draft, target = self.session.draft.pos_max(seq), self.session.target.pos_max(seq)
+        draft, target = self.memories.ends(seq)
         self.stats["checks"] += 1
         if draft == -1 and target != -1:
             self.stats["empty_draft"] += 1
@@ -194,6 +201,6 @@ class CheckedRecord(Record):
             )
 
     def check_all(self) -> None:
-        assert self.session is not None
-        for seq in range(self.session.cfg.n_seq):
+        assert self.memories is not None
+        for seq in range(self.memories.n_seq):
             self.check(seq)

@@ -442,6 +442,12 @@ class Session:
 
     # -- request boundaries ----------------------------------------------------------------------
 
+    def memory_ends(self, seq: int) -> tuple[int, int]:
+        """Where the draft's and the target's memories of seq end (what the fuzzer's invariant watches)."""
+        if self.draft is None:
+            raise ValueError("memory_ends: a session without the draft has one memory")
+        return self.draft.pos_max(seq), self.target.pos_max(seq)
+
     def save_slot(self, seq: int) -> SavedSlot:
         """``POST /slots/N?action=save``: the target's sequence state, and the draft's where the
         variant's server saves it too (``cfg.server_saves_draft``)."""
