@@ -128,7 +128,9 @@ def _list(opts: builder.BuildOptions) -> int:
 
 
 def _from_elsewhere(m: manifests.Manifest, series) -> bool:
-    return Path(m.data.get("patches_dir", "")).resolve() != Path(series.directory).resolve()
+    # by the series' tag, as the build folders are keyed, not by the path recorded at build time: a
+    # clone of the project elsewhere shares the cache and finds the project's builds as its own
+    return m.data.get("series_tag") != builder.series_tag(series)
 
 
 def _state(m: manifests.Manifest, inputs: dict | None) -> str:

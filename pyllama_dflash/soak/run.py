@@ -207,11 +207,14 @@ def _stream(base: str, req: Request, timeout: float, t0: float) -> Answer:
 
 
 def _openai(base: str, req: Request, timeout: float, t0: float) -> Answer:
-    import httpx
     import openai
 
     client = openai.OpenAI(
-        base_url=f"{base}/v1", api_key="soak", timeout=timeout, max_retries=0, http_client=httpx.Client(trust_env=False)
+        base_url=f"{base}/v1",
+        api_key="soak",
+        timeout=timeout,
+        max_retries=0,
+        http_client=openai.DefaultHttpxClient(trust_env=False),
     )
     extra = {"id_slot": req.slot, "seed": 0}
     try:
