@@ -15,12 +15,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,6 +96,21 @@ class Finished:
         if self.signal:
             out["signal"] = self.signal
         return out
+
+
+class Scratch:
+    """The folder a run's children work in: their jobs, results and logs. A folder the caller gives
+    is the caller's to keep. A temporary one is removed when the run ends, unless a child crashed
+    or erred there: the results name its log, and that log is what someone reads next."""
+
+    def __init__(self, prefix: str, given: Path | None = None) -> None:
+        self.owned = given is None
+        self.path = Path(given) if given is not None else Path(tempfile.mkdtemp(prefix=prefix))
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    def close(self, results: Iterable[dict]) -> None:
+        if self.owned and not any(r.get("status") in (CRASH, ERROR) for r in results):
+            shutil.rmtree(self.path, ignore_errors=True)
 
 
 def run(cmd: list[str], *, log: Path, timeout: float | None, env: dict[str, str] | None = None) -> Finished:

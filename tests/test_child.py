@@ -42,3 +42,27 @@ def test_a_crash_costs_only_the_job_it_happened_in(tmp_path):
     assert out[1]["status"] == "CRASH" and out[1]["signal"] == "SIGABRT"
     assert out[2]["status"] == "PASS" and out[2]["pid"] != out[0]["pid"]  # the rest ran in a fresh child
     assert out[3]["status"] == "ERROR" and "ValueError: refused" in out[3]["first_failure"]
+
+
+def test_a_runs_temporary_folder_goes_unless_a_child_crashed_in_it(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+
+    def run(jobs: list[dict], given: Path | None = None) -> tuple[child.Scratch, list[dict]]:
+        scratch = child.Scratch("run-", given)
+        (scratch.path / "batchjob.py").write_text(JOB_MODULE)
+        env = {"PYTHONPATH": os.pathsep.join([str(scratch.path), os.environ.get("PYTHONPATH", "")])}
+        out = child.run_batch("batchjob", jobs, scratch.path, "b", timeout_per_job=60, env=env)
+        scratch.close(out)
+        return scratch, out
+
+    clean, _ = run([{"do": "ok", "n": 0}])
+    assert not clean.path.exists()  # a run that went well leaves nothing behind
+
+    crashed, out = run([{"do": "ok", "n": 0}, {"do": "abort", "n": 1}])
+    assert crashed.path.exists() and Path(out[1]["log"]).is_file()  # the log the crash names is kept
+
+    given, _ = run([{"do": "ok", "n": 0}], tmp_path / "mine")
+    assert given.path.is_dir()  # a folder the caller gave is the caller's

@@ -10,7 +10,6 @@ crashes costs only the job it crashed in.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -76,8 +75,8 @@ def case_name(models: ModelSet) -> str:
 def run_jobs(jobs: list[Job], parallel: int, work_dir: Path | None = None) -> list[dict]:
     """Every job in a child, jobs of one variant (and backend) batched into children of their own,
     ``parallel`` children at once; the results in the order of ``jobs``."""
-    work = work_dir or Path(tempfile.mkdtemp(prefix="pyllama-dflash-matrix-"))
-    work.mkdir(parents=True, exist_ok=True)
+    scratch = child.Scratch("pyllama-dflash-matrix-", work_dir)
+    work = scratch.path
     parallel = max(1, parallel)
     share = max(1, (os.cpu_count() or 1) // parallel)
     for j in jobs:
@@ -104,7 +103,9 @@ def run_jobs(jobs: list[Job], parallel: int, work_dir: Path | None = None) -> li
     with ThreadPoolExecutor(max_workers=parallel) as pool:
         for f in [pool.submit(run, k, b) for k, b in enumerate(batches)]:
             f.result()
-    return [r for r in results if r is not None]
+    done = [r for r in results if r is not None]
+    scratch.close(done)
+    return done
 
 
 def _batches(jobs: list[Job], parallel: int) -> list[list[int]]:

@@ -4,7 +4,6 @@ parallel; the child side is schedule_child.py."""
 from __future__ import annotations
 
 import os
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -36,14 +35,15 @@ def _each_variant(
 ) -> dict[str, dict]:
     """The job (``mode``: search or replay) on each variant, one child each, ``parallel`` at once;
     per variant the child's result."""
-    work = work_dir or Path(tempfile.mkdtemp(prefix="pyllama-dflash-fuzz-"))
-    work.mkdir(parents=True, exist_ok=True)
+    scratch = child.Scratch("pyllama-dflash-fuzz-", work_dir)
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         futures = {
-            v: pool.submit(run_child, {"mode": mode, "variant": v, **job}, work, f"{mode}-{v}", timeout_s)
+            v: pool.submit(run_child, {"mode": mode, "variant": v, **job}, scratch.path, f"{mode}-{v}", timeout_s)
             for v in variants
         }
-        return {v: f.result() for v, f in futures.items()}
+        results = {v: f.result() for v, f in futures.items()}
+    scratch.close(results.values())
+    return results
 
 
 def search_variants(
