@@ -79,6 +79,7 @@ SERVER_KILLERS = (
     "restore_damaged_draft_part",
     "restore_draft_runs_past",
     "save_draft_part_unwritable",
+    "save_target_part_unwritable",
     "restore_clears_without_draft_part",
     "save_without_draft_removes_stale_part",
 )

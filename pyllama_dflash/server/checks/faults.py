@@ -264,6 +264,60 @@ def save_draft_part_unwritable(ctx) -> Result:
 
 
 @check(
+    "save_target_part_unwritable",
+    # without 0003 the server writes the file itself, not a temporary one, and the save succeeds (see
+    # save_draft_part_unwritable for what the continuation then finds)
+    fix=Expect(200, "every", same_tokens=True),
+    slots=Expect(200, "every", same_tokens=True, cached=True),
+)
+def save_target_part_unwritable(ctx) -> Result:
+    """A save whose target part cannot be written (a directory stands at ``<file>.tmp``) fails with an
+    error that names the target part, not the draft's, leaves the previous pair as it was and
+    restorable, and leaves no temporary file. Without 0003 the server writes no temporary file, and
+    the save succeeds."""
+    srv, folder = _session(ctx, "save_target_part_unwritable")
+    with srv:
+        a = _tokens(srv, LONG)
+        first = srv.completion(a, n_predict=bodies.N_PREDICT)
+        saved = _save(srv, "t.bin")
+        before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+        (folder / "t.bin.tmp").mkdir()
+        more = srv.completion(a + (first.tokens or []) + _tokens(srv, MORE, bos=False), n_predict=bodies.N_PREDICT)
+        blocked = _save(srv, "t.bin")
+        (folder / "t.bin.tmp").rmdir()
+        after = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+        other = srv.completion(_tokens(srv, OTHER), n_predict=bodies.N_PREDICT)
+        restore = _restore(srv, "t.bin")
+        last = _continue(srv, a + (first.tokens or []))
+        left = sorted(p.name for p in folder.iterdir())
+        facts = server_facts(srv)
+    ref = _reference(ctx, "save_target_part_unwritable", LONG, first.tokens or [])
+    writes_draft = bool(ctx.variant and ctx.variant.saves_draft)  # 0003: the server writes a draft part
+    refused_well = (
+        not blocked.ok
+        and "Unable to save slot" in blocked.error_message
+        and "draft" not in blocked.error_message  # the part that failed is named, not the other one
+        and after == before  # the previous pair, byte for byte
+        and not any(n.endswith(".tmp") for n in left)
+    )
+    cache_n = last.timings.get("cache_n")
+    seen = Seen(
+        [first, more, other, last],
+        same_tokens=last.ok and last.tokens == ref,
+        cached=bool(cache_n),
+        holds=saved.ok and restore.ok and (refused_well if writes_draft else blocked.ok),
+    )
+    return judged(
+        ctx.expect("save_target_part_unwritable"),
+        seen,
+        blocked_save=[blocked.status, blocked.error_message or None],
+        files_left=left,
+        cache_n_after_restore=cache_n,
+        **facts,
+    )
+
+
+@check(
     "save_killed",
     baseline=Expect(200, "every"),
     fix=Expect(200, "every", same_tokens=True),
