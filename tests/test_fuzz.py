@@ -265,6 +265,20 @@ def test_the_oracles_two_blind_spots_at_budget(variants, model_set, tmp_path, na
         assert r["stats"]["drift_checked"] == 1 and r["drafts"][0]["tokens"] == [106]
 
 
+def test_two_restores_in_a_row_are_judged_as_the_last_one(variants, model_set, tmp_path):
+    """From the 1000-example fuzz at seed 3: the target restored to c0, then at once to c2 (saved after
+    "milk"), then drafting. No variant touches the draft between the two restores, so it still holds
+    c2's rows, and every variant drafts [68, 9, 9], as the conversation continued from c2 does. The
+    history reference trimmed at each restore, so it had lost "milk"'s rows and drafted [106, 9, 9]:
+    DRIFT on every variant, baseline included. It now trims when the sequence is next used, as the fix
+    trims a draft that is ahead."""
+    schedule = Schedule.load(Path(__file__).parent / "data" / "schedules" / "restore-twice.json")
+    results = replay_variants(schedule, ["baseline", FIX], model_set, work_dir=tmp_path)
+    for v, r in results.items():
+        assert r["status"] == "PASS", (v, r)
+        assert r["drafts"][0]["tokens"] == [68, 9, 9], (v, r["drafts"])
+
+
 def test_the_fix_keeps_an_m_rope_drafts_stale_cell_as_baseline_does(variants, model_set, tmp_path):
     """The decision recorded in patch 0002: an M-RoPE draft keeps the cell a target-only restore left at the
     restored position, as b11434 does (its batch check takes X <= Y). Measured: that stale cell moves the

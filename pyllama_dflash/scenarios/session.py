@@ -135,6 +135,8 @@ class Session:
         self.seqs = [SeqState() for _ in range(cfg.n_seq)]
         self.ops: list[Op] = []  # what happened, for the reference replay (ops.py)
         self._own_saves: set[int] = set()
+        # seq -> the step of a target-only restore whose history trim waits for the seq's next use
+        self._history_pending: dict[int, str] = {}
 
     def _open(self) -> None:
         cfg, m, enter = self.cfg, self.models, self._stack.enter_context
@@ -208,6 +210,7 @@ class Session:
     def prompt(self, seq: int, text: str, images: Sequence[np.ndarray] = (), step: str = "prompt") -> None:
         """Tokenize text with its media markers and evaluate the chunks in order, like a slot's prompt."""
         self.ops.append(Prompt(seq, text, tuple(images), step))
+        self._settle_history(seq)
         if not images:
             self._text(seq, self.tokenize(text), step)
             return
@@ -227,6 +230,8 @@ class Session:
     def text_batch(self, parts: Sequence[tuple[int, str]], step: str = "batch") -> None:
         """Several sequences' text in one target batch, as llama-server batches its slots."""
         self.ops.append(TextBatch(tuple(parts), step))
+        for seq, _ in parts:
+            self._settle_history(seq)
         toks, pos, seqs = [], [], []
         for seq, text in parts:
             t = self.tokenize(text)
@@ -375,6 +380,7 @@ class Session:
     def generate(self, seq: int, n_tokens: int, step: str = "generate") -> list[int]:
         """Greedy generation of n_tokens with drafting rounds; returns the tokens generated."""
         self.ops.append(Generate(seq, n_tokens, step))
+        self._settle_history(seq)
         st = self.seqs[seq]
         if st.id_last is None:
             raise ValueError(f"generate: sequence {seq} has no sampled token yet (its prompt ended without logits)")
@@ -452,6 +458,7 @@ class Session:
         """``POST /slots/N?action=save``: the target's sequence state, and the draft's where the
         variant's server saves it too (``cfg.server_saves_draft``)."""
         self.ops.append(SaveSlot(seq))
+        self._settle_history(seq)
         st = self.seqs[seq]
         draft = self.draft.state_seq_get(seq) if self.draft is not None and self.cfg.server_saves_draft else None
         return SavedSlot(
@@ -494,9 +501,19 @@ class Session:
         ok = self.target.state_seq_set(seq, data)
         self.record.add(Call(step, "target", "llama_state_seq_set_data", seq, ok, pos=(0, st.n_past - 1)))
         if self.cfg.history_restores and self.draft is not None:
-            ok = self.draft.seq_rm(seq, st.n_past, -1)
-            self.record.add(Call(f"{step} (history)", "draft", "llama_memory_seq_rm", seq, ok, pos=(st.n_past, -1)))
+            self._history_pending[seq] = step
         self.seqs[seq] = SeqState(st.n_past, st.id_last, False, list(st.text_tokens))
+
+    def _settle_history(self, seq: int) -> None:
+        """The history trim of a target-only restore (``cfg.history_restores``), done when the fix trims a
+        legacy draft that is ahead: at the sequence's next use, past where the target ends then. Restores
+        in a row are one: the rows the first would trim can be the history the last one restores."""
+        step = self._history_pending.pop(seq, None)
+        if step is None:
+            return
+        n_past = self.seqs[seq].n_past
+        ok = self.draft.seq_rm(seq, n_past, -1)
+        self.record.add(Call(f"{step} (history)", "draft", "llama_memory_seq_rm", seq, ok, pos=(n_past, -1)))
 
     def rewind(
         self, seq: int, pos: int, checkpoint: tuple[bytes, SeqState] | None = None, step: str = "rewind"
@@ -521,6 +538,7 @@ class Session:
                 step,
             )
         )
+        self._settle_history(seq)
         st = self.seqs[seq]
         if checkpoint is not None:
             data, saved = checkpoint
