@@ -149,13 +149,18 @@ def restore_draft_runs_past(ctx) -> Result:
     return out
 
 
+STATE_CUT = "cut where its state begins"  # header and tokens whole: only the frame's length tells
+
+
 def _truncations(data: bytes) -> list[tuple[str, bytes]]:
     """The draft part cut at several points, and random bytes of its length (a seeded draw)."""
     rng = random.Random(len(data))
     points = sorted({0, 8, 12, len(data) // 2, len(data) - 1})
-    return [(f"cut at {n} of {len(data)} bytes", data[:n]) for n in points] + [
-        ("random bytes", bytes(rng.getrandbits(8) for _ in range(len(data))))
-    ]
+    return (
+        [(f"cut at {n} of {len(data)} bytes", data[:n]) for n in points]
+        + [(STATE_CUT, data[: len(_draft_prefix(data)) + 8])]  # the state's u64 length kept, the state gone
+        + [("random bytes", bytes(rng.getrandbits(8) for _ in range(len(data))))]
+    )
 
 
 @check("restore_damaged_draft_part", **_EXACT_OR_REFUSED)
@@ -191,13 +196,15 @@ def restore_damaged_draft_part(ctx) -> Result:
         facts = server_facts(srv)
     ref = _reference(ctx, "restore_damaged_draft_part", LONG, first.tokens or [])
     restores = {o["restore"] for o in outcomes}
+    # the reason names the damage: a state cut off whole is a length the frame contradicts, not short tokens
+    named = all("its frame says" in (o["restore_error"] or "") for o in outcomes if o["damage"] == STATE_CUT)
     seen = Seen(
         responses,
         same_tokens=all(o["tokens"] == ref for o in outcomes),
         cached=all(o["cache_n"] for o in outcomes),
         restore_status=restores.pop() if len(restores) == 1 else None,
         empty_after_restore=not any(o["cache_n"] for o in outcomes),
-        holds=saved.ok and facts["server_alive"],
+        holds=saved.ok and facts["server_alive"] and named,
     )
     return judged(ctx.expect("restore_damaged_draft_part"), seen, damages=outcomes, **facts)
 
