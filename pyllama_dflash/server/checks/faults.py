@@ -14,10 +14,12 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from .. import bodies
 from ..drafts import DEBUG_VERBOSITY, LOGS_NO_DRAFTS, read_drafted_rounds
 from ..expect import Expect, Result, Seen, judged
+from ..process import Response
 from . import check, server_facts
 
 SHORT = "Tell me about the small robot that paints"
@@ -209,6 +211,34 @@ def restore_damaged_draft_part(ctx) -> Result:
     return judged(ctx.expect("restore_damaged_draft_part"), seen, damages=outcomes, **facts)
 
 
+class _BlockedSave(NamedTuple):
+    prompt: list[int]  # LONG's tokens
+    first: Response  # LONG answered
+    saved: Response  # the first save, which succeeds
+    before: dict[str, bytes]  # the slot folder's files after it
+    more: Response  # the conversation continued
+    blocked: Response  # the save of the continuation, with the blocker in place
+    after: dict[str, bytes]  # the slot folder's files after that save, the blocker gone
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+def _save_blocked(srv, folder: Path, filename: str, blocker: str) -> _BlockedSave:
+    """Save LONG's conversation as filename, continue it, and save it again while a directory stands at
+    ``blocker`` (a temporary name of one part of the file), which the save cannot write."""
+    a = _tokens(srv, LONG)
+    first = srv.completion(a, n_predict=bodies.N_PREDICT)
+    saved = _save(srv, filename)
+    before = _files(folder)
+    (folder / blocker).mkdir()
+    more = srv.completion(a + (first.tokens or []) + _tokens(srv, MORE, bos=False), n_predict=bodies.N_PREDICT)
+    blocked = _save(srv, filename)
+    (folder / blocker).rmdir()
+    return _BlockedSave(a, first, saved, before, more, blocked, _files(folder))
+
+
 @check(
     "save_draft_part_unwritable",
     # without 0003 the second save succeeds and the file holds the longer state, which the continuation
@@ -223,15 +253,7 @@ def save_draft_part_unwritable(ctx) -> Result:
     0003 the server writes no draft part, and both saves succeed."""
     srv, folder = _session(ctx, "save_draft_part_unwritable")
     with srv:
-        a = _tokens(srv, LONG)
-        first = srv.completion(a, n_predict=bodies.N_PREDICT)
-        saved = _save(srv, "e.bin")
-        before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
-        (folder / "e.bin.draft.tmp").mkdir()
-        more = srv.completion(a + (first.tokens or []) + _tokens(srv, MORE, bos=False), n_predict=bodies.N_PREDICT)
-        blocked = _save(srv, "e.bin")
-        (folder / "e.bin.draft.tmp").rmdir()
-        after = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+        a, first, saved, before, more, blocked, after = _save_blocked(srv, folder, "e.bin", "e.bin.draft.tmp")
         (folder / "fresh.bin.draft").mkdir()
         fresh = _save(srv, "fresh.bin")
         (folder / "fresh.bin.draft").rmdir()
@@ -284,15 +306,7 @@ def save_target_part_unwritable(ctx) -> Result:
     the save succeeds."""
     srv, folder = _session(ctx, "save_target_part_unwritable")
     with srv:
-        a = _tokens(srv, LONG)
-        first = srv.completion(a, n_predict=bodies.N_PREDICT)
-        saved = _save(srv, "t.bin")
-        before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
-        (folder / "t.bin.tmp").mkdir()
-        more = srv.completion(a + (first.tokens or []) + _tokens(srv, MORE, bos=False), n_predict=bodies.N_PREDICT)
-        blocked = _save(srv, "t.bin")
-        (folder / "t.bin.tmp").rmdir()
-        after = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+        a, first, saved, before, more, blocked, after = _save_blocked(srv, folder, "t.bin", "t.bin.tmp")
         other = srv.completion(_tokens(srv, OTHER), n_predict=bodies.N_PREDICT)
         restore = _restore(srv, "t.bin")
         last = _continue(srv, a + (first.tokens or []))
