@@ -97,3 +97,9 @@ def spec(target: api.Context, draft: api.Context):
 def projector(lib_dir: Path, models: tiny.TinyModels, target_model: api.Model):
     with api.Projector(models.mmproj, target_model) as proj:
         yield proj
+
+
+@pytest.fixture(scope="session")
+def gguf():
+    """The gguf-py that writes the tiny models (the pinned tree's, with the DFlash keys)."""
+    return tiny.gguf_module()

@@ -13,18 +13,12 @@ import pytest
 
 from pyllama_dflash import gguf_stream as gs
 from pyllama_dflash.scenarios.models import ModelSet
-from pyllama_dflash.tiny import gguf_module
 from pyllama_dflash.upgrade import SECTIONS_KEY, DraftUpgradeError, upgrade
 
 
 @pytest.fixture(scope="module")
 def ms(model_set: ModelSet) -> ModelSet:
     return model_set
-
-
-@pytest.fixture(scope="module")
-def gguf() -> Any:
-    return gguf_module()
 
 
 def _data_section(g: gs.GGUFFile) -> bytes:

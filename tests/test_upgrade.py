@@ -16,7 +16,6 @@ import pytest
 
 from pyllama_dflash import gguf_stream as gs
 from pyllama_dflash.scenarios.models import ModelSet
-from pyllama_dflash.tiny import gguf_module
 from pyllama_dflash.tiny._write import FINGERPRINT_KEY
 from pyllama_dflash.upgrade import SECTIONS_KEY, DraftUpgradeError, inspect, upgrade
 from pyllama_dflash.upgrade.__main__ import main
@@ -27,11 +26,6 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def ms(model_set: ModelSet) -> ModelSet:
     return model_set
-
-
-@pytest.fixture(scope="module")
-def gguf() -> Any:
-    return gguf_module()
 
 
 @pytest.fixture
