@@ -348,10 +348,11 @@ class Session:
     def _fill_like_the_fix(self, batch: api.Batch) -> list[tuple[int, int, int]]:
         """What patch 0002 does to a legacy draft before it injects a batch, done to an M-RoPE draft
         (the twin, which needs none of it): zero rows in the hole between the draft's last position
-        and the batch's first, to be removed right after the batch. The twin drafts the same either
-        way but for the cells' order in the KV buffer (the freed cells are reused by later rows), which
-        is what a tie check needs to lay out alike. Only a batch of one sequence is laid out: the fix
-        fills per sequence between their injections, which one process() call cannot interleave."""
+        and the batch's first, to be removed right after the batch (0002 keeps them until the batch's
+        last chunk is injected, so this is its layout). The twin drafts the same either way but for the
+        cells' order in the KV buffer (the freed cells are reused by later rows), which is what a tie
+        check needs to lay out alike. Only a batch of one sequence is laid out: the fix fills per
+        sequence between their injections, which one process() call cannot interleave."""
         seqs = np.unique(batch.seq_id)
         pinned = batch.kind != "tokens" and batch.n_tokens > 1 and int(batch.pos[0].min()) == int(batch.pos[0].max())
         if len(seqs) != 1 or pinned:
