@@ -66,6 +66,19 @@ with api.Model(models.target) as tm, api.Model(models.draft_for("plain", twin=tw
         out["far"] = spec.process(far)
         out["far_log"] = [str(x) for x in spec.last_log if "ERROR" in str(x)]
         out["far_pos_max"] = draft.pos_max(0)
+    # a draft sized apart with room for the fill and the first chunk of the rows after it, not for
+    # the fill beside every chunk: the fix keeps the fill until the batch's last row is injected
+    with api.Context(tm, n_ctx=512, n_batch=128, n_ubatch=32) as target, \
+         api.Context.draft(dm, target, n_ctx=256, n_batch=32, n_ubatch=32) as draft, \
+         api.Speculative(target, draft, n_max=3) as spec:
+        toks = tm.tokenize("tree blue moon rock fish lamp wind gold ship " * 10, add_special=False)[:68]
+        tight = api.Batch.tokens(toks, [0, 1, 2, 3, *range(200, 264)])  # chunks of 32: 0..3 and 200..227, ...
+        assert target.process(tight) == 0
+        out["tight"] = spec.process(tight)
+        out["tight_log"] = [str(x) for x in spec.last_log if "ERROR" in str(x)]
+        out["tight_pos_max"] = draft.pos_max(0)
+        draft.seq_rm(0, 200, -1)
+        out["tight_below_rows"] = draft.pos_max(0)  # 3 unless a filled row is left
     # a draft ahead of its target (the target restored alone) meets one image row (a 1x1 image) at
     # a position the draft holds: an M-RoPE draft takes a row at its last position, so only the
     # rows past it must go; the row already there stays, as the unpatched tree would keep it
@@ -191,6 +204,22 @@ def test_a_fill_that_does_not_fit_is_refused_and_rolled_back(runs, draft):
     (line,) = fixed["far_log"]
     assert "inject_zero_rows: llama_process(ctx_dft) failed rc=1 (filling [" in line, line
     assert runs[("baseline", draft)]["far"] is False  # baseline refuses the jump itself
+
+
+@pytest.mark.parametrize("draft", ["legacy", "twin"])
+def test_a_draft_sized_apart_needs_room_for_the_fill_beside_the_whole_batch(runs, draft):
+    """The fill stays until the batch's last row is injected (so later chunks keep the twin's cells'
+    order), so a legacy draft needs free cells for the fill and the whole batch at once. llama-server
+    gives the draft the target's n_ctx, and the target holds a cell per position at least, so there
+    it always fits. A draft sized smaller can refuse a batch that fits without the fill: here the
+    second chunk, with the rows before it kept and nothing of the fill left. The twin needs no fill."""
+    fixed = runs[(FIX, draft)]
+    if draft == "twin":
+        assert fixed["tight"] is True and fixed["tight_pos_max"] == 263
+        return
+    assert fixed["tight"] is False, fixed["tight_log"]
+    assert any("llama_process(ctx_dft) failed rc=1 (n_tokens=32, offset=32)" in x for x in fixed["tight_log"])
+    assert fixed["tight_pos_max"] == 227 and fixed["tight_below_rows"] == 3
 
 
 def test_an_m_rope_draft_ahead_of_its_target_is_trimmed_only_past_an_image_row(runs):
