@@ -66,6 +66,16 @@ with api.Model(models.target) as tm, api.Model(models.draft_for("plain", twin=tw
         out["far"] = spec.process(far)
         out["far_log"] = [str(x) for x in spec.last_log if "ERROR" in str(x)]
         out["far_pos_max"] = draft.pos_max(0)
+        # two jumps in one batch, the second one's fill past the free cells: the first one's fill,
+        # kept for the batch's later rows, goes too
+        target.clear(), draft.clear()
+        toks = tm.tokenize("tree blue moon rock fish lamp wind gold ship milk ", add_special=False)[:10]
+        two = api.Batch.tokens(toks, [0, 1, 2, 3, 100, 101, 102, 103, 400, 401])
+        assert target.process(two) == 0
+        out["two_jumps"] = spec.process(two)
+        out["two_jumps_pos_max"] = draft.pos_max(0)
+        draft.seq_rm(0, 100, -1)
+        out["two_jumps_below_rows"] = draft.pos_max(0)  # 3 unless a filled row is left
     # a draft sized apart with room for the fill and the first chunk of the rows after it, not for
     # the fill beside every chunk: the fix keeps the fill until the batch's last row is injected
     with api.Context(tm, n_ctx=512, n_batch=128, n_ubatch=32) as target, \
@@ -204,6 +214,9 @@ def test_a_fill_that_does_not_fit_is_refused_and_rolled_back(runs, draft):
     (line,) = fixed["far_log"]
     assert "inject_zero_rows: llama_process(ctx_dft) failed rc=1 (filling [" in line, line
     assert runs[("baseline", draft)]["far"] is False  # baseline refuses the jump itself
+    # the same with a first jump whose fill fitted: that fill is removed as well
+    assert fixed["two_jumps"] is False and fixed["two_jumps_pos_max"] == 103
+    assert fixed["two_jumps_below_rows"] == 3
 
 
 @pytest.mark.parametrize("draft", ["legacy", "twin"])
