@@ -12,6 +12,7 @@ child's side), which costs a crash no more than the job it happened in.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -20,9 +21,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,6 +113,26 @@ class Scratch:
     def close(self, results: Iterable[dict]) -> None:
         if self.owned and not any(r.get("status") in (CRASH, ERROR) for r in results):
             shutil.rmtree(self.path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within it, SIGTERM (a CI runner's cancel, ``kill PID``) ends the program as Ctrl-C does: an
+    exception in the main thread, so :func:`run` kills the child it waits on and the tool's
+    ``finally`` blocks remove its scratch builds and folders. Without it the process dies at once
+    and its children run on, orphaned. Exit status 143 (128 + SIGTERM), as a shell reports it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread
+        return
+
+    def _stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run(cmd: list[str], *, log: Path, timeout: float | None, env: dict[str, str] | None = None) -> Finished:

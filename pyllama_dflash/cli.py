@@ -18,6 +18,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from .child import sigterm_as_interrupt
 from .flags import PROG, _prog
 
 # ---- the subcommands -------------------------------------------------------------------------------
@@ -63,7 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     tool_main = importlib.import_module(TOOLS[name][0]).main
     token = _prog.set(f"{PROG} {name}")
     try:
-        return tool_main(argv[1:])
+        with sigterm_as_interrupt():
+            return tool_main(argv[1:])
     finally:
         _prog.reset(token)
 

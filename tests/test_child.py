@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from pyllama_dflash import child
 
@@ -66,3 +72,55 @@ def test_a_runs_temporary_folder_goes_unless_a_child_crashed_in_it(tmp_path, mon
 
     given, _ = run([{"do": "ok", "n": 0}], tmp_path / "mine")
     assert given.path.is_dir()  # a folder the caller gave is the caller's
+
+
+# a parent that waits on a sleeping child through child.run, with or without sigterm_as_interrupt
+PARENT = """
+import sys
+from pathlib import Path
+from pyllama_dflash import child
+
+work, guarded = Path(sys.argv[1]), sys.argv[2] == "guarded"
+sleeper = ["python3", "-c", "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)",
+           str(work / "child.pid")]
+try:
+    if guarded:
+        with child.sigterm_as_interrupt():
+            child.run(sleeper, log=work / "child.log", timeout=120)
+    else:
+        child.run(sleeper, log=work / "child.log", timeout=120)
+finally:
+    (work / "finally-ran").write_text("")
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("guarded", [True, False])
+def test_sigterm_stops_the_child_and_runs_the_parents_finally_only_when_guarded(tmp_path, guarded):
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path), "guarded" if guarded else "bare"])
+    pid_file = tmp_path / "child.pid"
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sleeper = int(pid_file.read_text())
+    parent.send_signal(signal.SIGTERM)
+    rc = parent.wait(timeout=60)
+    try:
+        if guarded:
+            # as Ctrl-C: the child killed and reaped, the finally blocks run, 128 + SIGTERM
+            assert rc == 143 and (tmp_path / "finally-ran").exists()
+            assert not _alive(sleeper)
+        else:
+            # what the tools did before: the parent gone at once, its child orphaned and running
+            assert rc == -signal.SIGTERM and not (tmp_path / "finally-ran").exists()
+            assert _alive(sleeper)
+    finally:
+        if _alive(sleeper):
+            os.kill(sleeper, signal.SIGKILL)

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import FIX, REPO
 from pyllama_dflash.env import MUTATION_TEST_ENV
+from pyllama_dflash.llamabuild.manifest import variants_root
 from pyllama_dflash.llamabuild.patchset import apply_series, load_series, tree_reader
 from pyllama_dflash.mutate.operators import line_mutations, mutants
 from pyllama_dflash.mutate.runner import EQUIVALENT_FILE, MUTATED_FILES, load_equivalents
@@ -72,6 +73,28 @@ def test_the_equivalent_mutants_on_file_exist_in_the_fix(pristine):
     ids = set().union(*per_file.values())
     equivalents = load_equivalents(EQUIVALENT_FILE)
     assert set(equivalents) <= ids, sorted(set(equivalents) - ids)
+
+
+@pytest.mark.build
+def test_one_mutant_is_killed_and_the_run_leaves_nothing_behind(variants, tmp_path):
+    """The whole tool on one mutant C1 kills (the jump check's flag set false): its scratch series is
+    built, tried and scored, and then neither its builds in the cache nor its scratch folder stay."""
+    before = {p.name for p in variants_root().iterdir()}
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    report = tmp_path / "mutate.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyllama_dflash.mutate", "--only", "negate-60968674", "--json", str(report)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads(report.read_text())
+    assert data["counts"] == {"killed": 1} and data["killed_by"] == {"C1": 1}, data
+    assert {p.name for p in variants_root().iterdir()} == before
+    assert not list(tmp_path.glob("pyllama-dflash-mutate-*"))
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..child import sigterm_as_interrupt
 from ..engine.schedule import Schedule
 from ..engine.schedule_runner import examples_from_env, search_variants, seed_from_env
 from ..flags import common_parser, export, pick, tool_prog
@@ -132,4 +133,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with sigterm_as_interrupt():
+        sys.exit(main())

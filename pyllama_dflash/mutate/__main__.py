@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from ..child import sigterm_as_interrupt
 from ..env import PATCHES_ENV
 from ..files import atomic_write_json
 from ..flags import common_parser, tool_prog
@@ -177,6 +178,12 @@ def main(argv: list[str] | None = None) -> int:
         for m in all_manifests():
             if Path(m.data.get("patches_dir", "")) == work / "series":
                 shutil.rmtree(m.lib_dir, ignore_errors=True)
+        # the scratch folder too (up to 25 MB of series, jobs and logs), unless a mutant survived:
+        # its logs are what someone reads next
+        if any(o.status == SURVIVED for o in outcomes):
+            print(f"mutate: the logs of the run are kept in {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
     counts = Counter(o.status for o in outcomes)
     scored = counts[KILLED] + counts[SURVIVED]
@@ -209,4 +216,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with sigterm_as_interrupt():
+        sys.exit(main())

@@ -16,6 +16,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from ..child import sigterm_as_interrupt
 from ..engine import ctest_row
 from ..engine.matrix import REFERENCE, case_name, run_cases
 from ..files import atomic_write_json
@@ -516,4 +517,5 @@ def _verdict(table: dict, fix: str, expect_baseline_fail: bool) -> tuple[bool, l
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with sigterm_as_interrupt():
+        sys.exit(main())

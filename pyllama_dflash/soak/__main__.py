@@ -14,6 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..child import sigterm_as_interrupt
 from ..flags import common_parser, export, pick, tool_prog
 from ..llamabuild import BuildError, find_built, variant
 from ..llamabuild.patchset import BASELINE
@@ -81,4 +82,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with sigterm_as_interrupt():
+        sys.exit(main())
