@@ -76,18 +76,15 @@ def test_a_runs_temporary_folder_goes_unless_a_child_crashed_in_it(tmp_path, mon
 
 # a parent that waits on a sleeping child through child.run, with or without sigterm_as_interrupt
 PARENT = """
-import sys
+import contextlib, sys
 from pathlib import Path
 from pyllama_dflash import child
 
 work, guarded = Path(sys.argv[1]), sys.argv[2] == "guarded"
-sleeper = ["python3", "-c", "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)",
+sleeper = [sys.executable, "-c", "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)",
            str(work / "child.pid")]
 try:
-    if guarded:
-        with child.sigterm_as_interrupt():
-            child.run(sleeper, log=work / "child.log", timeout=120)
-    else:
+    with child.sigterm_as_interrupt() if guarded else contextlib.nullcontext():
         child.run(sleeper, log=work / "child.log", timeout=120)
 finally:
     (work / "finally-ran").write_text("")
