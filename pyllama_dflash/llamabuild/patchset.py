@@ -1,10 +1,12 @@
 """The patch series: ``patches/series`` lists patches in order; a variant is a prefix of it.
 
-Series line format: ``<patch file> <variant name>``; ``#`` starts a comment. The
+Series line format: ``<patch file> <variant name> [<role>]``; ``#`` starts a comment. The
 variant called ``baseline`` is the empty prefix. A patch whose variant column is ``*``
 (EVERY) makes no variant: it is applied on top of every variant, baseline included, after
 the variant's own patches. That is how a regression test that must exist on the unfixed
-tree (to fail there) travels with the series. Patches are unified diffs (as
+tree (to fail there) travels with the series. The role says what a variant is judged as
+(:data:`ROLES`; default ``fix``): the seed's zero-fill, a fix judged against the draft's reconverted
+twin, or a fix judged against the draft's definition. Patches are unified diffs (as
 ``git format-patch`` writes them, header and all) applied with ``git apply``
 semantics: exact context, a hunk may have moved by some lines, no fuzz. A hunk
 that does not apply is reported with the patch, the file and the hunk header.
@@ -22,6 +24,10 @@ from ..files import sha256_bytes
 
 BASELINE = "baseline"
 EVERY = "*"  # the variant column of a patch applied to every variant
+# what a variant is judged as: the seed's zero-fill (shown, not fixed), a fix exact to the draft's
+# reconverted twin (0002's semantics), or a fix exact to the draft's definition (every row, own positions)
+SEED_ROLE, FIX_ROLE, DEFINITION_ROLE = "seed", "fix", "definition"
+ROLES = (SEED_ROLE, FIX_ROLE, DEFINITION_ROLE)
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
@@ -49,6 +55,7 @@ class Patch:
     variant: str  # EVERY: applied on top of every variant
     sha256: str
     files: tuple[FilePatch, ...]
+    role: str = FIX_ROLE  # what the variant it makes is judged as (ROLES)
 
     @property
     def touched(self) -> list[str]:
@@ -86,6 +93,13 @@ class Series:
         known = ", ".join(self.variants)
         raise PatchError(f"unknown variant {variant!r} (this series has: {known})")
 
+    def role(self, variant: str) -> str:
+        """What the variant is judged as: its series line's role (:data:`ROLES`)."""
+        own = [p for p in self.own if p.variant == variant]
+        if not own:
+            raise PatchError(f"variant {variant!r} is not made by a patch of this series")
+        return own[0].role
+
     def adds(self, variant: str, path: str) -> bool:
         """Whether the variant's patches create the file at path (a test the series brings)."""
         return any(f.path == path and f.new_file for patch in self.prefix(variant) for f in patch.files)
@@ -115,9 +129,14 @@ def load_series(directory: Path) -> Series:
         if not line:
             continue
         parts = line.split()
-        if len(parts) != 2:
-            raise PatchError(f"{series_file}:{lineno}: expected '<patch file> <variant name>', got {raw!r}")
-        filename, variant = parts
+        if len(parts) not in (2, 3):
+            raise PatchError(f"{series_file}:{lineno}: expected '<patch file> <variant name> [<role>]', got {raw!r}")
+        filename, variant, role = (*parts, FIX_ROLE) if len(parts) == 2 else parts
+        if role not in ROLES or (variant == EVERY and len(parts) == 3):
+            raise PatchError(
+                f"{series_file}:{lineno}: bad role {role!r} "
+                f"(one of {', '.join(ROLES)}, for a patch that makes a variant)"
+            )
         if variant != EVERY and (not _NAME_RE.match(variant) or variant in ("all",)):
             raise PatchError(
                 f"{series_file}:{lineno}: bad variant name {variant!r} (lower-case letters, digits, '-'; "
@@ -131,7 +150,7 @@ def load_series(directory: Path) -> Series:
         if not path.is_file():
             raise PatchError(f"{series_file}:{lineno}: patch {filename} not found in {directory}")
         data = path.read_bytes()
-        patches.append(Patch(filename, variant, sha256_bytes(data), parse_patch(data.decode("utf-8"), filename)))
+        patches.append(Patch(filename, variant, sha256_bytes(data), parse_patch(data.decode("utf-8"), filename), role))
     return Series(directory, tuple(patches))
 
 

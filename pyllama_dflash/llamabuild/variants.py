@@ -1,10 +1,11 @@
 """What a variant is: the one place every table of expectations derives from.
 
-A variant of the series is ``baseline`` (the unpatched tree), the seed's zero-fill (the series' first
-patch, kept to show what it does), or a fix. Whether its llama-server saves and restores the draft
-with a slot follows from its patches (they change ``tools/server/server-context.cpp``: 0003). A name
-the series does not know (a llama-server given by path, a mutant of another series) is a fix whose
-server restores the target alone, as b11434's does. The scenario matrix's expectations
+A variant of the series is ``baseline`` (the unpatched tree), the seed's zero-fill (kept to show what
+it does), a fix exact to the draft's reconverted twin, or a fix exact to the draft's definition: its
+series line says which (``patches/series``' role column). Whether its llama-server saves and restores
+the draft with a slot follows from its patches (they change ``tools/server/server-context.cpp``: 0003).
+A name the series does not know (a llama-server given by path, a mutant of another series) is a fix
+whose server restores the target alone, as b11434's does. The scenario matrix's expectations
 (``scenarios.catalog``) and the server checks' (``server.checks``) both key on :attr:`Variant.role`
 and :attr:`Variant.saves_draft`, through this one rule.
 """
@@ -15,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..paths import default_patches_dir
-from .patchset import BASELINE, load_series
+from .patchset import BASELINE, DEFINITION_ROLE, FIX_ROLE, SEED_ROLE, load_series
 
 # the file whose patches make a variant's llama-server save and restore the draft with a slot (0003)
 SERVER_SOURCE = "tools/server/server-context.cpp"
-SEED = "zero-fill"  # the seed's fill: it ends the HTTP 500s, but its zero rows stay and the drafts drift
 
-BASELINE_ROLE, SEED_ROLE, FIX_ROLE = "baseline", "seed", "fix"
+BASELINE_ROLE = "baseline"
+__all__ = ["BASELINE_ROLE", "DEFINITION_ROLE", "FIX_ROLE", "SEED_ROLE", "Variant", "variant"]
 
 
 @dataclass(frozen=True)
@@ -29,13 +30,14 @@ class Variant:
     name: str
     patches: tuple[str, ...]  # the patch files it carries, in order (the series' every-variant ones too)
     saves_draft: bool  # its llama-server saves and restores the draft's state with a slot
+    # ``baseline``, ``seed`` (the seed's zero-fill), ``fix`` (exact to the twin) or ``definition`` (exact
+    # to the draft's definition): what is expected of it, from its series line
+    role: str = FIX_ROLE
 
     @property
-    def role(self) -> str:
-        """``baseline``, ``seed`` (the seed's zero-fill) or ``fix``: what is expected of it."""
-        if self.name == BASELINE:
-            return BASELINE_ROLE
-        return SEED_ROLE if self.name == SEED else FIX_ROLE
+    def own_positions(self) -> bool:
+        """Whether its draft keeps positions of its own (patch 0005): trimmed by the row count."""
+        return self.role == DEFINITION_ROLE
 
 
 def variant(name: str, patches_dir: Path | None = None) -> Variant:
@@ -44,7 +46,8 @@ def variant(name: str, patches_dir: Path | None = None) -> Variant:
     series = load_series(patches_dir or default_patches_dir())
     if name not in series.variants:
         return Variant(name, (), False)
-    return Variant(name, tuple(p.name for p in series.prefix(name)), series.changes(name, SERVER_SOURCE))
+    role = BASELINE_ROLE if name == BASELINE else series.role(name)
+    return Variant(name, tuple(p.name for p in series.prefix(name)), series.changes(name, SERVER_SOURCE), role)
 
 
 def saves_draft_with_slot(name: str, patches_dir: Path | None = None) -> bool:
