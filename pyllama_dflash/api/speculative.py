@@ -156,13 +156,21 @@ class Speculative(_Owner):
         )
 
     def draft(
-        self, seq_id: int, id_last: int, pos0: int, n_max: int | None = None, trim_draft: bool = True
+        self,
+        seq_id: int,
+        id_last: int,
+        pos0: int,
+        n_max: int | None = None,
+        trim_draft: bool = True,
+        trim_at: int | None = None,
     ) -> list[int]:
         """Draft tokens for seq_id following id_last, whose position is pos0.
 
-        DFlash decodes its noise block [id_last, mask...] at pos0.. into the draft's memory and
-        leaves it there; with trim_draft (llama-server does the same after drafting) the draft's
-        memory is cut back to the target's last position, so the next process() lines up.
+        DFlash decodes its noise block [id_last, mask...] into the draft's memory and leaves it
+        there; with trim_draft (llama-server does the same after drafting) the draft's memory is cut
+        back from ``trim_at`` on: by default the target's next position, so the next process() lines
+        up. A draft that keeps positions of its own (patch 0005) is cut back at the sequence's row
+        count instead, which the caller knows (llama-server: the checkpoint's n_tokens).
         """
         ffi, lib = self._rt.ffi, self._rt.lib
         cap = max(self.n_max, n_max or 0, 1)
@@ -172,7 +180,7 @@ class Speculative(_Owner):
             lambda: lib.pyllama_dflash_spec_draft(self._ptr(), seq_id, id_last, pos0, n_max or 0, out, cap),
         )
         if trim_draft:
-            self.draft_ctx.seq_rm(seq_id, self.target.pos_max(seq_id) + 1, -1)
+            self.draft_ctx.seq_rm(seq_id, self.target.pos_max(seq_id) + 1 if trim_at is None else trim_at, -1)
         return [int(out[i]) for i in range(min(n, cap))]
 
     def accept(self, seq_id: int, n_accepted: int) -> None:

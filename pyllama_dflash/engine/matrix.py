@@ -1,10 +1,12 @@
 """The scenario matrix: every (scenario, column) of every case, run in child processes.
 
-A *case* is one pair of drafter and target (a :class:`ModelSet`); a *column* is a variant, or
-``baseline+twin``, the drift oracle's reference: the scenario on ``baseline`` with the draft's
-reconverted twin. Jobs that share a variant's libraries share a child (``child.run_batch``),
-several children at once, so the matrix over drafters and targets stays in seconds; a child that
-crashes costs only the job it crashed in.
+A *case* is one pair of drafter and target (a :class:`ModelSet`); a *column* is a variant, or one of
+the drift oracle's references: ``baseline+twin``, the scenario on ``baseline`` with the draft's
+reconverted twin (what a ``fix`` variant must draft), and ``baseline+definition``, the scenario on
+``baseline`` drafting as the draft's definition has it (what a ``definition`` variant must draft).
+Jobs that share a variant's libraries share a child (``child.run_batch``), several children at
+once, so the matrix over drafters and targets stays in seconds; a child that crashes costs only the
+job it crashed in.
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ from pathlib import Path
 
 from .. import child
 from ..env import THREADS_ENV
-from ..llamabuild import saves_draft_with_slot
+from ..llamabuild import variant as variant_of
 from ..llamabuild.patchset import BASELINE
 from ..scenarios.drift import judge
 from ..scenarios.models import ModelSet
 from ..scenarios.record import DRIFT, PASS
 
 REFERENCE = f"{BASELINE}+twin"  # the drift oracle's column: baseline with the draft's reconverted twin
+# the definition variant's column: baseline drafting from every row of the history at 0..N-1
+DEFINITION = f"{BASELINE}+definition"
 # the tie check's run: the reference replayed with the fix's cell layout (not a column of the table)
 LAYOUT = f"{REFERENCE} (fix's layout)"
 CHILD_MODULE = "pyllama_dflash.scenarios.child"
@@ -40,6 +44,7 @@ class Job:
     timeout_s: float = 300.0
     threads: int = 1  # per context; run_jobs sets cores // parallel children
     twin: bool = False  # run the draft's reconverted twin instead (the drift reference)
+    definition: bool = False  # draft as the draft's definition has it (the definition reference)
 
     @property
     def case(self) -> str:
@@ -48,8 +53,8 @@ class Job:
 
     @property
     def column(self) -> str:
-        """The variant, or ``<variant>+twin`` for a reference run."""
-        return self.variant + ("+twin" if self.twin else "")
+        """The variant, or ``<variant>+twin`` / ``<variant>+definition`` for a reference run."""
+        return self.variant + ("+twin" if self.twin else "+definition" if self.definition else "")
 
     @property
     def key(self) -> tuple[str, str]:
@@ -65,6 +70,7 @@ class Job:
             "backend": self.backend,
             "check_exact": self.check_exact,
             "twin": self.twin,
+            "definition": self.definition,
         }
 
 
@@ -121,14 +127,32 @@ def _batches(jobs: list[Job], parallel: int) -> list[list[int]]:
 
 def server_config(variant: str, config: dict) -> dict:
     """The session config for a variant: the slot loop mirrors what the variant's llama-server does
-    with a slot file (see saves_draft_with_slot)."""
-    return {**config, "server_saves_draft": saves_draft_with_slot(variant)}
+    with a slot file (see saves_draft_with_slot), and where it trims the draft (its own positions)."""
+    v = variant_of(variant)
+    return {**config, "server_saves_draft": v.saves_draft, "draft_own_positions": v.own_positions}
 
 
 def reference_config(config: dict) -> dict:
     """The drift reference's session config: baseline's slot loop, following the history a target-only
     restore leaves (SessionConfig.history_restores)."""
     return {**server_config(BASELINE, config), "history_restores": True}
+
+
+def definition_config(config: dict) -> dict:
+    """The definition reference's session config: baseline's slot loop, drafting from the history the
+    target holds (SessionConfig.definition_reference)."""
+    return {**server_config(BASELINE, config), "definition_reference": True}
+
+
+def reference_columns(variants: Iterable[str]) -> list[str]:
+    """The reference columns that judge these variants, in the tables' order."""
+    return sorted({reference_of(v) for v in variants}, key=(REFERENCE, DEFINITION).index)
+
+
+def reference_of(variant: str) -> str:
+    """The column a variant's drafts are judged against: the definition's for a ``definition``
+    variant, the twin's for every other."""
+    return DEFINITION if variant_of(variant).own_positions else REFERENCE
 
 
 Table = dict[str, dict[str, dict]]  # table[scenario][column]
@@ -148,33 +172,39 @@ def run_cases(
     ``tables[case][scenario][column]``, all of it in one pool of children.
 
     With drift, each scenario of a case also runs once on baseline with the case's reconverted
-    twin (column :data:`REFERENCE`), and every variant's drafts are compared with it
-    (:func:`pyllama_dflash.scenarios.drift.judge`). ``job_options`` go to every :class:`Job`.
+    twin (column :data:`REFERENCE`) and, where a variant is judged against the draft's definition,
+    once drafting as the definition has it (column :data:`DEFINITION`); every variant's drafts are
+    compared with its own (:func:`reference_of`, :func:`pyllama_dflash.scenarios.drift.judge`).
+    ``job_options`` go to every :class:`Job`.
     """
     cases = list(cases)
+    references = reference_columns(variants) if drift else []
     jobs: list[Job] = []
     for models, scenarios in cases:
         for sid in scenarios:
             jobs += [Job(sid, v, models, server_config(v, config), **job_options) for v in variants]
-            if drift:
+            if REFERENCE in references:
                 jobs.append(Job(sid, BASELINE, models, reference_config(config), twin=True, **job_options))
+            if DEFINITION in references:
+                jobs.append(Job(sid, BASELINE, models, definition_config(config), definition=True, **job_options))
     results = run_jobs(jobs, parallel, work_dir)
     by_key = {(j.case, *j.key): r for j, r in zip(jobs, results, strict=True)}
     tables: dict[str, Table] = {}
     for models, scenarios in cases:
         case = case_name(models)
         table = {sid: {v: by_key[(case, sid, v)] for v in variants} for sid in scenarios}
-        if drift:
-            for sid, row in table.items():
-                reference = by_key[(case, sid, REFERENCE)]
-                for v in variants:
-                    judge(row[v], reference)
-                row[REFERENCE] = reference
+        for sid, row in table.items():
+            for column in references:
+                row[column] = by_key[(case, sid, column)]
+            for v in variants:
+                if drift:
+                    judge(row[v], row[reference_of(v)])
         tables[case] = table
-    if drift:
+    twin_judged = [v for v in variants if reference_of(v) == REFERENCE]
+    if drift and twin_judged:
         prove_ties(
             [(models, tables[case_name(models)]) for models, _ in cases],
-            variants,
+            twin_judged,
             config,
             parallel,
             work_dir,

@@ -12,6 +12,7 @@ accepted. Sampling is greedy, so the output must equal plain greedy decoding (ch
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 from collections.abc import Sequence
@@ -60,6 +61,15 @@ class SessionConfig:
     # restored position belong to that undone part, so they are removed from the reference's draft
     # (baseline's M-RoPE twin would keep a cell at the restored position beside the new row: X <= Y).
     history_restores: bool = False
+    # patch 0005 (the draft as its definition has it): the draft keeps positions of its own, row k of a
+    # sequence's expanded token list at draft position k, so the slot loop trims and restores the draft
+    # by the sequence's row count, as that variant's llama-server does (server_tokens::size()), and a
+    # target-only restore is followed by the trim of the next request's common prefix
+    draft_own_positions: bool = False
+    # the definition reference: every round drafts in a cleared draft context fed, through the API
+    # alone, the target's features of every row of the sequence's history at positions 0..N-1, the
+    # noise block at N (_draft_by_definition); libcommon's process() never runs
+    definition_reference: bool = False
 
     @property
     def cuts_drafts(self) -> bool:
@@ -106,6 +116,21 @@ class SeqState:
     id_last: int | None = None  # the last sampled token, the anchor of the next draft
     image_pending: bool = False  # an image was decoded since the last drafting round
     text_tokens: list[int] = field(default_factory=list)
+    # the target's position of each row the target holds (an image: a row per token, all at its
+    # pinned position): the sequence's expanded token list, whose length is llama-server's
+    # server_tokens::size() and a row's index its draft position under patch 0005
+    rows: list[int] = field(default_factory=list)
+    # the target's layer features of each row (the definition reference only)
+    features: list[np.ndarray] = field(default_factory=list)
+
+    def saved(self) -> SeqState:
+        """The state as a save keeps it: no image pending, lists of its own."""
+        return SeqState(self.n_past, self.id_last, False, list(self.text_tokens), list(self.rows), list(self.features))
+
+    def keep_rows(self, n: int) -> None:
+        """Keep the first n rows (and their features): what the target still holds."""
+        del self.rows[n:]
+        del self.features[n:]
 
 
 class Session:
@@ -250,6 +275,7 @@ class Session:
         self._decode_target(batch, step, seq=-1)
         for (seq, _), end, t in zip(parts, ends, toks, strict=True):
             st = self.seqs[seq]
+            st.rows.extend(range(st.n_past, st.n_past + len(t)))
             st.n_past += len(t)
             st.text_tokens.extend(int(x) for x in t)
             st.id_last = self.target.argmax(int(end))
@@ -262,6 +288,7 @@ class Session:
             part = np.asarray(tokens[off : off + n_batch], dtype=np.int32)
             batch = api.Batch.tokens(part, pos0=st.n_past, seq_id=seq, logits="last")
             self._decode_target(batch, step, seq)
+            st.rows.extend(range(st.n_past, st.n_past + len(part)))
             st.n_past += len(part)
             st.text_tokens.extend(int(x) for x in part)
             st.id_last = self.target.argmax(len(part) - 1)
@@ -273,9 +300,13 @@ class Session:
 
         def on_batch(b: api.ImageBatch) -> None:
             sub_batches.append((int(b.pos[0].min()), int(b.pos[0].max()), b.n_tokens))
+            st.rows.extend(int(p) for p in b.pos[0])
+            self._keep_features(np.full(b.n_tokens, seq))
 
+        # the definition reference feeds its draft itself, at drafting time (_draft_by_definition)
+        spec = None if self.cfg.definition_reference else self.spec
         res = self.projector.decode_image(
-            self.target, chunk, st.n_past, seq_id=seq, speculative=self.spec, on_batch=on_batch
+            self.target, chunk, st.n_past, seq_id=seq, speculative=spec, on_batch=on_batch
         )
         lines = [str(x) for x in res.log]
         # one call per sub-batch the driver saw (llama-server's post-decode callback), then the decode
@@ -328,6 +359,9 @@ class Session:
     def _spec_process(self, batch: api.Batch, step: str, seq: int) -> None:
         if self.spec is None:
             return
+        if self.cfg.definition_reference:
+            self._keep_features(batch.seq_id)
+            return
         filled = self._fill_like_the_fix(batch) if self.cfg.twin_fill_layout else []
         ok = self.spec.process(batch)
         for s, p0, p1 in filled:
@@ -344,6 +378,43 @@ class Session:
                 log=[str(x) for x in self.spec.last_log],
             )
         )
+
+    def _keep_features(self, seq_ids: np.ndarray) -> None:
+        """The definition reference keeps the target's layer features of each row it just decoded
+        (one row per entry of seq_ids, in the batch's order) with the row's sequence."""
+        if not self.cfg.definition_reference or self.spec is None:
+            return
+        layers = [self.target.layer_inputs(lid, len(seq_ids)) for lid in self.draft_model.target_layer_ids]
+        fused = np.concatenate(layers, axis=1)  # [n_rows, n_layers * n_embd], as libcommon gathers them
+        for i, s in enumerate(seq_ids):
+            self.seqs[int(s)].features.append(fused[i])
+
+    def _draft_by_definition(self, seq: int, id_last: int, n_draft: int, step: str) -> list[int]:
+        """The definition's drafts: the draft's memory cleared, the target's features of every row of
+        the sequence's history injected at 0..N-1 through the API, in the draft's ubatches, and the
+        noise block decoded at N by b11434's own block reader (libcommon's draft(), which places it at
+        the pos0 it is given), then cleared again."""
+        st = self.seqs[seq]
+        self.draft.clear()
+        n = len(st.features)
+        step_rows = self.draft.n_ubatch
+        for p0 in range(0, n, step_rows):
+            p1 = min(n, p0 + step_rows)
+            pos = np.array([[p, p, p, 0] for p in range(p0, p1)], dtype=np.int32).T
+            rc = self.draft.process(api.Batch.embeddings(np.stack(st.features[p0:p1]), pos, seq_id=seq))
+            if rc != 0:
+                self.record.add(Call(step, "draft", "llama_process", seq, False, rc=rc, pos=(p0, p1 - 1), n=p1 - p0))
+                self.draft.clear()
+                return []
+        drafted = self.spec.draft(seq, id_last, n, n_max=n_draft, trim_draft=False)
+        self.draft.clear()
+        return drafted
+
+    def _draft_end(self, seq: int) -> int:
+        """Where the draft's memory of seq ends when it holds what the target does: the row count for
+        a draft with positions of its own (0005), else the target's next position."""
+        st = self.seqs[seq]
+        return len(st.rows) if self.cfg.draft_own_positions else st.n_past
 
     def _fill_like_the_fix(self, batch: api.Batch) -> list[tuple[int, int, int]]:
         """What patch 0002 does to a legacy draft before it injects a batch, done to an M-RoPE draft
@@ -403,11 +474,20 @@ class Session:
         n_draft = min(self.cfg.n_max, n_left - 1)
         behind = refused = False
         if self.spec is not None and n_draft > 0:
-            behind = 0 <= self.draft.pos_max(seq) < pos0 - 1
+            if self.cfg.draft_own_positions:
+                behind = self.draft.pos_max(seq) + 1 < len(st.rows)
+            else:
+                behind = 0 <= self.draft.pos_max(seq) < pos0 - 1
             # the tie check's twin is filled as 0002's draft() fills a legacy draft that is behind: for
             # the noise block's decode only (its rows attend to the zero rows too), removed right after
             filled = self._fill_hole(seq, pos0) if behind and self.cfg.twin_fill_layout else []
-            drafted = self.spec.draft(seq, id_last, pos0, n_max=n_draft)  # trims the noise block like llama-server
+            if self.cfg.definition_reference:
+                drafted = self._draft_by_definition(seq, id_last, n_draft, step)
+            else:  # trims the noise block like llama-server
+                # 0005: back to where the draft ended (the row count, llama-server's checkpoint n_tokens,
+                # unless a target-only restore left the draft behind)
+                trim_at = self.draft.pos_max(seq) + 1 if self.cfg.draft_own_positions else None
+                drafted = self.spec.draft(seq, id_last, pos0, n_max=n_draft, trim_at=trim_at)
             for s, p0, p1 in filled:
                 self.draft.seq_rm(s, p0, p1)
             lines = [str(x) for x in self.spec.last_log]
@@ -430,13 +510,21 @@ class Session:
         accepted = 0
         while accepted < len(drafted) and picks[accepted] == drafted[accepted]:
             accepted += 1
+        # where the verified rows begin in the draft: the row count, unless a target-only restore left
+        # the draft behind (0005: its rows that follow go in at its own next position)
+        draft_kept = self.draft.pos_max(seq) + 2 + accepted if self.draft is not None else 0
         self._spec_process(verify, step, seq)
         new_tokens = [*drafted[:accepted], picks[accepted]]
+        st.rows.extend(range(pos0, pos0 + 1 + accepted))
+        st.keep_rows(len(st.rows))  # the rejected rows' features go
         st.n_past = pos0 + 1 + accepted
         st.id_last = picks[accepted]
         if self.spec is not None:
-            # llama-server's slot.mem.seq_rm(pos_next, -1): the rejected tail leaves both memories
-            if not self.target.seq_rm(seq, st.n_past, -1) or not self.draft.seq_rm(seq, st.n_past, -1):
+            # llama-server's slot.mem.seq_rm(pos_next, -1): the rejected tail leaves both memories; a draft
+            # with positions of its own loses its rows past the accepted ones (the row count, where the
+            # draft is not behind: llama-server's slot.prompt.n_tokens())
+            draft_end = min(self._draft_end(seq), draft_kept) if self.cfg.draft_own_positions else st.n_past
+            if not self.target.seq_rm(seq, st.n_past, -1) or not self.draft.seq_rm(seq, draft_end, -1):
                 self.record.add(Call(step, "target", "llama_memory_seq_rm", seq, False, pos=(st.n_past, -1)))
             if drafted:
                 self.spec.accept(seq, accepted)
@@ -462,9 +550,7 @@ class Session:
         self._settle_history(seq)
         st = self.seqs[seq]
         draft = self.draft.state_seq_get(seq) if self.draft is not None and self.cfg.server_saves_draft else None
-        return SavedSlot(
-            self.target.state_seq_get(seq), draft, SeqState(st.n_past, st.id_last, False, list(st.text_tokens))
-        )
+        return SavedSlot(self.target.state_seq_get(seq), draft, st.saved())
 
     def restore_slot(self, seq: int, saved: SavedSlot, step: str = "restore slot") -> None:
         """``POST /slots/N?action=restore`` as the variant's llama-server does it.
@@ -482,15 +568,17 @@ class Session:
                 self.record.add(Call(step, "draft", "llama_memory_seq_rm", seq, ok))
             else:
                 ok = self.draft.state_seq_set(seq, saved.draft)
+                # 0005's server refuses a draft part that holds another number of rows than its target part
+                if ok and self.cfg.draft_own_positions:
+                    ok = self.draft.pos_max(seq) + 1 == len(saved.state.rows)
                 self.record.add(Call(step, "draft", "llama_state_seq_set_data", seq, ok))
-        st = saved.state
-        self.seqs[seq] = SeqState(st.n_past, st.id_last, False, list(st.text_tokens))
+        self.seqs[seq] = saved.state.saved()
 
     def save_target(self, seq: int) -> tuple[bytes, SeqState]:
         """The target's sequence state and bookkeeping, like a context checkpoint or cached prompt."""
         self.ops.append(SaveTarget(seq))
         st = self.seqs[seq]
-        saved = (self.target.state_seq_get(seq), SeqState(st.n_past, st.id_last, False, list(st.text_tokens)))
+        saved = (self.target.state_seq_get(seq), st.saved())
         self._own_saves.add(id(saved))
         return saved
 
@@ -501,9 +589,9 @@ class Session:
         data, st = saved
         ok = self.target.state_seq_set(seq, data)
         self.record.add(Call(step, "target", "llama_state_seq_set_data", seq, ok, pos=(0, st.n_past - 1)))
-        if self.cfg.history_restores and self.draft is not None:
+        if (self.cfg.history_restores or self.cfg.draft_own_positions) and self.draft is not None:
             self._history_pending[seq] = step
-        self.seqs[seq] = SeqState(st.n_past, st.id_last, False, list(st.text_tokens))
+        self.seqs[seq] = st.saved()
 
     def _settle_history(self, seq: int) -> None:
         """The history trim of a target-only restore (``cfg.history_restores``), done when the fix trims a
@@ -512,9 +600,9 @@ class Session:
         step = self._history_pending.pop(seq, None)
         if step is None:
             return
-        n_past = self.seqs[seq].n_past
-        ok = self.draft.seq_rm(seq, n_past, -1)
-        self.record.add(Call(f"{step} (history)", "draft", "llama_memory_seq_rm", seq, ok, pos=(n_past, -1)))
+        end = self._draft_end(seq)
+        ok = self.draft.seq_rm(seq, end, -1)
+        self.record.add(Call(f"{step} (history)", "draft", "llama_memory_seq_rm", seq, ok, pos=(end, -1)))
 
     def rewind(
         self, seq: int, pos: int, checkpoint: tuple[bytes, SeqState] | None = None, step: str = "rewind"
@@ -552,14 +640,18 @@ class Session:
             st = saved
         ok = self.target.seq_rm(seq, pos, -1)
         self.record.add(Call(step, "target", "llama_memory_seq_rm", seq, ok, pos=(pos, -1)))
+        kept = bisect.bisect_left(st.rows, pos)  # the rows below pos: the draft's end under 0005
         if self.draft is not None:
-            ok = self.draft.seq_rm(seq, pos, -1)
-            self.record.add(Call(step, "draft", "llama_memory_seq_rm", seq, ok, pos=(pos, -1)))
+            end = kept if self.cfg.draft_own_positions else pos
+            ok = self.draft.seq_rm(seq, end, -1)
+            self.record.add(Call(step, "draft", "llama_memory_seq_rm", seq, ok, pos=(end, -1)))
         # a sampled token survives only where nothing was dropped; token indexes are positions
         # only while the sequence holds no image (text_tokens is bookkeeping, never decoded)
         whole = pos == st.n_past
         tokens = st.text_tokens if whole else st.text_tokens[:pos] if len(st.text_tokens) == st.n_past else []
-        self.seqs[seq] = SeqState(pos, st.id_last if whole else None, False, list(tokens))
+        self.seqs[seq] = SeqState(
+            pos, st.id_last if whole else None, False, list(tokens), st.rows[:kept], st.features[:kept]
+        )
 
 
 @dataclass(frozen=True)
