@@ -15,7 +15,8 @@ import sys
 import pytest
 
 from conftest import FIX, VARIANTS
-from pyllama_dflash.engine.matrix import REFERENCE, run_table
+from pyllama_dflash.engine.matrix import DEFINITION, REFERENCE, Job, run_matrix, run_table, server_config
+from pyllama_dflash.llamabuild import variant as variant_of
 from pyllama_dflash.scenarios.catalog import SCENARIOS, expectations, meets
 from pyllama_dflash.scenarios.session import DEFAULT_CONFIG
 
@@ -262,3 +263,44 @@ def test_a_draft_with_smaller_batches_than_the_target_drafts_as_its_twin(variant
     for sid, row in table.items():
         r = row[FIX]
         assert r["status"] == "PASS" and r["drift"] is None and r["drafts"] == r["reference"]["drafts"], (sid, r)
+
+
+# the series' variant judged against the draft's definition (0005), and the image scenarios
+DEFINED = next(v for v in VARIANTS if variant_of(v).own_positions)
+BEHIND = ("S10", "S16")  # a target-only restore leaves the draft behind: the restored rows' features exist nowhere
+
+
+def test_the_definition_drafts_what_the_definition_reference_drafts(matrix):
+    """0005 on the legacy draft: the same tokens at the same positions in every round of every scenario
+    as a cleared draft context fed every row of the history at 0..N-1 through the API; where a
+    target-only restore left the draft behind, only the rounds that began behind may differ."""
+    for sid in SCENARIOS:
+        r = matrix[(sid, DEFINED)]
+        reference = matrix[(sid, DEFINITION)]
+        assert reference["status"] == "PASS" and reference["drafts"], (sid, reference.get("first_failure"))
+        if sid in BEHIND:
+            assert r["drift"] is not None and r["drift"]["behind_only"], (sid, r["drift"])
+            continue
+        assert r["drift"] is None, (sid, r["drift"])
+        assert r["drafts"] == reference["drafts"], sid
+
+
+def test_the_twin_is_not_the_definition_after_an_image(matrix):
+    """The two references draft alike without an image and otherwise after one: the twin skips the
+    image's rows and ropes at the target's compressed positions, the definition does neither."""
+    assert matrix[("S8", REFERENCE)]["drafts"] == matrix[("S8", DEFINITION)]["drafts"] != []
+    after_an_image = ("S2", "S3", "S4", "S5", "S11", "S13", "S15")
+    assert all(matrix[(sid, REFERENCE)]["drafts"] != matrix[(sid, DEFINITION)]["drafts"] for sid in after_an_image)
+
+
+def test_under_the_definition_a_legacy_draft_and_its_twin_draft_alike(matrix, model_set, tmp_path):
+    """Sections [n_rot/2, 0, 0, 0] at positions {p, p, p, 0} rope as a plain draft at p: under 0005 the
+    twin question disappears, round by round."""
+    scenarios = ["S1", "S3", "S4", "S5", "S13"]
+    config = server_config(DEFINED, DEFAULT_CONFIG)
+    jobs = [Job(sid, DEFINED, model_set, config, twin=True) for sid in scenarios]
+    twins = run_matrix(jobs, parallel=2, work_dir=tmp_path)
+    for sid in scenarios:
+        twin = twins[(sid, f"{DEFINED}+twin")]
+        assert twin["status"] == "PASS", (sid, twin.get("first_failure"))
+        assert twin["drafts"] == matrix[(sid, DEFINED)]["drafts"] != [], sid
