@@ -15,6 +15,10 @@ After every call of the schedule:
 3. where a reference is given (see execute.py), the drafts equal the reference's: the same
    schedule on baseline with the draft's reconverted twin drafts the same tokens in every round.
 
+For a draft with positions of its own (patch 0005), "where the target's ends" is the index of the
+sequence's last row (Session.memory_ends), and the first exception below does not arise: every row
+goes in, an image's pinned ones too.
+
 Three exceptions, each because nothing can fail there:
 
 - **After a pinned image.** The target holds an image's rows at one temporal position P, and
@@ -118,6 +122,8 @@ class Memories:
 
     ends: Callable[[int], tuple[int, int]]  # seq -> (the draft's last position, the target's)
     n_seq: int
+    # the draft takes an image's pinned rows too (0005, its own positions): no lag after an image
+    pinned_injected: bool = False
 
 
 class CheckedRecord(Record):
@@ -154,7 +160,7 @@ class CheckedRecord(Record):
             self.check(call.seq)
         elif call.api == "mtmd_helper_decode_image_chunk":
             lo, hi, n = self.sub_batch.pop(call.seq)
-            if n > 1 and lo == hi:  # pinned: process() skipped it
+            if n > 1 and lo == hi and not self.memories.pinned_injected:  # pinned: process() skipped it
                 if call.seq not in self.free:
                     self.lag[call.seq] = lo
                     self.check(call.seq, call)

@@ -3,8 +3,9 @@
 The variants share sonames, so the fuzzer's process (one variant loaded) cannot also run
 baseline. :class:`ReferenceProcess` keeps one child with baseline loaded for a whole search and
 asks it, schedule by schedule, what the twin drafts: one JSON line each way over its stdin and
-stdout. ``python -m pyllama_dflash.engine.reference MODELS_JSON CONFIG_JSON [BACKEND]`` is that
-child; its native logs go to stderr, which the parent keeps in a file and quotes if it dies.
+stdout. ``python -m pyllama_dflash.engine.reference MODELS_JSON CONFIG_JSON [BACKEND] [twin|definition]`` is
+that child (``definition``: the draft drafting as its definition has it, the reference of a variant with
+positions of its own); its native logs go to stderr, which the parent keeps in a file and quotes if it dies.
 """
 
 from __future__ import annotations
@@ -28,9 +29,13 @@ class ReferenceProcess:
     history a target-only restore leaves (SessionConfig.history_restores); with ``layout`` its cells laid
     out as the fix lays a legacy draft's (SessionConfig.twin_fill_layout), for the tie check."""
 
-    def __init__(self, models: ModelSet, config: dict | None = None, backend: str | None = None) -> None:
-        _twin_of(models)  # refused here, not in the child
+    def __init__(
+        self, models: ModelSet, config: dict | None = None, backend: str | None = None, definition: bool = False
+    ) -> None:
+        if not definition:
+            _twin_of(models)  # refused here, not in the child
         self.models = models
+        self.what = f"{BASELINE} + {'definition' if definition else 'twin'}"
         self._log = tempfile.NamedTemporaryFile(prefix="pyllama-dflash-reference-", suffix=".log", delete=False)
         cmd = [
             sys.executable,
@@ -39,6 +44,7 @@ class ReferenceProcess:
             json.dumps(self.models.to_json()),
             json.dumps(config or {}),
             backend or "",
+            "definition" if definition else "twin",
         ]
         self._proc = subprocess.Popen(
             cmd,
@@ -58,7 +64,7 @@ class ReferenceProcess:
             return json.loads(line)
         except (OSError, ValueError) as e:
             raise ReferenceDied(
-                f"the reference process ({BASELINE} + twin) stopped answering "
+                f"the reference process ({self.what}) stopped answering "
                 f"(exit {self._proc.poll()}): {e}; last log lines:\n{self._tail()}"
             ) from None
 
@@ -100,6 +106,7 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault(api.THREADS_ENV, "1")
     models, config = ModelSet.from_json(json.loads(argv[0])), json.loads(argv[1])
     load(BASELINE, backend=(argv[2] if len(argv) > 2 else "") or None)
+    definition = len(argv) > 3 and argv[3] == "definition"
     # the protocol gets a descriptor of its own; anything else written to fd 1 (native code
     # included) goes to stderr, so it cannot break a reply
     out = os.fdopen(os.dup(1), "w")
@@ -108,11 +115,16 @@ def main(argv: list[str]) -> int:
     for line in sys.stdin:
         ask = json.loads(line)
         schedule = Schedule.from_json(ask["schedule"])
-        # the twin of the drafter and target the schedule runs on (see execute)
-        twin = _twin_of(for_schedule(models, schedule.drafter, schedule.target))
-        cfg = {**config, "history_restores": True, **({"twin_fill_layout": True} if ask.get("layout") else {})}
+        # the twin of the drafter and target the schedule runs on (see execute), or the draft itself
+        # drafting as its definition has it (no layout to replay: no fill there)
+        drafter = for_schedule(models, schedule.drafter, schedule.target)
+        if definition:
+            ref_models, cfg = drafter, {**config, "definition_reference": True}
+        else:
+            layout = {"twin_fill_layout": True} if ask.get("layout") else {}
+            ref_models, cfg = _twin_of(drafter), {**config, "history_restores": True, **layout}
         try:
-            outcome = execute(replace(schedule, drafter=None, target=None), twin, cfg, check=False)
+            outcome = execute(replace(schedule, drafter=None, target=None), ref_models, cfg, check=False)
             answer = {"status": outcome.status, "rounds": [asdict(r) for r in outcome.record.rounds]}
         except Exception as e:  # a harness error on one schedule: an answer that judges nothing, not a death
             answer = {"status": "ERROR", "rounds": [], "error": f"{type(e).__name__}: {e}"}

@@ -14,6 +14,7 @@ import sys
 import time
 
 from ..child import job_main
+from ..llamabuild import variant
 from ..scenarios.models import ModelSet
 from .reference import ReferenceProcess
 
@@ -27,13 +28,18 @@ def run_job(job: dict) -> dict:
     os.environ[api.THREADS_ENV] = str(job.get("threads", 1))
     load(job["variant"], backend=job.get("backend"))
     models = ModelSet.from_json(job["models"])
-    config = job.get("config") or {}
+    # a variant whose draft keeps positions of its own (0005) is trimmed by the row count, and judged
+    # against the draft's definition instead of the twin
+    own_positions = variant(job["variant"]).own_positions
+    config = {**(job.get("config") or {}), "draft_own_positions": own_positions}
     if job["mode"] not in ("search", "replay"):
         raise ValueError(f"unknown mode {job['mode']!r}")
     with contextlib.ExitStack() as stack:
         reference = None
         if job.get("drift"):  # the drift oracle: baseline with the reconverted twin, in a child of its own
-            reference = stack.enter_context(ReferenceProcess(models, config, job.get("backend"))).drafts
+            reference = stack.enter_context(
+                ReferenceProcess(models, job.get("config") or {}, job.get("backend"), definition=own_positions)
+            ).drafts
         if job["mode"] == "search":
             from .search import search
 

@@ -122,6 +122,9 @@ class SeqState:
     rows: list[int] = field(default_factory=list)
     # the target's layer features of each row (the definition reference only)
     features: list[np.ndarray] = field(default_factory=list)
+    # rows a draft with positions of its own (0005) lacks since a target-only restore left it behind:
+    # their features exist nowhere, so its memory ends this many rows short of the sequence's
+    draft_behind: int = 0
 
     def saved(self) -> SeqState:
         """The state as a save keeps it: no image pending, lists of its own."""
@@ -513,10 +516,10 @@ class Session:
         # where the verified rows begin in the draft: the row count, unless a target-only restore left
         # the draft behind (0005: its rows that follow go in at its own next position)
         draft_kept = self.draft.pos_max(seq) + 2 + accepted if self.draft is not None else 0
+        st.rows.extend(range(pos0, pos0 + 1 + len(drafted)))  # the target holds the verified batch
         self._spec_process(verify, step, seq)
         new_tokens = [*drafted[:accepted], picks[accepted]]
-        st.rows.extend(range(pos0, pos0 + 1 + accepted))
-        st.keep_rows(len(st.rows))  # the rejected rows' features go
+        st.keep_rows(len(st.rows) - (len(drafted) - accepted))  # until the rejected rows leave it
         st.n_past = pos0 + 1 + accepted
         st.id_last = picks[accepted]
         if self.spec is not None:
@@ -538,9 +541,14 @@ class Session:
     # -- request boundaries ----------------------------------------------------------------------
 
     def memory_ends(self, seq: int) -> tuple[int, int]:
-        """Where the draft's and the target's memories of seq end (what the fuzzer's invariant watches)."""
+        """Where the draft's and the target's memories of seq end (what the fuzzer's invariant watches),
+        the target's in the draft's positions: for a draft with positions of its own (0005), the
+        index of the sequence's last row."""
         if self.draft is None:
             raise ValueError("memory_ends: a session without the draft has one memory")
+        if self.cfg.draft_own_positions:
+            st = self.seqs[seq]
+            return self.draft.pos_max(seq), len(st.rows) - 1 - st.draft_behind
         return self.draft.pos_max(seq), self.target.pos_max(seq)
 
     def save_slot(self, seq: int) -> SavedSlot:
@@ -603,6 +611,8 @@ class Session:
         end = self._draft_end(seq)
         ok = self.draft.seq_rm(seq, end, -1)
         self.record.add(Call(f"{step} (history)", "draft", "llama_memory_seq_rm", seq, ok, pos=(end, -1)))
+        if self.cfg.draft_own_positions:
+            self.seqs[seq].draft_behind = end - (self.draft.pos_max(seq) + 1)
 
     def rewind(
         self, seq: int, pos: int, checkpoint: tuple[bytes, SeqState] | None = None, step: str = "rewind"
@@ -652,6 +662,8 @@ class Session:
         self.seqs[seq] = SeqState(
             pos, st.id_last if whole else None, False, list(tokens), st.rows[:kept], st.features[:kept]
         )
+        if self.draft is not None and self.cfg.draft_own_positions:  # a draft behind stays so, by what it lacks
+            self.seqs[seq].draft_behind = kept - (self.draft.pos_max(seq) + 1)
 
 
 @dataclass(frozen=True)
