@@ -9,16 +9,21 @@ import pytest
 
 from pyllama_dflash import api, tiny
 from pyllama_dflash.llamabuild import BuildOptions, Manifest, build
-from pyllama_dflash.llamabuild.patchset import load_series
+from pyllama_dflash.llamabuild.patchset import DEFINITION_ROLE, FIX_ROLE, load_series
 from pyllama_dflash.paths import default_patches_dir
 from pyllama_dflash.scenarios.models import ModelSet, tiny_models
 
 REPO = Path(__file__).resolve().parent.parent
-# every variant of the series, baseline first, and the fix (the last): one definition for every test.
+# every variant of the series, baseline first, and the fix judged against the draft's reconverted twin
+# (the last variant whose series line says fix, 0002's semantics): one definition for every test.
 # $PYLLAMA_DFLASH_PATCHES points them at another series (the tests that take FIX then judge its fix;
-# pyllama_dflash.mutate runs test_patch_rules.py so on each mutant)
-VARIANTS: tuple[str, ...] = tuple(load_series(default_patches_dir()).variants)
-FIX = VARIANTS[-1]
+# pyllama_dflash.mutate runs test_patch_rules.py so on each mutant). LAST is what repro judges by
+# default; DEFINED the variant judged against the draft's definition (0005), if the series has one.
+_SERIES = load_series(default_patches_dir())
+VARIANTS: tuple[str, ...] = tuple(_SERIES.variants)
+LAST = VARIANTS[-1]
+FIX = next(v for v in reversed(VARIANTS[1:]) if _SERIES.role(v) == FIX_ROLE)
+DEFINED = next((v for v in VARIANTS[1:] if _SERIES.role(v) == DEFINITION_ROLE), None)
 
 
 @pytest.fixture(scope="session")

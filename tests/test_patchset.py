@@ -75,8 +75,14 @@ def test_series_variants_are_prefixes():
 def test_the_project_series_names_zero_fill_first():
     series = load_series(REPO / "patches")
     assert series.variants[:2] == [BASELINE, "zero-fill"]
-    # the fix lives in libcommon's driver; the last patch saves the draft with llama-server's slots
-    assert [p.touched for p in series.own] == [["common/speculative.cpp"]] * 2 + [["tools/server/server-context.cpp"]]
+    # what each variant is judged as comes from its series line
+    assert [series.role(v) for v in series.variants[1:]] == ["seed", "fix", "fix", "definition"]
+    # the fix lives in libcommon's driver; 0003 saves the draft with llama-server's slots; 0005 (the
+    # definition) changes both, and the header libcommon's callers read
+    assert [p.touched for p in series.own] == [["common/speculative.cpp"]] * 2 + [
+        ["tools/server/server-context.cpp"],
+        ["common/speculative.cpp", "common/speculative.h", "tools/server/server-context.cpp"],
+    ]
     # and a C++ regression test that every variant carries, baseline included (test_ctest.py)
     assert [p.touched for p in series.every] == [["tests/CMakeLists.txt", "tests/test-speculative-dflash-image.cpp"]]
 
@@ -99,4 +105,18 @@ def test_bad_series_lines_are_refused(tmp_path):
     (tmp_path / "series").write_text("a.patch Bad_Name\n")
     (tmp_path / "a.patch").write_text(PATCH)
     with pytest.raises(PatchError, match=r"bad variant name.*or \* for a patch applied to every variant"):
+        load_series(tmp_path)
+
+
+def test_a_series_line_names_its_role_or_is_refused_naming_the_line(tmp_path):
+    (tmp_path / "a.patch").write_text(PATCH)
+    (tmp_path / "series").write_text("a.patch  one  definition\n")
+    assert load_series(tmp_path).role("one") == "definition"
+    (tmp_path / "series").write_text("a.patch  one\n")
+    assert load_series(tmp_path).role("one") == "fix"  # the default
+    (tmp_path / "series").write_text("a.patch  one  twinned\n")
+    with pytest.raises(PatchError, match=r"series:1: bad role 'twinned'"):
+        load_series(tmp_path)
+    (tmp_path / "series").write_text("a.patch  *  seed\n")  # a patch for every variant makes none
+    with pytest.raises(PatchError, match=r"series:1: bad role 'seed'"):
         load_series(tmp_path)

@@ -339,17 +339,6 @@ class Context(_Owner):
             raise IndexError(f"no logits for output {i} (was it marked as an output?)")
         return np.frombuffer(self._rt.ffi.buffer(ptr, self.model.n_vocab * 4), dtype=np.float32).copy()
 
-    def layer_inputs(self, layer: int, n_rows: int) -> np.ndarray:
-        """A copy of the input of target layer ``layer`` for the last batch's first ``n_rows`` rows,
-        ``[n_rows, n_embd]``: what a DFlash draft is fed. Extraction must be on for the layer (a
-        DFlash :class:`~pyllama_dflash.api.Speculative` over this context turns it on)."""
-        ptr = self._rt.lib.pyllama_dflash_get_embeddings_layer_inp(self._ptr(), layer)
-        if ptr == self._rt.ffi.NULL:
-            raise PyllamaError(f"layer {layer}'s input was not extracted (no DFlash driver over this context?)")
-        n_embd = self.model.n_embd
-        rows = np.frombuffer(self._rt.ffi.buffer(ptr, n_rows * n_embd * 4), dtype=np.float32)
-        return rows.reshape(n_rows, n_embd).copy()
-
     def argmax(self, i: int = -1) -> int:
         """Greedy pick from the logits of output row i."""
         return int(np.argmax(self.logits(i)))

@@ -16,6 +16,7 @@ from .._internals import (
 from ..errors import (
     ContextError,
     IncompatibleModelsError,
+    PyllamaError,
 )
 from ._base import _Owner
 from .batch import Batch, _seq_ids, embd_rows
@@ -182,6 +183,20 @@ class Speculative(_Owner):
         if trim_draft:
             self.draft_ctx.seq_rm(seq_id, self.target.pos_max(seq_id) + 1 if trim_at is None else trim_at, -1)
         return [int(out[i]) for i in range(min(n, cap))]
+
+    def target_features(self, n_rows: int) -> np.ndarray:
+        """The target's features of its last batch's first ``n_rows`` rows, as the driver feeds them to a
+        DFlash draft: the input of each of the draft's target layers, side by side,
+        ``[n_rows, n_layers * n_embd]`` (a copy). The driver turned their extraction on."""
+        ffi, lib, ctx = self._rt.ffi, self._rt.lib, self.target._ptr()
+        n_embd, layers = self.target.model.n_embd, []
+        for lid in self.draft_ctx.model.target_layer_ids:
+            ptr = lib.pyllama_dflash_get_embeddings_layer_inp(ctx, lid)
+            if ptr == ffi.NULL:
+                raise PyllamaError(f"target layer {lid}'s input was not extracted")
+            rows = np.frombuffer(ffi.buffer(ptr, n_rows * n_embd * 4), dtype=np.float32)
+            layers.append(rows.reshape(n_rows, n_embd))
+        return np.concatenate(layers, axis=1)
 
     def accept(self, seq_id: int, n_accepted: int) -> None:
         """Tell the driver how many drafted tokens the target accepted."""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..child import sigterm_as_interrupt
 from ..engine import ctest_row
-from ..engine.matrix import case_name, reference_columns, run_cases
+from ..engine.matrix import case_name, reference_columns, reference_of, run_cases
 from ..files import atomic_write_json
 from ..flags import common_parser, export, pick, tool_prog
 from ..llamabuild import BuildError, BuildOptions, build, find_built, variant
@@ -239,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
                 "variants": variants,
                 "fix": fix,
                 "reference": None if args.no_drift else {"variant": BASELINE, "draft": "reconverted twin"},
+                # the column each variant's drafts were judged against
+                "references": {v: reference_of(v) for v in variants} if not args.no_drift else {},
                 "cases": [
                     {
                         "drafter": m.drafter,

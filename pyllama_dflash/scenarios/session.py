@@ -387,8 +387,7 @@ class Session:
         (one row per entry of seq_ids, in the batch's order) with the row's sequence."""
         if not self.cfg.definition_reference or self.spec is None:
             return
-        layers = [self.target.layer_inputs(lid, len(seq_ids)) for lid in self.draft_model.target_layer_ids]
-        fused = np.concatenate(layers, axis=1)  # [n_rows, n_layers * n_embd], as libcommon gathers them
+        fused = self.spec.target_features(len(seq_ids))
         for i, s in enumerate(seq_ids):
             self.seqs[int(s)].features.append(fused[i])
 

@@ -7,8 +7,9 @@ the server, and how llama-server picks and runs the drafter).
 
 A check is a function of a :class:`~.run.Ctx` returning a :class:`~.expect.Result`, registered
 once with ``@check(name, baseline=..., fix=...)``: its expectation per kind of variant
-(llamabuild.variants: ``baseline``, the seed's zero-fill ``seed``, a ``fix``, and ``slots``, a fix
-whose llama-server saves the draft with a slot; a kind not given takes the fix's). Adding a check
+(llamabuild.variants: ``baseline``, the seed's zero-fill ``seed``, a ``fix``, ``slots``, a fix
+whose llama-server saves the draft with a slot, and ``definition``, patch 0005 on top of slots; a
+kind not given takes the fix's, or for ``definition`` slots'). Adding a check
 is adding one such function to one of them (docs/server.md says how). ``run.run_server_checks``
 runs them, in the order they are registered.
 
@@ -30,7 +31,9 @@ from ..drafts import LOGS_NO_DRAFTS
 from ..expect import Expect, Result
 from ..process import Response, ServerProcess
 
-BASELINE, SEED, FIX, SLOTS = "baseline", "seed", "fix", "slots"  # the kinds a check's expectations name
+# the kinds a check's expectations name; a definition variant (0005, on top of 0003) takes slots' expectations
+# where it has none of its own
+BASELINE, SEED, FIX, SLOTS, DEFINITION = "baseline", "seed", "fix", "slots", "definition"
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ class Check:
 
     def expect(self, v: Variant | None, *, drafter: str = "dflash") -> Expect:
         kind = _kind(v)
-        e = self.expected.get(kind) or self.expected[FIX]
+        e = self.expected.get(kind) or (self.expected.get(SLOTS) if kind == DEFINITION else None) or self.expected[FIX]
         if e.same_drafts is not None and (
             drafter in LOGS_NO_DRAFTS or (kind == SEED and drafter != "dflash" and e.same_drafts is False)
         ):
@@ -61,9 +64,11 @@ def check(name: str, *, family: bool = False, sibling: str | None = None, **expe
     """Register a check under ``name`` with its expectations (``baseline=``, ``seed=``, ``fix=``,
     ``slots=``); ``family``: it also runs for every drafter of the family; ``sibling``: it runs on that
     sibling drafter's models (``mtp``, ``eagle3``) instead, under ``repro --siblings --server``."""
-    unknown = set(expected) - {BASELINE, SEED, FIX, SLOTS}
+    unknown = set(expected) - {BASELINE, SEED, FIX, SLOTS, DEFINITION}
     if unknown or FIX not in expected:
-        raise ValueError(f"check {name}: expectations for {sorted(unknown)} (known: baseline, seed, fix, slots)")
+        raise ValueError(
+            f"check {name}: expectations for {sorted(unknown)} (known: baseline, seed, fix, slots, definition)"
+        )
 
     def register(fn: Callable[[Any], Result]) -> Callable[[Any], Result]:
         if name in REGISTRY:
@@ -79,6 +84,8 @@ def _kind(v: Variant | None) -> str:
         return FIX
     if v.role in (BASELINE_ROLE, SEED_ROLE):
         return BASELINE if v.role == BASELINE_ROLE else SEED
+    if v.own_positions:
+        return DEFINITION
     return SLOTS if v.saves_draft else FIX
 
 
