@@ -30,7 +30,7 @@ from ..flags import common_parser, tool_prog
 from ..llamabuild import BuildError, BuildOptions, build
 from ..llamabuild.builder import stage
 from ..llamabuild.manifest import all_manifests
-from ..llamabuild.patchset import EVERY, apply_series, load_series, tree_reader
+from ..llamabuild.patchset import EVERY, FIX_ROLE, apply_series, load_series, tree_reader
 from ..paths import default_patches_dir
 from ..scenarios.models import tiny_models
 from ..scenarios.session import DEFAULT_CONFIG
@@ -91,7 +91,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     patches = default_patches_dir()
     series = load_series(patches)
-    fix = args.fix or series.variants[-1]
+    # the mutants are judged against the twin (runner.references): the last fix the series judges so.
+    # A variant judged against the draft's definition (0005) is not mutated yet.
+    fix = args.fix or next(v for v in reversed(series.variants[1:]) if series.role(v) == FIX_ROLE)
+    if fix in series.variants[1:] and series.role(fix) != FIX_ROLE:
+        print(
+            f"mutate: error: --fix {fix!r} is judged as {series.role(fix)!r}, and mutate judges its mutants "
+            "against the draft's reconverted twin only",
+            file=sys.stderr,
+        )
+        return 2
     try:
         (base,) = build(["baseline"], BuildOptions(cpu="native", quiet=True))
     except BuildError as e:
