@@ -514,7 +514,8 @@ class Session:
             accepted += 1
         # where the verified rows begin in the draft: the row count, unless a target-only restore left
         # the draft behind (0005: its rows that follow go in at its own next position)
-        draft_kept = self.draft.pos_max(seq) + 2 + accepted if self.draft is not None else 0
+        own = self.cfg.draft_own_positions and self.draft is not None
+        draft_kept = self.draft.pos_max(seq) + 2 + accepted if own else 0
         st.rows.extend(range(pos0, pos0 + 1 + len(drafted)))  # the target holds the verified batch
         self._spec_process(verify, step, seq)
         new_tokens = [*drafted[:accepted], picks[accepted]]
@@ -525,7 +526,7 @@ class Session:
             # llama-server's slot.mem.seq_rm(pos_next, -1): the rejected tail leaves both memories; a draft
             # with positions of its own loses its rows past the accepted ones (the row count, where the
             # draft is not behind: llama-server's slot.prompt.n_tokens())
-            draft_end = min(self._draft_end(seq), draft_kept) if self.cfg.draft_own_positions else st.n_past
+            draft_end = min(self._draft_end(seq), draft_kept) if own else st.n_past
             if not self.target.seq_rm(seq, st.n_past, -1) or not self.draft.seq_rm(seq, draft_end, -1):
                 self.record.add(Call(step, "target", "llama_memory_seq_rm", seq, False, pos=(st.n_past, -1)))
             if drafted:
