@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 _SERIES = load_series(default_patches_dir())
 VARIANTS: tuple[str, ...] = tuple(_SERIES.variants)
 LAST = VARIANTS[-1]
-FIX = next(v for v in reversed(VARIANTS[1:]) if _SERIES.role(v) == FIX_ROLE)
+FIX = next((v for v in reversed(VARIANTS[1:]) if _SERIES.role(v) == FIX_ROLE), LAST)
 DEFINED = next((v for v in VARIANTS[1:] if _SERIES.role(v) == DEFINITION_ROLE), None)
 
 

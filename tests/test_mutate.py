@@ -83,7 +83,8 @@ def test_one_mutant_is_killed_and_the_run_leaves_nothing_behind(variants, tmp_pa
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     report = tmp_path / "mutate.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pyllama_dflash.mutate", "--only", "negate-60968674", "--json", str(report)],
+        [sys.executable, "-m", "pyllama_dflash.mutate", "--fix", FIX, "--only", "negate-60968674"]
+        + ["--json", str(report)],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -105,7 +106,7 @@ def test_one_mutant_is_killed_and_the_run_leaves_nothing_behind(variants, tmp_pa
 def test_the_harness_kills_every_non_equivalent_mutant(variants, tmp_path):
     report = tmp_path / "mutate.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pyllama_dflash.mutate", "--json", str(report)],
+        [sys.executable, "-m", "pyllama_dflash.mutate", "--fix", FIX, "--json", str(report)],
         cwd=REPO,
         capture_output=True,
         text=True,

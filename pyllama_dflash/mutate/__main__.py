@@ -30,7 +30,7 @@ from ..flags import common_parser, tool_prog
 from ..llamabuild import BuildError, BuildOptions, build
 from ..llamabuild.builder import stage
 from ..llamabuild.manifest import all_manifests
-from ..llamabuild.patchset import EVERY, FIX_ROLE, apply_series, load_series, tree_reader
+from ..llamabuild.patchset import DEFINITION_ROLE, EVERY, FIX_ROLE, apply_series, load_series, tree_reader
 from ..paths import default_patches_dir
 from ..scenarios.models import tiny_models
 from ..scenarios.session import DEFAULT_CONFIG
@@ -91,15 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     patches = default_patches_dir()
     series = load_series(patches)
-    # the mutants are judged against the twin (runner.references): the last fix the series judges so.
-    # A variant judged against the draft's definition (0005) is not mutated yet.
-    fix = args.fix or next(v for v in reversed(series.variants[1:]) if series.role(v) == FIX_ROLE)
-    if fix in series.variants[1:] and series.role(fix) != FIX_ROLE:
-        print(
-            f"mutate: error: --fix {fix!r} is judged as {series.role(fix)!r}, and mutate judges its mutants "
-            "against the draft's reconverted twin only",
-            file=sys.stderr,
-        )
+    fix = args.fix or series.variants[-1]
+    # each mutant is judged as its fix is: against the twin, or against the draft's definition (0005)
+    role = series.role(fix) if fix in series.variants[1:] else FIX_ROLE
+    if role not in (FIX_ROLE, DEFINITION_ROLE):
+        print(f"mutate: error: --fix {fix!r} is judged as {role!r}: not a fix to mutate", file=sys.stderr)
         return 2
     try:
         (base,) = build(["baseline"], BuildOptions(cpu="native", quiet=True))
@@ -135,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-        folder = write_series(every[0], own, series, pristine, args.write_series)
+        folder = write_series(every[0], own, series, pristine, args.write_series, role)
         print(f"{every[0].id}: {every[0].describe()}")
         print(f"series written to {folder}; build it with: python build.py --patches {folder} --variant mutant")
         return 0
@@ -154,14 +150,15 @@ def main(argv: list[str] | None = None) -> int:
     models = tiny_models()
     work = Path(tempfile.mkdtemp(prefix="pyllama-dflash-mutate-"))
     print(
-        f"mutate: {len(every)} mutants of {', '.join(files)} ({fix}); references on baseline with the twin ...",
+        f"mutate: {len(every)} mutants of {', '.join(files)} ({fix}); references on baseline "
+        f"({'the definition' if role == DEFINITION_ROLE else 'the twin'}) ...",
         flush=True,
     )
-    refs = references(models, DEFAULT_CONFIG, args.jobs, work)
+    refs = references(models, DEFAULT_CONFIG, args.jobs, work, role)
     outcomes = []
     try:
         for k, m in enumerate(every, 1):
-            series_dir = write_series(m, own, series, pristine, work / "series")
+            series_dir = write_series(m, own, series, pristine, work / "series", role)
             o = try_mutant(
                 m,
                 series_dir,

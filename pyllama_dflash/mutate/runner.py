@@ -8,12 +8,14 @@ first that notices:
 
 1. the C++ test under ctest (row C1, a tenth of a second);
 2. the scenario matrix of DFlash on the dense target, every run judged against the drift
-   references, which are run once for all mutants (baseline with the reconverted twin), a drift
-   proven a tie (the reference laid out as the fix lays the draft out drafts the same) passing;
+   references, which are run once for all mutants (baseline with the reconverted twin, or drafting
+   as the draft's definition has it for a ``definition`` fix), a drift proven a tie (the reference
+   laid out as 0002 lays the draft out drafts the same) passing;
 3. the same matrix for every other drafter of the family and target (tiny.drafters: the image
    scenarios on the MoE target), with their own references;
 4. the fix's rules that no scenario reaches through mtmd (tests/test_patch_rules.py: a jump
-   inside one batch, positions that go back), run on the mutant as the series' fix;
+   inside one batch, positions that go back), run on the mutant as the series' fix (0002's rules:
+   not for a fix judged against the draft's definition);
 5. optionally, a fixed-seed fuzz.
 
 A mutant of the lines the fix adds to ``tools/server/server-context.cpp`` (patch 0003) is tried with
@@ -43,6 +45,7 @@ from ..engine.matrix import (
     REFERENCE,
     Job,
     case_name,
+    definition_config,
     prove_ties,
     reference_config,
     run_cases,
@@ -52,7 +55,7 @@ from ..engine.matrix import (
 from ..env import PATCHES_ENV
 from ..errors import BuildError
 from ..llamabuild import BuildOptions, build, variant
-from ..llamabuild.patchset import BASELINE, Series
+from ..llamabuild.patchset import BASELINE, DEFINITION_ROLE, FIX_ROLE, Series
 from ..paths import REPO_DIR
 from ..scenarios.catalog import SCENARIOS, expectations, meets
 from ..scenarios.drift import judge
@@ -114,8 +117,11 @@ def load_equivalents(path: Path = EQUIVALENT_FILE) -> dict[str, dict]:
     return data
 
 
-def write_series(mutant: Mutant, fixed: dict[str, str], series: Series, pristine: Path, dest: Path) -> Path:
-    """A series folder whose one variant is the fix with this mutant; returns the folder."""
+def write_series(
+    mutant: Mutant, fixed: dict[str, str], series: Series, pristine: Path, dest: Path, role: str = FIX_ROLE
+) -> Path:
+    """A series folder whose one variant is the fix with this mutant, judged as the fix is (``role``);
+    returns the folder."""
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
@@ -128,7 +134,7 @@ def write_series(mutant: Mutant, fixed: dict[str, str], series: Series, pristine
         )
     header = f"Subject: [PATCH] mutant {mutant.id}\n\n{mutant.describe()}\n\n---\n"
     (dest / "0001-mutant.patch").write_text(header + "".join(diff), encoding="utf-8")
-    lines = [f"0001-mutant.patch {VARIANT}"]
+    lines = [f"0001-mutant.patch {VARIANT} {role}"]
     for patch in series.every:
         shutil.copy2(series.directory / patch.name, dest / patch.name)
         lines.append(f"{patch.name} *")
@@ -136,11 +142,15 @@ def write_series(mutant: Mutant, fixed: dict[str, str], series: Series, pristine
     return dest
 
 
-def references(models: ModelSet, config: dict, parallel: int, work: Path) -> dict[str, dict]:
-    """The drift references, once for every mutant: each scenario on baseline with the twin."""
-    jobs = [Job(sid, BASELINE, models, reference_config(config), twin=True) for sid in SCENARIOS]
+def references(models: ModelSet, config: dict, parallel: int, work: Path, role: str = FIX_ROLE) -> dict[str, dict]:
+    """The drift references, once for every mutant: each scenario on baseline with the twin, or, for a
+    fix judged against the draft's definition, drafting as the definition has it."""
+    if role == DEFINITION_ROLE:
+        jobs = [Job(sid, BASELINE, models, definition_config(config), definition=True) for sid in SCENARIOS]
+    else:
+        jobs = [Job(sid, BASELINE, models, reference_config(config), twin=True) for sid in SCENARIOS]
     results = run_matrix(jobs, parallel, work / "references")
-    return {sid: results[(sid, f"{BASELINE}+twin")] for sid in SCENARIOS}
+    return {sid: results[(sid, jobs[0].column)] for sid in SCENARIOS}
 
 
 def try_mutant(
@@ -187,7 +197,8 @@ def try_mutant(
         jobs = [Job(sid, VARIANT, models, server_config(VARIANT, config)) for sid in SCENARIOS]
         results = run_matrix(jobs, parallel, work / mutant.id)
         table = {sid: {VARIANT: judge(results[(sid, VARIANT)], refs[sid]), REFERENCE: refs[sid]} for sid in SCENARIOS}
-        prove_ties([(models, table)], [VARIANT], config, parallel, work / mutant.id)
+        if not mutant_variant.own_positions:  # the layout replay is 0002's: it proves no tie of the definition
+            prove_ties([(models, table)], [VARIANT], config, parallel, work / mutant.id)
         for sid in SCENARIOS:
             if killed(sid, table[sid][VARIANT]):
                 return out
@@ -198,7 +209,7 @@ def try_mutant(
                 result = tables[case_name(case_models)][sid][VARIANT]
                 if killed(sid, result, case_models.drafter, case_models.target_kind):
                     return out
-        if RULES_TESTS.is_file():
+        if RULES_TESTS.is_file() and not mutant_variant.own_positions:  # 0002's rules: fills, trims
             rules = _rules(series_dir)
             out.rows["rules"] = PASS if rules is None else "FAIL"
             if rules is not None:
