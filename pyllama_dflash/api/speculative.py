@@ -81,6 +81,14 @@ class Speculative(_Owner):
         """Max drafted tokens after libcommon clamped it to the draft's block size."""
         return self._handle.check("spec_n_max", int(self._rt.lib.pyllama_dflash_spec_n_max(self._ptr())))
 
+    @property
+    def own_positions(self) -> bool:
+        """Whether the draft keeps positions of its own, row k of a sequence at draft position k (patch
+        0005): the caller then trims and restores it by the sequence's row count, not the target's
+        position. False on a libcommon without that query."""
+        rc = int(self._rt.lib.pyllama_dflash_spec_own_positions(self._ptr()))
+        return bool(self._handle.check("spec_own_positions", rc))
+
     def _run(self, call: str, fn: Callable[[], int]) -> int:
         """A shim call: its log captured (libcommon's included), a shim error raised (see _internals)."""
         rc, cap = self._logged(lambda: int(fn()), poll_common=True)

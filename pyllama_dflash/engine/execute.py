@@ -82,7 +82,7 @@ def execute(
     run = _Run()
     with Session(models, cfg, record) as session:
         if check:
-            record.bind(Memories(session.memory_ends, session.cfg.n_seq, session.cfg.draft_own_positions))
+            record.bind(Memories(session.memory_ends, session.cfg.n_seq, session.own_positions))
         try:
             _run_steps(session, schedule.steps, record if check else None, run)
         except Violation as v:

@@ -127,9 +127,8 @@ def _batches(jobs: list[Job], parallel: int) -> list[list[int]]:
 
 def server_config(variant: str, config: dict) -> dict:
     """The session config for a variant: the slot loop mirrors what the variant's llama-server does
-    with a slot file (see saves_draft_with_slot), and where it trims the draft (its own positions)."""
-    v = variant_of(variant)
-    return {**config, "server_saves_draft": v.saves_draft, "draft_own_positions": v.own_positions}
+    with a slot file (see saves_draft_with_slot)."""
+    return {**config, "server_saves_draft": variant_of(variant).saves_draft}
 
 
 def reference_config(config: dict) -> dict:

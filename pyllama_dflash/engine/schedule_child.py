@@ -28,17 +28,16 @@ def run_job(job: dict) -> dict:
     os.environ[api.THREADS_ENV] = str(job.get("threads", 1))
     load(job["variant"], backend=job.get("backend"))
     models = ModelSet.from_json(job["models"])
-    # a variant whose draft keeps positions of its own (0005) is trimmed by the row count, and judged
-    # against the draft's definition instead of the twin
-    own_positions = variant(job["variant"]).own_positions
-    config = {**(job.get("config") or {}), "draft_own_positions": own_positions}
+    # a variant judged against the draft's definition (0005) is fuzzed against the definition reference
+    definition = variant(job["variant"]).own_positions
+    config = job.get("config") or {}
     if job["mode"] not in ("search", "replay"):
         raise ValueError(f"unknown mode {job['mode']!r}")
     with contextlib.ExitStack() as stack:
         reference = None
         if job.get("drift"):  # the drift oracle: baseline with the reconverted twin, in a child of its own
             reference = stack.enter_context(
-                ReferenceProcess(models, job.get("config") or {}, job.get("backend"), definition=own_positions)
+                ReferenceProcess(models, config, job.get("backend"), definition=definition)
             ).drafts
         if job["mode"] == "search":
             from .search import search

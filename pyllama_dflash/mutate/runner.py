@@ -14,8 +14,8 @@ first that notices:
 3. the same matrix for every other drafter of the family and target (tiny.drafters: the image
    scenarios on the MoE target), with their own references;
 4. the fix's rules that no scenario reaches through mtmd (tests/test_patch_rules.py: a jump
-   inside one batch, positions that go back), run on the mutant as the series' fix (0002's rules:
-   not for a fix judged against the draft's definition);
+   inside one batch, positions that go back; tests/test_definition_rules.py for a fix judged
+   against the draft's definition), run on the mutant as the series' fix;
 5. optionally, a fixed-seed fuzz.
 
 A mutant of the lines the fix adds to ``tools/server/server-context.cpp`` (patch 0003) is tried with
@@ -66,7 +66,11 @@ from .operators import Mutant
 
 VARIANT = "mutant"  # every mutant builds as this variant of its own series, one after another
 EQUIVALENT_FILE = Path(__file__).with_name("equivalent.json")
-RULES_TESTS = REPO_DIR / "tests" / "test_patch_rules.py"  # in a checkout; an installed package has no tests
+# the rules no scenario reaches, per role of the fix (in a checkout; an installed package has no tests)
+RULES_TESTS = {
+    FIX_ROLE: REPO_DIR / "tests" / "test_patch_rules.py",
+    DEFINITION_ROLE: REPO_DIR / "tests" / "test_definition_rules.py",
+}
 
 KILLED, SURVIVED, STILLBORN, EQUIVALENT = "killed", "survived", "stillborn", "equivalent"
 SERVER_FILE = "tools/server/server-context.cpp"
@@ -209,8 +213,9 @@ def try_mutant(
                 result = tables[case_name(case_models)][sid][VARIANT]
                 if killed(sid, result, case_models.drafter, case_models.target_kind):
                     return out
-        if RULES_TESTS.is_file() and not mutant_variant.own_positions:  # 0002's rules: fills, trims
-            rules = _rules(series_dir)
+        rules_tests = RULES_TESTS[mutant_variant.role]
+        if rules_tests.is_file():
+            rules = _rules(series_dir, rules_tests)
             out.rows["rules"] = PASS if rules is None else "FAIL"
             if rules is not None:
                 out.status, out.killed_by, out.detail = KILLED, "rules", rules
@@ -260,11 +265,11 @@ def family_cases(models: ModelSet) -> list[tuple[ModelSet, list[str]]]:
     ]
 
 
-def _rules(series_dir: Path) -> str | None:
+def _rules(series_dir: Path, tests: Path) -> str | None:
     """Run the rules tests with the mutant as the fix; None when they pass, else the first failure.
     The one test about full's documented tie is not a rule of any fix and is left out."""
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", str(RULES_TESTS), "-k", "not tie"],
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", str(tests), "-k", "not tie"],
         cwd=REPO_DIR,
         env={**os.environ, PATCHES_ENV: str(series_dir)},
         capture_output=True,

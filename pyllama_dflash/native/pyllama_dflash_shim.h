@@ -28,7 +28,7 @@ extern "C" {
 #define PYLLAMA_DFLASH_SHIM_API __attribute__((visibility("default")))
 
 /* bumped whenever a signature below changes; the Python side checks it at load time */
-#define PYLLAMA_DFLASH_SHIM_ABI 2
+#define PYLLAMA_DFLASH_SHIM_ABI 3
 
 /* return codes of the shim's own calls */
 #define PYLLAMA_DFLASH_ERROR  (-1) /* bad arguments or a caught C++ exception: see last_error */
@@ -99,6 +99,10 @@ PYLLAMA_DFLASH_SHIM_API pyllama_dflash_spec * pyllama_dflash_spec_init(
         const struct pyllama_dflash_spec_params * params);
 PYLLAMA_DFLASH_SHIM_API void    pyllama_dflash_spec_free(pyllama_dflash_spec * spec);
 PYLLAMA_DFLASH_SHIM_API int32_t pyllama_dflash_spec_n_max(const pyllama_dflash_spec * spec);
+/* TRUE where the draft keeps positions of its own, one per row of a sequence (patch 0005's
+ * common_speculative_own_positions); FALSE where it keeps the target's, as every libcommon without
+ * that query does. */
+PYLLAMA_DFLASH_SHIM_API int32_t pyllama_dflash_spec_own_positions(const pyllama_dflash_spec * spec);
 
 /* The process() family hands common_speculative_process() the batch the target just decoded,
  * built as a common_batch exactly like llama-server does. TRUE/FALSE is what libcommon

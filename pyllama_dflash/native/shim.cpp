@@ -15,6 +15,10 @@
 #include <string>
 #include <vector>
 
+// patch 0005's query, a weak reference: null in a libcommon without it (baseline and the fixes before
+// 0005), whose drafts all keep the target's positions
+bool common_speculative_own_positions(const common_speculative * spec) __attribute__((weak));
+
 namespace {
 
 thread_local std::string g_last_error;
@@ -273,6 +277,14 @@ int32_t pyllama_dflash_spec_n_max(const pyllama_dflash_spec * spec) {
     return guarded(__func__, [&]() -> int32_t {
         if (!spec) return fail("spec_n_max: spec is NULL");
         return common_speculative_n_max(spec->spec);
+    });
+}
+
+int32_t pyllama_dflash_spec_own_positions(const pyllama_dflash_spec * spec) {
+    return guarded(__func__, [&]() -> int32_t {
+        if (!spec) return fail("spec_own_positions: spec is NULL");
+        if (common_speculative_own_positions == nullptr) return PYLLAMA_DFLASH_FALSE;
+        return common_speculative_own_positions(spec->spec) ? PYLLAMA_DFLASH_TRUE : PYLLAMA_DFLASH_FALSE;
     });
 }
 

@@ -61,11 +61,6 @@ class SessionConfig:
     # restored position belong to that undone part, so they are removed from the reference's draft
     # (baseline's M-RoPE twin would keep a cell at the restored position beside the new row: X <= Y).
     history_restores: bool = False
-    # patch 0005 (the draft as its definition has it): the draft keeps positions of its own, row k of a
-    # sequence's expanded token list at draft position k, so the slot loop trims and restores the draft
-    # by the sequence's row count, as that variant's llama-server does (server_tokens::size()), and a
-    # target-only restore is followed by the trim of the next request's common prefix
-    draft_own_positions: bool = False
     # the definition reference: every round drafts in a cleared draft context fed, through the API
     # alone, the target's features of every row of the sequence's history at positions 0..N-1, the
     # noise block at N (_draft_by_definition); libcommon's process() never runs
@@ -186,6 +181,7 @@ class Session:
         )
         self.spec: api.Speculative | None = None
         self.draft: api.Context | None = None
+        self.own_positions = False
         if self.speculative and mtp:
             self.draft_model = self.target_model
             self.draft = enter(api.Context.mtp(self.target))
@@ -213,6 +209,12 @@ class Session:
                     spec_type=m.spec_type,
                 )
             )
+            # patch 0005: libcommon says the draft keeps positions of its own, row k of a sequence's
+            # expanded token list at draft position k; the slot loop then trims and restores the draft by
+            # the sequence's row count, as that variant's llama-server does (server_tokens::size()), and
+            # a target-only restore is followed by the trim of the next request's common prefix. The
+            # definition reference feeds a draft of its own and trims nothing.
+            self.own_positions = self.spec.own_positions and not cfg.definition_reference
             # with a cut-off, a round that drafts nothing is the drafter's answer, judged by the drift
             # oracle against the twin's, not a starved round
             self.record.empty_rounds_allowed |= cfg.cuts_drafts
@@ -416,7 +418,7 @@ class Session:
         """Where the draft's memory of seq ends when it holds what the target does: the row count for
         a draft with positions of its own (0005), else the target's next position."""
         st = self.seqs[seq]
-        return len(st.rows) if self.cfg.draft_own_positions else st.n_past
+        return len(st.rows) if self.own_positions else st.n_past
 
     def _fill_like_the_fix(self, batch: api.Batch) -> list[tuple[int, int, int]]:
         """What patch 0002 does to a legacy draft before it injects a batch, done to an M-RoPE draft
@@ -476,7 +478,7 @@ class Session:
         n_draft = min(self.cfg.n_max, n_left - 1)
         behind = refused = False
         if self.spec is not None and n_draft > 0:
-            if self.cfg.draft_own_positions:
+            if self.own_positions:
                 behind = self.draft.pos_max(seq) + 1 < len(st.rows)
             else:
                 behind = 0 <= self.draft.pos_max(seq) < pos0 - 1
@@ -488,7 +490,7 @@ class Session:
             else:  # trims the noise block like llama-server
                 # 0005: back to where the draft ended (the row count, llama-server's checkpoint n_tokens,
                 # unless a target-only restore left the draft behind)
-                trim_at = self.draft.pos_max(seq) + 1 if self.cfg.draft_own_positions else None
+                trim_at = self.draft.pos_max(seq) + 1 if self.own_positions else None
                 drafted = self.spec.draft(seq, id_last, pos0, n_max=n_draft, trim_at=trim_at)
             for s, p0, p1 in filled:
                 self.draft.seq_rm(s, p0, p1)
@@ -514,7 +516,7 @@ class Session:
             accepted += 1
         # where the verified rows begin in the draft: the row count, unless a target-only restore left
         # the draft behind (0005: its rows that follow go in at its own next position)
-        own = self.cfg.draft_own_positions and self.draft is not None
+        own = self.own_positions and self.draft is not None
         draft_kept = self.draft.pos_max(seq) + 2 + accepted if own else 0
         st.rows.extend(range(pos0, pos0 + 1 + len(drafted)))  # the target holds the verified batch
         self._spec_process(verify, step, seq)
@@ -546,7 +548,7 @@ class Session:
         index of the sequence's last row."""
         if self.draft is None:
             raise ValueError("memory_ends: a session without the draft has one memory")
-        if self.cfg.draft_own_positions:
+        if self.own_positions:
             st = self.seqs[seq]
             return self.draft.pos_max(seq), len(st.rows) - 1 - st.draft_behind
         return self.draft.pos_max(seq), self.target.pos_max(seq)
@@ -577,7 +579,7 @@ class Session:
             else:
                 ok = self.draft.state_seq_set(seq, saved.draft)
                 # 0005's server refuses a draft part that holds another number of rows than its target part
-                if ok and self.cfg.draft_own_positions:
+                if ok and self.own_positions:
                     ok = self.draft.pos_max(seq) + 1 == len(saved.state.rows)
                 self.record.add(Call(step, "draft", "llama_state_seq_set_data", seq, ok))
         self.seqs[seq] = saved.state.saved()
@@ -597,7 +599,7 @@ class Session:
         data, st = saved
         ok = self.target.state_seq_set(seq, data)
         self.record.add(Call(step, "target", "llama_state_seq_set_data", seq, ok, pos=(0, st.n_past - 1)))
-        if (self.cfg.history_restores or self.cfg.draft_own_positions) and self.draft is not None:
+        if (self.cfg.history_restores or self.own_positions) and self.draft is not None:
             self._history_pending[seq] = step
         self.seqs[seq] = st.saved()
 
@@ -611,7 +613,7 @@ class Session:
         end = self._draft_end(seq)
         ok = self.draft.seq_rm(seq, end, -1)
         self.record.add(Call(f"{step} (history)", "draft", "llama_memory_seq_rm", seq, ok, pos=(end, -1)))
-        if self.cfg.draft_own_positions:
+        if self.own_positions:
             self.seqs[seq].draft_behind = end - (self.draft.pos_max(seq) + 1)
 
     def rewind(
@@ -652,7 +654,7 @@ class Session:
         self.record.add(Call(step, "target", "llama_memory_seq_rm", seq, ok, pos=(pos, -1)))
         kept = bisect.bisect_left(st.rows, pos)  # the rows below pos: the draft's end under 0005
         if self.draft is not None:
-            end = kept if self.cfg.draft_own_positions else pos
+            end = kept if self.own_positions else pos
             ok = self.draft.seq_rm(seq, end, -1)
             self.record.add(Call(step, "draft", "llama_memory_seq_rm", seq, ok, pos=(end, -1)))
         # a sampled token survives only where nothing was dropped; token indexes are positions
@@ -662,7 +664,7 @@ class Session:
         self.seqs[seq] = SeqState(
             pos, st.id_last if whole else None, False, list(tokens), st.rows[:kept], st.features[:kept]
         )
-        if self.draft is not None and self.cfg.draft_own_positions:  # a draft behind stays so, by what it lacks
+        if self.draft is not None and self.own_positions:  # a draft behind stays so, by what it lacks
             self.seqs[seq].draft_behind = kept - (self.draft.pos_max(seq) + 1)
 
 

@@ -1,0 +1,92 @@
+"""Rules of the definition (patch 0005) that no scenario reaches through mtmd, driven with hand-made
+batches in a child process per variant (the variants share sonames):
+
+- every row goes in at the draft's own next position, whatever the target's positions: a jump, and
+  an image's rows pinned to one position;
+- positions that go back within a sequence are refused before anything is injected;
+- libcommon says which drafts keep positions of their own (common_speculative_own_positions), which
+  is what llama-server trims and restores the draft by.
+
+pyllama_dflash.mutate runs this file on each mutant of a fix judged against the definition.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import DEFINED
+
+_CHILD = r"""
+import json, sys
+import numpy as np
+from pyllama_dflash import api, load
+from pyllama_dflash.scenarios.models import ModelSet
+
+variant, models = sys.argv[1], ModelSet.from_json(json.loads(sys.argv[2]))
+load(variant)
+out = {}
+with api.Model(models.target) as tm, api.Model(models.draft_for("plain")) as dm:
+    with api.Context(tm, n_ctx=256, n_batch=32, n_ubatch=32) as target, \
+         api.Context.draft(dm, target, n_batch=32, n_ubatch=32) as draft, \
+         api.Speculative(target, draft, n_max=3) as spec:
+        out["own_positions"] = spec.own_positions
+        toks = tm.tokenize("tree blue moon rock fish lamp wind gold ship ", add_special=False)
+        jump = api.Batch.tokens(toks, [0, 1, 2, 3, 8, 9, 10, 11, 12])  # the target (M-RoPE) takes it
+        assert target.process(jump) == 0
+        out["jump"] = spec.process(jump)
+        out["jump_pos_max"] = draft.pos_max(0)
+        # an image's rows pinned to the position after the text, as mtmd hands them to the driver
+        rows = np.random.default_rng(0).normal(size=(4, tm.n_embd)).astype(np.float32)
+        pinned = api.Batch.embeddings(rows, np.array([[13] * 4, [13, 13, 14, 14], [13, 14, 13, 14], [0] * 4]))
+        assert target.process(pinned) == 0
+        out["pinned"] = spec.process(pinned)
+        out["pinned_pos_max"] = draft.pos_max(0)
+        # positions that go back within a sequence: the target decodes the rows in order, the driver
+        # gets them out of order; nothing of them may reach the draft
+        assert target.process(api.Batch.tokens(toks[:3], [15, 16, 17])) == 0
+        out["back"] = spec.process_tokens(toks[:3], [15, 17, 16])
+        out["back_log"] = [str(x) for x in spec.last_log if "ERROR" in str(x)]
+        out["back_pos_max"] = draft.pos_max(0)
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def runs(variants, model_set) -> dict[str, dict]:
+    models = json.dumps(model_set.to_json())
+    out = {}
+    for variant in ("baseline", DEFINED):
+        proc = subprocess.run(
+            [sys.executable, "-c", _CHILD, variant, models], capture_output=True, text=True, timeout=120
+        )
+        assert proc.returncode == 0, (variant, proc.stderr[-3000:])
+        out[variant] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
+
+
+def test_libcommon_says_which_drafts_keep_positions_of_their_own(runs):
+    assert runs[DEFINED]["own_positions"] is True
+    assert runs["baseline"]["own_positions"] is False  # no such query there: the target's positions
+
+
+def test_a_jump_goes_in_at_the_drafts_own_next_positions(runs):
+    """Nine rows at target positions 0..3 and 8..12 sit at draft positions 0..8; baseline refuses the jump."""
+    assert runs[DEFINED]["jump"] is True and runs[DEFINED]["jump_pos_max"] == 8
+    assert runs["baseline"]["jump"] is False
+
+
+def test_an_images_pinned_rows_go_in_one_draft_position_each(runs):
+    """The definition injects the four rows after the nine; baseline skips a pinned batch (its draft, which
+    refused the jump, stays empty)."""
+    assert runs[DEFINED]["pinned"] is True and runs[DEFINED]["pinned_pos_max"] == 12
+    assert runs["baseline"]["pinned"] is True and runs["baseline"]["pinned_pos_max"] == -1
+
+
+def test_positions_that_go_back_are_refused_before_anything_is_injected(runs):
+    r = runs[DEFINED]
+    assert r["back"] is False and r["back_pos_max"] == 12, r
+    assert any("positions go back" in line for line in r["back_log"]), r["back_log"]
