@@ -19,6 +19,7 @@ import sys
 import pytest
 
 from conftest import DEFINED
+from pyllama_dflash.scenarios.models import sibling_models
 
 _CHILD = r"""
 import json, sys
@@ -51,6 +52,13 @@ with api.Model(models.target) as tm, api.Model(models.draft_for("plain")) as dm:
         out["back"] = spec.process_tokens(toks[:3], [15, 17, 16])
         out["back_log"] = [str(x) for x in spec.last_log if "ERROR" in str(x)]
         out["back_pos_max"] = draft.pos_max(0)
+# a drafter without positions of its own (EAGLE3) on the same libcommon: trimmed at the target's positions
+eagle3 = ModelSet.from_json(json.loads(sys.argv[3]))
+with api.Model(eagle3.target) as tm, api.Model(eagle3.draft) as dm:
+    with api.Context(tm, n_ctx=256, n_batch=32, n_ubatch=32) as target, \
+         api.Context.draft(dm, target, n_batch=32, n_ubatch=32) as draft, \
+         api.Speculative(target, draft, n_max=3, spec_type="draft-eagle3") as spec:
+        out["eagle3_own_positions"] = spec.own_positions
 print(json.dumps(out))
 """
 
@@ -58,10 +66,11 @@ print(json.dumps(out))
 @pytest.fixture(scope="module")
 def runs(variants, model_set) -> dict[str, dict]:
     models = json.dumps(model_set.to_json())
+    eagle3 = json.dumps(sibling_models("eagle3").to_json())
     out = {}
     for variant in ("baseline", DEFINED):
         proc = subprocess.run(
-            [sys.executable, "-c", _CHILD, variant, models], capture_output=True, text=True, timeout=120
+            [sys.executable, "-c", _CHILD, variant, models, eagle3], capture_output=True, text=True, timeout=120
         )
         assert proc.returncode == 0, (variant, proc.stderr[-3000:])
         out[variant] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -70,6 +79,7 @@ def runs(variants, model_set) -> dict[str, dict]:
 
 def test_libcommon_says_which_drafts_keep_positions_of_their_own(runs):
     assert runs[DEFINED]["own_positions"] is True
+    assert runs[DEFINED]["eagle3_own_positions"] is False  # EAGLE3 keeps the target's positions
     assert runs["baseline"]["own_positions"] is False  # no such query there: the target's positions
 
 

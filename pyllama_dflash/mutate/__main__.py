@@ -194,7 +194,16 @@ def main(argv: list[str] | None = None) -> int:
     counts = Counter(o.status for o in outcomes)
     scored = counts[KILLED] + counts[SURVIVED]
     score = counts[KILLED] / scored if scored else 1.0
-    stale = sorted(set(equivalents) - {m.id for m in all_mutants})
+    # equivalent.json serves every fix of the series: a mutant of another fix is not stale
+    fixes = [v for v in series.variants[1:] if series.role(v) in (FIX_ROLE, DEFINITION_ROLE)]
+    known = {
+        m.id
+        for v in fixes
+        for rel, text in apply_series(read, series.prefix(v)).items()
+        if rel in files
+        for m in mutants(rel, read(rel), text)
+    }
+    stale = sorted(set(equivalents) - known - {m.id for m in all_mutants})
     print()
     print(f"mutate: {len(outcomes)} mutants in {time.monotonic() - t0:.0f}s: {dict(counts)}")
     print(f"mutation score: {counts[KILLED]}/{scored} = {score:.3f} (equivalent and stillborn mutants not counted)")
