@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import FIX, VARIANTS
+from conftest import DEFINED, FIX, VARIANTS
 from pyllama_dflash.engine.invariant import DraftAhead, DraftHole, SpecFailed, TargetFailed, failed_call
 from pyllama_dflash.engine.schedule import Schedule, ScheduleError, words
 from pyllama_dflash.engine.schedule_runner import examples_from_env, replay_variants, search_variants, seed_from_env
@@ -400,3 +400,15 @@ def test_the_fix_holds_at_twenty_times_the_budget(variants, model_set, tmp_path,
     assert r["runs"] == BUDGET_EXAMPLES and r["stats"]["drift_checked"] > BUDGET_EXAMPLES // 2, r["stats"]
     # the draft()-side cases were drawn on both sequences
     assert r["stats"]["behind_on_seq0"] > 0 and r["stats"]["behind_on_seq1"] > 0, r["stats"]
+
+
+def test_the_definitions_draft_keeps_only_the_restored_conversations_rows(variants, model_set, tmp_path):
+    """Found by the fuzzer on the definition (seed 101): seq 1 holds "rock fish", then its target alone is
+    restored to seq 0's one-token "tree", then it drafts. The draft's first row is "rock"'s, at the index
+    the restored sequence gives "tree": it would be attended as "tree"'s. The slot loop keeps the draft's
+    rows only as far as they are the restored sequence's (each row's identity chains its content onto
+    its prefix), so the draft holds nothing of seq 1 and drafts behind, which the definition allows."""
+    schedule = Schedule.load(Path(__file__).parent / "data" / "schedules" / "definition-foreign-rows.json")
+    r = replay_variants(schedule, [DEFINED], model_set, work_dir=tmp_path)[DEFINED]
+    assert r["status"] == "PASS" and r["stats"]["drift_behind_only"] == 1, r
+    assert r["drafts"] and all(d["behind"] for d in r["drafts"]), r["drafts"]

@@ -79,12 +79,24 @@ def drafts(rounds: list[dict]) -> list[dict]:
 
 
 def compare(run: list[dict], reference: list[dict]) -> Drift | None:
-    """None when both drafted the same tokens at the same positions in every round."""
+    """None when both drafted the same tokens at the same positions in every round.
+
+    The k-th round of a sequence is paired with the reference's k-th round of that sequence, in the
+    order the run drafted them: where a round of one sequence accepted otherwise (a draft behind), the
+    rounds of the other sequences still meet their own counterparts."""
     total = max(len(run), len(reference))
     missing = {"seq": -1, "pos0": -1, "tokens": [], "behind": False}
-    pairs = [
-        (run[i] if i < len(run) else missing, reference[i] if i < len(reference) else missing) for i in range(total)
-    ]
+    keyed = []  # (order, run round, reference round)
+    for seq in dict.fromkeys([r["seq"] for r in run] + [r["seq"] for r in reference]):
+        mine = [(i, r) for i, r in enumerate(run) if r["seq"] == seq]
+        theirs = [(i, r) for i, r in enumerate(reference) if r["seq"] == seq]
+        # a round the run never drafted, where its last round of the sequence began behind (a behind
+        # round that accepted otherwise ends the sequence's generation sooner), began behind too
+        gone = {**missing, "behind": bool(mine) and mine[-1][1].get("behind", False)}
+        for k in range(max(len(mine), len(theirs))):
+            a, b = (mine[k] if k < len(mine) else None), (theirs[k] if k < len(theirs) else None)
+            keyed.append(((a or b)[0], a[1] if a else gone, b[1] if b else missing))
+    pairs = [(a, b) for _, a, b in sorted(keyed, key=lambda t: t[0])]
     differ = [i for i, (a, b) in enumerate(pairs) if any(a[k] != b[k] for k in _COMPARED)]
     if not differ:
         return None

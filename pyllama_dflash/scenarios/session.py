@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -117,17 +118,30 @@ class SeqState:
     rows: list[int] = field(default_factory=list)
     # the target's layer features of each row (the definition reference only)
     features: list[np.ndarray] = field(default_factory=list)
-    # rows a draft with positions of its own (0005) lacks since a target-only restore left it behind:
-    # their features exist nowhere, so its memory ends this many rows short of the sequence's
-    draft_behind: int = 0
+    # each row's identity (a session-wide counter), and, for a draft with positions of its own (0005),
+    # the identities of the rows the draft holds, in its positions' order: equal while the draft holds
+    # the sequence; shorter where a target-only restore left it behind (the restored rows' features
+    # exist nowhere)
+    row_ids: list[int] = field(default_factory=list)
+    draft_ids: list[int] = field(default_factory=list)
 
     def saved(self) -> SeqState:
         """The state as a save keeps it: no image pending, lists of its own."""
-        return SeqState(self.n_past, self.id_last, False, list(self.text_tokens), list(self.rows), list(self.features))
+        return SeqState(
+            self.n_past,
+            self.id_last,
+            False,
+            list(self.text_tokens),
+            list(self.rows),
+            list(self.features),
+            list(self.row_ids),
+            list(self.draft_ids),
+        )
 
     def keep_rows(self, n: int) -> None:
-        """Keep the first n rows (and their features): what the target still holds."""
+        """Keep the first n rows (their identities and features): what the target still holds."""
         del self.rows[n:]
+        del self.row_ids[n:]
         del self.features[n:]
 
 
@@ -246,13 +260,14 @@ class Session:
             return
         if self.projector is None:
             raise ValueError("a prompt with images needs an mmproj")
+        digests = iter(_digest(img) for img in images)  # each image's rows' contents, in the chunks' order
         with self.projector.tokenize(text, images) as chunks:
             for k, chunk in enumerate(chunks):
                 if chunk.type == "text":
                     if chunk.n_tokens:
                         self._text(seq, chunk.tokens, f"{step} chunk {k} text")
                 else:
-                    self._image(seq, chunk, f"{step} chunk {k} image {chunk.nx}x{chunk.ny}")
+                    self._image(seq, chunk, f"{step} chunk {k} image {chunk.nx}x{chunk.ny}", next(digests))
 
     def tokenize(self, text: str) -> np.ndarray:
         return self.target_model.tokenize(text, add_special=False, parse_special=True)
@@ -280,7 +295,7 @@ class Session:
         self._decode_target(batch, step, seq=-1)
         for (seq, _), end, t in zip(parts, ends, toks, strict=True):
             st = self.seqs[seq]
-            st.rows.extend(range(st.n_past, st.n_past + len(t)))
+            self._add_rows(st, range(st.n_past, st.n_past + len(t)), t)
             st.n_past += len(t)
             st.text_tokens.extend(int(x) for x in t)
             st.id_last = self.target.argmax(int(end))
@@ -293,20 +308,22 @@ class Session:
             part = np.asarray(tokens[off : off + n_batch], dtype=np.int32)
             batch = api.Batch.tokens(part, pos0=st.n_past, seq_id=seq, logits="last")
             self._decode_target(batch, step, seq)
-            st.rows.extend(range(st.n_past, st.n_past + len(part)))
+            self._add_rows(st, range(st.n_past, st.n_past + len(part)), part)
             st.n_past += len(part)
             st.text_tokens.extend(int(x) for x in part)
             st.id_last = self.target.argmax(len(part) - 1)
             self._spec_process(batch, step, seq)
 
-    def _image(self, seq: int, chunk: api.Chunk, step: str) -> None:
+    def _image(self, seq: int, chunk: api.Chunk, step: str, digest: int) -> None:
         st = self.seqs[seq]
         sub_batches: list[tuple[int, int, int]] = []
 
         def on_batch(b: api.ImageBatch) -> None:
             sub_batches.append((int(b.pos[0].min()), int(b.pos[0].max()), b.n_tokens))
-            st.rows.extend(int(p) for p in b.pos[0])
+            self._add_rows(st, [int(p) for p in b.pos[0]], [digest] * b.n_tokens)
             self._keep_features(np.full(b.n_tokens, seq))
+            if self.own_positions:  # the driver gets the sub-batch next: every row goes in
+                st.draft_ids.extend(st.row_ids[-b.n_tokens :])
 
         # the definition reference feeds its draft itself, at drafting time (_draft_by_definition)
         spec = None if self.cfg.definition_reference else self.spec
@@ -369,6 +386,10 @@ class Session:
             return
         filled = self._fill_like_the_fix(batch) if self.cfg.twin_fill_layout else []
         ok = self.spec.process(batch)
+        if ok and self.own_positions:  # every row of the batch went in, each sequence's after its others
+            for s, k in zip(*np.unique(batch.seq_id, return_counts=True), strict=True):
+                st = self.seqs[int(s)]
+                st.draft_ids.extend(st.row_ids[-int(k) :])
         for s, p0, p1 in filled:
             self.draft.seq_rm(s, p0, p1)
         self.record.add(
@@ -383,6 +404,21 @@ class Session:
                 log=[str(x) for x in self.spec.last_log],
             )
         )
+
+    def _add_rows(self, st: SeqState, positions: Sequence[int], contents: Sequence[int]) -> None:
+        """Rows the target now holds for st's sequence, at the target's positions. A row's identity chains
+        its content (a token, or its image's digest) and position onto the row before it: the target's
+        features of a row depend on its prefix alone, so equal identities are equal rows, in any session."""
+        prev = st.row_ids[-1] if st.row_ids else 0
+        for p, c in zip(positions, contents, strict=True):
+            prev = _chain(prev, int(c), int(p))
+            st.rows.append(int(p))
+            st.row_ids.append(prev)
+
+    def _draft_trimmed(self, seq: int, end: int) -> None:
+        """The draft's rows of seq from ``end`` on were removed (a draft with positions of its own)."""
+        if self.own_positions:
+            del self.seqs[seq].draft_ids[end:]
 
     def _keep_features(self, seq_ids: np.ndarray) -> None:
         """The definition reference keeps the target's layer features of each row it just decoded
@@ -479,7 +515,7 @@ class Session:
         behind = refused = False
         if self.spec is not None and n_draft > 0:
             if self.own_positions:
-                behind = self.draft.pos_max(seq) + 1 < len(st.rows)
+                behind = st.draft_ids != st.row_ids
             else:
                 behind = 0 <= self.draft.pos_max(seq) < pos0 - 1
             # the tie check's twin is filled as 0002's draft() fills a legacy draft that is behind: for
@@ -518,7 +554,7 @@ class Session:
         # the draft behind (0005: its rows that follow go in at its own next position)
         own = self.own_positions and self.draft is not None
         draft_kept = self.draft.pos_max(seq) + 2 + accepted if own else 0
-        st.rows.extend(range(pos0, pos0 + 1 + len(drafted)))  # the target holds the verified batch
+        self._add_rows(st, range(pos0, pos0 + 1 + len(drafted)), [id_last, *drafted])  # the target holds them
         self._spec_process(verify, step, seq)
         new_tokens = [*drafted[:accepted], picks[accepted]]
         st.keep_rows(len(st.rows) - (len(drafted) - accepted))  # until the rejected rows leave it
@@ -529,6 +565,7 @@ class Session:
             # with positions of its own loses its rows past the accepted ones (the row count, where the
             # draft is not behind: llama-server's slot.prompt.n_tokens())
             draft_end = min(self._draft_end(seq), draft_kept) if own else st.n_past
+            self._draft_trimmed(seq, draft_end)
             if not self.target.seq_rm(seq, st.n_past, -1) or not self.draft.seq_rm(seq, draft_end, -1):
                 self.record.add(Call(step, "target", "llama_memory_seq_rm", seq, False, pos=(st.n_past, -1)))
             if drafted:
@@ -549,8 +586,7 @@ class Session:
         if self.draft is None:
             raise ValueError("memory_ends: a session without the draft has one memory")
         if self.own_positions:
-            st = self.seqs[seq]
-            return self.draft.pos_max(seq), len(st.rows) - 1 - st.draft_behind
+            return self.draft.pos_max(seq), len(self.seqs[seq].draft_ids) - 1
         return self.draft.pos_max(seq), self.target.pos_max(seq)
 
     def save_slot(self, seq: int) -> SavedSlot:
@@ -572,9 +608,11 @@ class Session:
         self.ops.append(RestoreSlot(seq, step))
         ok = self.target.state_seq_set(seq, saved.target)
         self.record.add(Call(step, "target", "llama_state_seq_set_data", seq, ok, pos=(0, saved.state.n_past - 1)))
+        restored = saved.state.saved()
         if self.draft is not None and self.cfg.server_saves_draft:
             if saved.draft is None:
                 ok = self.draft.seq_rm(seq, -1, -1)
+                restored.draft_ids = []
                 self.record.add(Call(step, "draft", "llama_memory_seq_rm", seq, ok))
             else:
                 ok = self.draft.state_seq_set(seq, saved.draft)
@@ -582,7 +620,9 @@ class Session:
                 if ok and self.own_positions:
                     ok = self.draft.pos_max(seq) + 1 == len(saved.state.rows)
                 self.record.add(Call(step, "draft", "llama_state_seq_set_data", seq, ok))
-        self.seqs[seq] = saved.state.saved()
+        else:  # the target alone: the draft holds what it held
+            restored.draft_ids = self.seqs[seq].draft_ids
+        self.seqs[seq] = restored
 
     def save_target(self, seq: int) -> tuple[bytes, SeqState]:
         """The target's sequence state and bookkeeping, like a context checkpoint or cached prompt."""
@@ -601,7 +641,9 @@ class Session:
         self.record.add(Call(step, "target", "llama_state_seq_set_data", seq, ok, pos=(0, st.n_past - 1)))
         if (self.cfg.history_restores or self.own_positions) and self.draft is not None:
             self._history_pending[seq] = step
-        self.seqs[seq] = st.saved()
+        restored = st.saved()
+        restored.draft_ids = self.seqs[seq].draft_ids  # the draft holds what it held
+        self.seqs[seq] = restored
 
     def _settle_history(self, seq: int) -> None:
         """The history trim of a target-only restore (``cfg.history_restores``), done when the fix trims a
@@ -611,10 +653,14 @@ class Session:
         if step is None:
             return
         end = self._draft_end(seq)
-        ok = self.draft.seq_rm(seq, end, -1)
-        self.record.add(Call(f"{step} (history)", "draft", "llama_memory_seq_rm", seq, ok, pos=(end, -1)))
         if self.own_positions:
-            self.seqs[seq].draft_behind = end - (self.draft.pos_max(seq) + 1)
+            # a careful caller keeps the draft's rows only as far as they are the restored sequence's:
+            # rows of another conversation below the restored count would be attended as this one's
+            st = self.seqs[seq]
+            end = _common_prefix(st.draft_ids, st.row_ids)
+        ok = self.draft.seq_rm(seq, end, -1)
+        self._draft_trimmed(seq, end)
+        self.record.add(Call(f"{step} (history)", "draft", "llama_memory_seq_rm", seq, ok, pos=(end, -1)))
 
     def rewind(
         self, seq: int, pos: int, checkpoint: tuple[bytes, SeqState] | None = None, step: str = "rewind"
@@ -656,16 +702,23 @@ class Session:
         if self.draft is not None:
             end = kept if self.own_positions else pos
             ok = self.draft.seq_rm(seq, end, -1)
+            self._draft_trimmed(seq, end)
             self.record.add(Call(step, "draft", "llama_memory_seq_rm", seq, ok, pos=(end, -1)))
         # a sampled token survives only where nothing was dropped; token indexes are positions
         # only while the sequence holds no image (text_tokens is bookkeeping, never decoded)
         whole = pos == st.n_past
         tokens = st.text_tokens if whole else st.text_tokens[:pos] if len(st.text_tokens) == st.n_past else []
+        draft_ids = self.seqs[seq].draft_ids  # the draft's, trimmed above
         self.seqs[seq] = SeqState(
-            pos, st.id_last if whole else None, False, list(tokens), st.rows[:kept], st.features[:kept]
+            pos,
+            st.id_last if whole else None,
+            False,
+            list(tokens),
+            st.rows[:kept],
+            st.features[:kept],
+            st.row_ids[:kept],
+            draft_ids,
         )
-        if self.draft is not None and self.own_positions:  # a draft behind stays so, by what it lacks
-            self.seqs[seq].draft_behind = kept - (self.draft.pos_max(seq) + 1)
 
 
 @dataclass(frozen=True)
@@ -675,6 +728,23 @@ class SavedSlot:
     target: bytes
     draft: bytes | None
     state: SeqState
+
+
+def _digest(image: np.ndarray | bytes) -> int:
+    data = image if isinstance(image, bytes) else np.ascontiguousarray(image).tobytes()
+    return int.from_bytes(hashlib.sha256(data).digest()[:8], "little")
+
+
+def _chain(prev: int, content: int, pos: int) -> int:
+    """The identity of a row after the row ``prev``: a stable hash, the same in every process."""
+    data = b"".join(x.to_bytes(16, "little", signed=True) for x in (prev, content, pos))
+    return int.from_bytes(hashlib.sha256(data).digest()[:8], "little")
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading items a and b share."""
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
 
 
 def _span(batch: api.Batch) -> tuple[int, int]:
