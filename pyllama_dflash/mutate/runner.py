@@ -19,7 +19,8 @@ first that notices:
 5. optionally, a fixed-seed fuzz.
 
 A mutant of the lines the fix adds to ``tools/server/server-context.cpp`` (patch 0003) is tried with
-the llama-server checks of slot files instead (SERVER_KILLERS, on the mutant's own server): the C++
+the llama-server checks of slot files and of image conversations instead (SERVER_KILLERS, on the
+mutant's own server): the C++
 test and the matrix never run that file.
 
 A mutant is *killed* when a row's status is not what the fix's expectations allow
@@ -76,7 +77,7 @@ KILLED, SURVIVED, STILLBORN, EQUIVALENT = "killed", "survived", "stillborn", "eq
 SERVER_FILE = "tools/server/server-context.cpp"
 # the files whose added lines are mutated: libcommon's (patches 0001-0002) and llama-server's (0003)
 MUTATED_FILES = ("common/speculative.cpp", SERVER_FILE)
-# the server checks that hold 0003's promises: what kills a mutant of its lines
+# the server checks that hold 0003's and 0005's promises: what kills a mutant of their lines
 SERVER_KILLERS = (
     "slot_restore",
     "restore_drafts",
@@ -89,6 +90,12 @@ SERVER_KILLERS = (
     "save_target_part_unwritable",
     "restore_clears_without_draft_part",
     "save_without_draft_removes_stale_part",
+    # 0005 trims by the row count where an image made it differ from the target's position: the checks
+    # whose conversations hold an image (a prefix reused, the prompt cache, parallel slots)
+    "exact_image",
+    "two_turn",
+    "alternating",
+    "concurrent",
 )
 
 
