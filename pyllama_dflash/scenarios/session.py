@@ -322,8 +322,7 @@ class Session:
             sub_batches.append((int(b.pos[0].min()), int(b.pos[0].max()), b.n_tokens))
             self._add_rows(st, [int(p) for p in b.pos[0]], [digest] * b.n_tokens)
             self._keep_features(np.full(b.n_tokens, seq))
-            if self.own_positions:  # the driver gets the sub-batch next: every row goes in
-                st.draft_ids.extend(st.row_ids[-b.n_tokens :])
+            self._draft_took(st, b.n_tokens)  # the driver gets the sub-batch next
 
         # the definition reference feeds its draft itself, at drafting time (_draft_by_definition)
         spec = None if self.cfg.definition_reference else self.spec
@@ -386,10 +385,9 @@ class Session:
             return
         filled = self._fill_like_the_fix(batch) if self.cfg.twin_fill_layout else []
         ok = self.spec.process(batch)
-        if ok and self.own_positions:  # every row of the batch went in, each sequence's after its others
+        if ok:
             for s, k in zip(*np.unique(batch.seq_id, return_counts=True), strict=True):
-                st = self.seqs[int(s)]
-                st.draft_ids.extend(st.row_ids[-int(k) :])
+                self._draft_took(self.seqs[int(s)], int(k))
         for s, p0, p1 in filled:
             self.draft.seq_rm(s, p0, p1)
         self.record.add(
@@ -414,6 +412,11 @@ class Session:
             prev = _chain(prev, int(c), int(p))
             st.rows.append(int(p))
             st.row_ids.append(prev)
+
+    def _draft_took(self, st: SeqState, n: int) -> None:
+        """A draft with positions of its own took st's last n rows, after every row it held."""
+        if self.own_positions:
+            st.draft_ids.extend(st.row_ids[-n:])
 
     def _draft_trimmed(self, seq: int, end: int) -> None:
         """The draft's rows of seq from ``end`` on were removed (a draft with positions of its own)."""
@@ -449,12 +452,6 @@ class Session:
         drafted = self.spec.draft(seq, id_last, n, n_max=n_draft, trim_draft=False)
         self.draft.clear()
         return drafted
-
-    def _draft_end(self, seq: int) -> int:
-        """Where the draft's memory of seq ends when it holds what the target does: the row count for
-        a draft with positions of its own (0005), else the target's next position."""
-        st = self.seqs[seq]
-        return len(st.rows) if self.own_positions else st.n_past
 
     def _fill_like_the_fix(self, batch: api.Batch) -> list[tuple[int, int, int]]:
         """What patch 0002 does to a legacy draft before it injects a batch, done to an M-RoPE draft
@@ -550,10 +547,6 @@ class Session:
         accepted = 0
         while accepted < len(drafted) and picks[accepted] == drafted[accepted]:
             accepted += 1
-        # where the verified rows begin in the draft: the row count, unless a target-only restore left
-        # the draft behind (0005: its rows that follow go in at its own next position)
-        own = self.own_positions and self.draft is not None
-        draft_kept = self.draft.pos_max(seq) + 2 + accepted if own else 0
         self._add_rows(st, range(pos0, pos0 + 1 + len(drafted)), [id_last, *drafted])  # the target holds them
         self._spec_process(verify, step, seq)
         new_tokens = [*drafted[:accepted], picks[accepted]]
@@ -564,7 +557,8 @@ class Session:
             # llama-server's slot.mem.seq_rm(pos_next, -1): the rejected tail leaves both memories; a draft
             # with positions of its own loses its rows past the accepted ones (the row count, where the
             # draft is not behind: llama-server's slot.prompt.n_tokens())
-            draft_end = min(self._draft_end(seq), draft_kept) if own else st.n_past
+            rejected = len(drafted) - accepted
+            draft_end = len(st.draft_ids) - rejected if self.own_positions else st.n_past
             self._draft_trimmed(seq, draft_end)
             if not self.target.seq_rm(seq, st.n_past, -1) or not self.draft.seq_rm(seq, draft_end, -1):
                 self.record.add(Call(step, "target", "llama_memory_seq_rm", seq, False, pos=(st.n_past, -1)))
@@ -652,12 +646,10 @@ class Session:
         step = self._history_pending.pop(seq, None)
         if step is None:
             return
-        end = self._draft_end(seq)
-        if self.own_positions:
-            # a careful caller keeps the draft's rows only as far as they are the restored sequence's:
-            # rows of another conversation below the restored count would be attended as this one's
-            st = self.seqs[seq]
-            end = _common_prefix(st.draft_ids, st.row_ids)
+        # a careful caller keeps a draft with positions of its own only as far as its rows are the restored
+        # sequence's: rows of another conversation below the restored count would be attended as this one's
+        st = self.seqs[seq]
+        end = _common_prefix(st.draft_ids, st.row_ids) if self.own_positions else st.n_past
         ok = self.draft.seq_rm(seq, end, -1)
         self._draft_trimmed(seq, end)
         self.record.add(Call(f"{step} (history)", "draft", "llama_memory_seq_rm", seq, ok, pos=(end, -1)))
