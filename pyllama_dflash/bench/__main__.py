@@ -17,6 +17,8 @@ Sections (``--only``):
   fill      the draft fill's cost, with the removal of the filled positions, for holes of
             3..1024 positions vs the image chunk's decode
   bindings  a 4096-row numpy embedding batch through the bindings vs a per-row Python loop
+  acceptance  the trained draft's accepted tokens per round, by phase of a conversation with images,
+            for every variant and reference (pyllama_dflash.acceptance), with bootstrap intervals
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ class SectionUnavailable(PyllamaError, RuntimeError):
     """A section that cannot run on this machine; the message says why in one line."""
 
 
-SECTIONS = ("build", "matrix", "overhead", "instructions", "portable", "fill", "bindings")
+SECTIONS = ("build", "matrix", "overhead", "instructions", "portable", "fill", "bindings", "acceptance")
 HOLES = (3, 6, 12, 24, 48, 96, 192, 384, 768, 1024)
 
 
@@ -265,6 +267,14 @@ def bench_bindings() -> dict:
     return worker("baseline", "bindings_fill", {"rows": 4096, "n_embd": [64, 2048]})
 
 
+def bench_acceptance(conversations: int) -> dict:
+    from ..acceptance.run import measure
+    from ..draftmodel.trained import trained_models
+
+    # held-out seeds: the committed drafts trained on conversations 0..999 at most
+    return measure(trained_models("dense"), range(1000, 1000 + conversations))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog=tool_prog("python -m pyllama_dflash.bench"),
@@ -275,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cold-build", action="store_true", help="measure a real cold build (about 11 min on 2 cores)")
     ap.add_argument("--rounds", type=int, default=16, help="interleaved rounds for the overhead ratio")
     ap.add_argument("--repeats", type=int, default=7, help="repeats per point of the fill curve")
+    ap.add_argument("--conversations", type=int, default=24, help="conversations per acceptance column")
     ap.add_argument("--json", type=Path, default=cache_root() / "bench" / "bench.json")
     ap.add_argument("--markdown", type=Path, help="also write the Markdown table here")
     args = ap.parse_args(argv)
@@ -301,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         "portable": lambda: bench_portable(args.rounds),
         "fill": lambda: bench_fill(args.repeats),
         "bindings": bench_bindings,
+        "acceptance": lambda: bench_acceptance(args.conversations),
     }
     for section in only:
         t0 = time.monotonic()

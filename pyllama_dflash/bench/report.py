@@ -109,4 +109,15 @@ def markdown(r: dict) -> str:
     out += [f"| {k} | {v} |" for k, v in _figures(r)]
     if "fill" in r and "plain_draft" in r["fill"]:
         out += ["", *_fill_table(r["fill"])]
+    if "acceptance" in r and "table" in r["acceptance"]:
+        from ..acceptance.run import markdown as acceptance_table
+
+        a = r["acceptance"]
+        out += [
+            "",
+            f"Mean accepted tokens per round (of {a['session']['n_max']}) [95% interval], "
+            f"{a['conversations']} conversations:",
+            "",
+            acceptance_table(a),
+        ]
     return "\n".join(out) + "\n"

@@ -16,7 +16,7 @@ import bisect
 import contextlib
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -156,8 +156,12 @@ class Session:
         *,
         speculative: bool = True,
         loaded: Loaded | None = None,
+        definition_drafter: Callable[[np.ndarray, int, int], list[int]] | None = None,
     ):
         self.models = models
+        # the definition reference's drafts from another implementation of the draft (the reference
+        # model, pyllama_dflash.draftmodel): given the features of every row, id_last and n_draft
+        self.definition_drafter = definition_drafter
         self.cfg = cfg.check()
         self.record = record
         self.speculative = speculative
@@ -438,6 +442,8 @@ class Session:
         noise block decoded at N by b11434's own block reader (libcommon's draft(), which places it at
         the pos0 it is given), then cleared again."""
         st = self.seqs[seq]
+        if self.definition_drafter is not None:
+            return self.definition_drafter(np.stack(st.features), id_last, n_draft)
         self.draft.clear()
         n = len(st.features)
         step_rows = self.draft.n_ubatch

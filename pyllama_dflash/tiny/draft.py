@@ -14,6 +14,8 @@ with a reduced vocabulary, which ships its own output head (see drafters.py for 
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +133,34 @@ def _add_form_tensors(w: Any, cfg: TinyConfig, seed: int, form: Drafter) -> None
         t("output.weight", (E, form.vocab_draft), cfg.out_std)
 
 
+class _Trained:
+    """A GGUF writer whose tensors named in ``trained`` are those arrays instead of the drawn ones
+    (same name, shape and type), so a trained draft keeps the generator's keys and layout."""
+
+    def __init__(self, writer: Any, trained: Mapping[str, np.ndarray]) -> None:
+        self._writer, self._trained, self.used = writer, trained, set()
+
+    def add_tensor(self, name: str, array: np.ndarray, *args: Any, **kwargs: Any) -> None:
+        if name in self._trained:
+            new = np.ascontiguousarray(self._trained[name])
+            if new.shape != array.shape or new.dtype != array.dtype:
+                raise ValueError(f"trained {name}: {new.dtype} {new.shape}, the draft's is {array.dtype} {array.shape}")
+            array = new
+            self.used.add(name)
+        self._writer.add_tensor(name, array, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._writer, name)
+
+
+def _digest(trained: Mapping[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(trained):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(trained[name]).tobytes())
+    return h.hexdigest()
+
+
 def write_draft(
     path: Path,
     cfg: TinyConfig | None = None,
@@ -140,8 +170,19 @@ def write_draft(
     swa: int | None = None,
     form: Drafter = DFLASH,
     gguf: Any = None,
+    trained: Mapping[str, np.ndarray] | None = None,
 ) -> bool:
-    """Write the draft GGUF; returns False if an up-to-date file was already there."""
+    """Write the draft GGUF; returns False if an up-to-date file was already there. ``trained``
+    replaces the drawn tensors of those names (every one must exist in the draft)."""
     cfg = cfg or TinyConfig()
-    fp = fingerprint("draft", cfg, seed, mrope=mrope, swa=swa, **form.options())
-    return write_gguf(path, ARCH, fp, lambda w, g: build_draft(w, cfg, seed, mrope=mrope, swa=swa, form=form), gguf)
+    extra = {"trained": _digest(trained)} if trained else {}
+    fp = fingerprint("draft", cfg, seed, mrope=mrope, swa=swa, **form.options(), **extra)
+
+    def build(w: Any, g: Any) -> None:
+        sub = _Trained(w, trained or {})
+        build_draft(sub, cfg, seed, mrope=mrope, swa=swa, form=form)
+        unknown = set(trained or {}) - sub.used
+        if unknown:
+            raise ValueError(f"trained tensors the draft does not have: {', '.join(sorted(unknown))}")
+
+    return write_gguf(path, ARCH, fp, build, gguf)

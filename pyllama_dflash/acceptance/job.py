@@ -1,0 +1,45 @@
+"""What an acceptance child runs: one column of the table over some conversations (typed, JSON at
+the process boundary only)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from ..scenarios.models import ModelSet
+
+# how a column drafts: the variant's libcommon (``variant``), baseline drafting as the definition has it
+# through llama.cpp (``definition``) or through the reference model (``model``)
+MODES = ("variant", "definition", "model")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    variant: str  # the build whose libraries run it
+    twin: bool = False  # the trained draft's reconverted twin instead of the legacy draft
+    mode: str = "variant"
+    images: bool = True  # False: the text-only ceiling, the same conversations without their images
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"column {self.name}: mode {self.mode!r} is not one of {', '.join(MODES)}")
+
+
+@dataclass(frozen=True)
+class AcceptanceJob:
+    column: Column
+    models: ModelSet
+    seeds: tuple[int, ...]
+    session: dict = field(default_factory=dict)  # SessionConfig fields beyond the column's own
+
+    def to_json(self) -> dict:
+        return {
+            "column": asdict(self.column),
+            "models": self.models.to_json(),
+            "seeds": list(self.seeds),
+            "session": self.session,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> AcceptanceJob:
+        return cls(Column(**d["column"]), ModelSet.from_json(d["models"]), tuple(d["seeds"]), dict(d["session"]))

@@ -1,0 +1,62 @@
+"""``python -m pyllama_dflash.acceptance.worker JOB OUT``: one column over its conversations, in a child
+process of its own (one variant's libraries per process)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict
+
+import numpy as np
+
+from .. import load
+from ..child import job_main
+from ..engine.matrix import definition_config, server_config
+from ..llamabuild.patchset import BASELINE
+from ..scenarios.loaded import Loaded
+from ..scenarios.record import Record, StopScenario
+from ..scenarios.session import Session, SessionConfig
+from .job import AcceptanceJob
+from .script import RoundResult, run_conversation
+
+
+def reference_model_drafter(models):
+    """The definition's drafts from the reference model (draftmodel.forward), given every row's features."""
+    from ..draftmodel import forward
+    from ..draftmodel.weights import load_draft
+
+    weights = load_draft(models.draft, models.target).float64()
+
+    def draft(features: np.ndarray, id_last: int, n_draft: int) -> list[int]:
+        block = np.array([id_last] + [weights.hp.mask_id] * n_draft)
+        return forward.drafted(weights, forward.block_logits(weights, features, block))
+
+    return draft
+
+
+def run_one(raw: dict) -> dict:
+    job = AcceptanceJob.from_json(raw)
+    col = job.column
+    load(col.variant)
+    if col.mode == "variant":
+        config = server_config(col.variant, job.session)
+    else:
+        if col.variant != BASELINE:
+            raise ValueError(f"column {col.name}: the definition's references run on {BASELINE}")
+        config = definition_config(job.session)
+    cfg = SessionConfig(**config)
+    models = job.models.with_draft(job.models.draft_mrope) if col.twin else job.models
+    drafter = reference_model_drafter(models) if col.mode == "model" else None
+    rounds: list[RoundResult] = []
+    failed = []
+    with Loaded() as loaded:
+        for seed in job.seeds:
+            with Session(models, cfg, Record(), loaded=loaded, definition_drafter=drafter) as s:
+                try:
+                    run_conversation(s, seed, rounds, images=col.images)
+                except StopScenario as stop:  # what llama-server answers with HTTP 500
+                    failed.append({"seed": seed, "reason": str(stop)[:300]})
+    return {"status": "OK", "rounds": [asdict(r) for r in rounds], "failed": failed}
+
+
+if __name__ == "__main__":
+    sys.exit(job_main(sys.argv[1:], run_one))

@@ -1,0 +1,67 @@
+"""The trained drafts committed as test data: where they are, what they were trained for, and the
+model sets that run them.
+
+``tests/data/trained/manifest.json`` records, per file, its sha256, the tiny target it was trained
+on (kind and the fingerprint stored in the generated target file), the corpus and recipe, the
+held-out figures and the command that regenerates it. A file whose bytes or whose target changed is
+refused with that command, never run as if it still were the draft it was.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..draft_upgrade import reconverted_twin
+from ..errors import PyllamaError
+from ..files import sha256_file
+from ..paths import REPO_DIR, cache_root
+from ..scenarios.models import ModelSet, tiny_models
+from ..tiny._write import stored_fingerprint
+
+TRAINED_DIR = REPO_DIR / "tests" / "data" / "trained"
+MANIFEST = "manifest.json"
+TARGET_KINDS = ("dense", "moe")
+
+
+class StaleTrainedDraft(PyllamaError, RuntimeError):
+    """A committed trained draft that no longer matches its record or its target."""
+
+
+def regenerate_command(target_kind: str) -> str:
+    return f"python -m pyllama_dflash.draftmodel train --target {target_kind}"
+
+
+def file_name(target_kind: str) -> str:
+    return f"dflash-{target_kind}.gguf"
+
+
+def read_manifest(directory: Path = TRAINED_DIR) -> dict:
+    path = directory / MANIFEST
+    if not path.is_file():
+        return {"files": {}}
+    return json.loads(path.read_text())
+
+
+def trained_models(target_kind: str = "dense", directory: Path = TRAINED_DIR) -> ModelSet:
+    """The tiny target of that kind with its trained draft (and the draft's reconverted twin)."""
+    if target_kind not in TARGET_KINDS:
+        raise ValueError(f"target kind {target_kind!r}: trained drafts exist for {', '.join(TARGET_KINDS)}")
+    name = file_name(target_kind)
+    path = directory / name
+    record = read_manifest(directory)["files"].get(name)
+    remedy = f"regenerate it with: {regenerate_command(target_kind)}"
+    if record is None or not path.is_file():
+        raise StaleTrainedDraft(f"{path}: no trained draft recorded in {directory / MANIFEST}; {remedy}")
+    if sha256_file(path) != record["sha256"]:
+        raise StaleTrainedDraft(f"{path}: its sha256 is not the one {MANIFEST} records; {remedy}")
+    models = tiny_models(target=target_kind)
+    now = stored_fingerprint(models.target)
+    if now != record["target_fingerprint"]:
+        raise StaleTrainedDraft(
+            f"{path} was trained on the tiny {target_kind} target with fingerprint "
+            f"{record['target_fingerprint'][:12]}, "
+            f"but {models.target} now has {str(now)[:12]} (the generator changed); {remedy}"
+        )
+    twin = reconverted_twin(path, cache_root() / "trained")
+    return ModelSet(models.target, path, models.mmproj, draft_mrope=twin, drafter="dflash", target_kind=target_kind)
