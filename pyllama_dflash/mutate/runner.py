@@ -84,6 +84,7 @@ SERVER_KILLERS = (
     "restore_no_draft_part",
     "restore_corrupt_draft_part",
     "restore_swapped_parts",
+    "restore_swapped_parts_same_length",  # the binding compares the tokens, not only their count
     "restore_damaged_draft_part",
     "restore_draft_runs_past",
     "save_draft_part_unwritable",
