@@ -4,7 +4,8 @@ same failure through ``python -m pyllama_dflash.repro --schedule FILE``.
 
 PYLLAMA_DFLASH_FUZZ_EXAMPLES raises the examples per variant (default 50), PYLLAMA_DFLASH_FUZZ_SEED
 changes the seed (default 0, so CI is deterministic). PYLLAMA_DFLASH_TEST_FUZZ_BUDGET=1 also fuzzes the
-fix at twenty times CI's budget, 1000 examples at each of five seeds (the weekly workflow does).
+fix at twenty times CI's budget, 1000 examples at each of five seeds (the weekly workflow runs the same
+search as five slices, ``fuzz --seeds 0-4 --shard I/5``, and merges them).
 """
 
 from __future__ import annotations
