@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .env import CPU_ENV, PATCHES_ENV
+from .shard import parse_shard
 
 PROG = "pyllama-dflash"
 
@@ -72,6 +73,13 @@ SHARED: dict[str, _Shared] = {
         ("--targets",),
         "comma-separated tiny target kinds: dense (qwen35) and moe (qwen35moe), or all",
         unset="all",
+    ),
+    "shard": _Shared(
+        ("--shard",),
+        "run slice I of N (from 1) of the work, one slice per runner: mutate's mutants (by id) or fuzz's "
+        "seeds; --merge adds the slices' --json reports into the whole run's",
+        unset="the whole run",
+        kwargs={"type": parse_shard, "metavar": "I/N"},
     ),
     "patches": _Shared(
         ("--patches",),

@@ -4,7 +4,8 @@ same failure through ``python -m pyllama_dflash.repro --schedule FILE``.
 
 PYLLAMA_DFLASH_FUZZ_EXAMPLES raises the examples per variant (default 50), PYLLAMA_DFLASH_FUZZ_SEED
 changes the seed (default 0, so CI is deterministic). PYLLAMA_DFLASH_TEST_FUZZ_BUDGET=1 also fuzzes the
-fix at twenty times CI's budget, 1000 examples at each of five seeds (the weekly workflow does).
+fix at twenty times CI's budget, 1000 examples at each of five seeds (the weekly workflow runs the same
+search as five slices, ``fuzz --seeds 0-4 --shard I/5``, and merges them).
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from pyllama_dflash.engine.schedule import Schedule, ScheduleError, words
 from pyllama_dflash.engine.schedule_runner import examples_from_env, replay_variants, search_variants, seed_from_env
 from pyllama_dflash.engine.strategy import normalize, raw_steps, schedules
 from pyllama_dflash.env import FUZZ_BUDGET_TEST_ENV
+from pyllama_dflash.fuzz.__main__ import parser
 from pyllama_dflash.scenarios.record import Call
+from pyllama_dflash.shard import Shard
 from pyllama_dflash.tiny import DRAFTERS, TARGET_KINDS
 
 # -- the format and the strategy (no native code) ------------------------------------------------
@@ -369,6 +372,61 @@ def test_session_rewind_and_its_reference_replay(variants, model_set):
         timeout=120,
     )
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+# -- the seeds in slices, and the slices merged ----------------------------------------------------
+
+
+def test_the_seed_slices_partition_the_seeds_evenly():
+    seeds = parser().parse_args(["--seeds", "0-4,9,2"]).seeds
+    assert seeds == [0, 1, 2, 3, 4, 9]  # each once, in order
+    for n in range(1, 8):
+        slices = [Shard(i, n).by_place(seeds) for i in range(1, n + 1)]
+        assert sorted(sum(slices, [])) == sorted(seeds), n  # every seed, each once
+        assert max(map(len, slices)) - min(map(len, slices)) <= 1, n  # even: a seed costs minutes at budget
+
+
+def test_bad_seeds_and_shards_are_refused_naming_the_flag(capsys):
+    for args, flag in (
+        (["--seeds", "4-2"], "--seeds"),
+        (["--seeds", "1,x"], "--seeds"),
+        (["--shard", "3/2"], "--shard"),
+        (["--shard", "1"], "--shard"),
+        (["--seed", "1", "--seeds", "1,2"], "--seeds"),  # one or the other
+    ):
+        with pytest.raises(SystemExit):
+            parser().parse_args(args)
+        assert f"argument {flag}:" in capsys.readouterr().err, args
+
+
+def _fuzz(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pyllama_dflash.fuzz", "--variants", FIX, "--examples", "2", *args]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=900)
+
+
+def test_the_merged_seed_slices_are_the_whole_run(variants, tmp_path):
+    """Seeds 0 and 1 searched in one run, and in two slices merged: the same schedules, checks and findings
+    per seed; a slice alone is refused as a run, and a slice with no seed is an error."""
+    whole = _fuzz("--seeds", "0,1", "--json", "whole.json", cwd=tmp_path)
+    assert whole.returncode == 0, whole.stdout[-2000:] + whole.stderr[-2000:]
+    for i in (1, 2):
+        part = _fuzz("--seeds", "0,1", "--shard", f"{i}/2", "--json", f"{i}.json", cwd=tmp_path)
+        assert part.returncode == 0 and f"seeds {i - 1}: slice {i}/2" in part.stdout, part.stdout + part.stderr
+    merged = _fuzz("--merge", "1.json", "2.json", "--json", "merged.json", cwd=tmp_path)
+    assert merged.returncode == 0 and "2 seeds from 2 slices" in merged.stdout, merged.stdout + merged.stderr
+    a, b = (json.loads((tmp_path / f).read_text()) for f in ("whole.json", "merged.json"))
+
+    def found(report):
+        return {
+            seed: {v: (r["runs"], r["stats"], [f["kind"] for f in r["failures"]]) for v, r in by_variant.items()}
+            for seed, by_variant in report["seeds"].items()
+        }
+
+    assert found(a) == found(b) and list(found(a)) == ["0", "1"] and a["broken"] is b["broken"] is False
+    alone = _fuzz("--merge", "2.json", cwd=tmp_path)
+    assert alone.returncode == 2 and "slice 1/2 missing" in alone.stderr, alone.stderr
+    empty = _fuzz("--seeds", "0,1", "--shard", "3/3", cwd=tmp_path)
+    assert empty.returncode == 2 and "--shard 3/3: no seed in this slice" in empty.stderr, empty.stderr
 
 
 # -- at budget (opt-in) ----------------------------------------------------------------------------

@@ -14,8 +14,10 @@ from conftest import DEFINED, FIX, REPO
 from pyllama_dflash.env import MUTATION_TEST_ENV
 from pyllama_dflash.llamabuild.manifest import variants_root
 from pyllama_dflash.llamabuild.patchset import apply_series, load_series, tree_reader
+from pyllama_dflash.mutate.__main__ import parser
 from pyllama_dflash.mutate.operators import line_mutations, mutants
 from pyllama_dflash.mutate.runner import EQUIVALENT_FILE, MUTATED_FILES, load_equivalents
+from pyllama_dflash.shard import Shard
 
 PRISTINE = "int f(int a, int b) {\n    return a;\n}\n"
 PATCHED = (
@@ -101,6 +103,60 @@ def test_one_mutant_is_killed_and_the_run_leaves_nothing_behind(variants, tmp_pa
     assert data["counts"] == {"killed": 1} and data["killed_by"] == {"C1": 1}, data
     assert {p.name for p in variants_root().iterdir()} == before
     assert not list(tmp_path.glob("pyllama-dflash-mutate-*"))
+
+
+def test_a_shard_that_is_not_i_of_n_is_refused_naming_the_flag(capsys):
+    for bad in ("0/3", "4/3", "1/0", "2-3", "two/3", ""):
+        with pytest.raises(SystemExit):
+            parser().parse_args(["--shard", bad])
+        assert "argument --shard:" in capsys.readouterr().err, bad
+    assert parser().parse_args(["--shard", "2/3"]).shard == Shard(2, 3)
+
+
+@pytest.mark.build
+def test_the_shards_partition_the_mutants_and_each_keeps_its_slice_whatever_else_changes(pristine):
+    series = load_series(REPO / "patches")
+    fixed = apply_series(tree_reader(pristine), series.prefix(FIX))
+    read = tree_reader(pristine)
+    ids = [m.id for rel in MUTATED_FILES for m in mutants(rel, read(rel), fixed[rel])]
+    for n in (1, 2, 3, 5):
+        slices = [set(Shard(i, n).by_key(ids, str)) for i in range(1, n + 1)]
+        assert set().union(*slices) == set(ids) and sum(map(len, slices)) == len(ids), n  # all, each once
+        assert all(slices) or len(ids) < n, n  # no empty slice on the real list
+    # a mutant's slice follows from its id alone: with half the mutants gone and the rest reversed, none moves
+    rest = ids[::2][::-1]
+    assert set(Shard(2, 3).by_key(rest, str)) == set(Shard(2, 3).by_key(ids, str)) & set(rest)
+
+
+def _mutate(*args: str, env: dict) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pyllama_dflash.mutate", "--fix", FIX, *args]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+
+
+@pytest.mark.build
+def test_the_merged_shards_score_as_the_whole_run(variants, tmp_path):
+    """Two mutants of llama-server's lines, each killed by the first slot check and each in its own slice
+    of two: the slices run apart and merged give the whole run's counts, killers and outcomes."""
+    only = "bound-9bd1c471,bound-8b426d97"  # the magic's check and the token binding's, flipped
+    assert [Shard(1, 2).holds(m) for m in only.split(",")] == [True, False]
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    whole = _mutate("--only", only, "--json", str(tmp_path / "whole.json"), env=env)
+    assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-3000:]
+    for i in (1, 2):
+        part = _mutate("--only", only, "--shard", f"{i}/2", "--json", str(tmp_path / f"{i}.json"), env=env)
+        assert part.returncode == 0 and "(slice " in part.stdout, part.stdout[-3000:] + part.stderr[-3000:]
+    slices = [str(tmp_path / f"{i}.json") for i in (1, 2)]
+    merged = _mutate("--merge", *slices, "--json", str(tmp_path / "merged.json"), env=env)
+    assert merged.returncode == 0, merged.stdout[-3000:] + merged.stderr[-3000:]
+    a, b = (json.loads((tmp_path / f).read_text()) for f in ("whole.json", "merged.json"))
+    expected = (1.0, {"killed": 2}, {"slot_restore": 2})
+    assert (b["score"], b["counts"], b["killed_by"]) == (a["score"], a["counts"], a["killed_by"]) == expected
+    assert [(o["id"], o["status"], o["killed_by"]) for o in b["outcomes"]] == [
+        (o["id"], o["status"], o["killed_by"]) for o in a["outcomes"]
+    ]
+    assert [s["shard"] for s in b["shards"]] == ["1/2", "2/2"] and "mutation score: 2/2" in merged.stdout
+    alone = _mutate("--merge", slices[0], env=env)  # a slice is not the run
+    assert alone.returncode == 2 and "slice 2/2 missing" in alone.stderr, alone.stderr
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIX, VARIANTS
+from conftest import DEFINED, FIX, VARIANTS
 from pyllama_dflash import tiny
 from pyllama_dflash.llamabuild import variant as variant_of
 from pyllama_dflash.scenarios.models import tiny_models
@@ -205,6 +205,16 @@ def test_a_corrupt_draft_part_leaves_an_empty_slot_and_a_missing_one_clears_the_
     assert corrupt["same_tokens_as_no_draft"] is True and corrupt["server_alive"]
     missing = checks["slots"]["restore_no_draft_part"]
     assert missing["status"] == [200] * 5 and missing["cache_n_after_restore"], _explain(missing)
+
+
+def test_a_draft_part_of_another_conversation_of_the_same_length_is_refused(variants, models, tmp_path):
+    """Issue 31: B's target part beside A's draft part, both of the same token count. 0003 (and 0005 on top
+    of it) compares the tokens, not only their count: the restore is refused and names the mismatch."""
+    for v in [FIX] + ([DEFINED] if DEFINED else []):
+        name = "restore_swapped_parts_same_length"
+        r = run_server_checks(variants[v], models, checks=[name], work_dir=tmp_path)[name]
+        assert r["ok"] and r["n_saved"][0] == r["n_saved"][1] and r["restore_status"] == 400, f"{v}: {_explain(r)}"
+        assert "belongs to another target part" in r["restore_error"] and r["cache_n_after_restore"] == 0, _explain(r)
 
 
 def test_the_fix_drafts_through_the_server_what_the_twin_drafts_on_baseline(checks):

@@ -4,11 +4,17 @@ Each variant runs the hypothesis loop in a child process of its own. A broken in
 shrunk, printed and written as a schedule file that ``python -m pyllama_dflash.repro --schedule
 FILE`` replays. Exits 0 when the fix variant (default: the last of the series) broke nothing.
 Builds nothing: build first with ``python build.py``.
+
+``--seeds 0-4`` searches at each of several seeds in turn; ``--shard I/N`` keeps slice I of N of them
+(every N-th seed of the sorted list, from the I-th), one slice per runner. ``--json`` writes the
+results per seed and variant; ``--merge A.json B.json ...`` adds the slices' reports into the whole
+run's, and exits as the whole run would.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -17,10 +23,12 @@ from pathlib import Path
 from ..child import sigterm_as_interrupt
 from ..engine.schedule import Schedule
 from ..engine.schedule_runner import examples_from_env, search_variants, seed_from_env
+from ..files import atomic_write_json
 from ..flags import common_parser, export, pick, tool_prog
 from ..llamabuild import BuildError, find_built
 from ..llamabuild.patchset import BASELINE
 from ..scenarios.models import tiny_models
+from ..shard import check_slices, parse_seeds, shard_from_json, shard_json
 from ..tiny import DRAFTERS, TARGET_KINDS
 
 
@@ -35,6 +43,7 @@ def parser() -> argparse.ArgumentParser:
         "drafters",
         "targets",
         "patches",
+        "shard",
         jobs=2,
         timeout=1800.0,
     )
@@ -47,7 +56,16 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="schedules per variant (default: $PYLLAMA_DFLASH_FUZZ_EXAMPLES or 50)",
     )
-    ap.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: $PYLLAMA_DFLASH_FUZZ_SEED or 0)")
+    seeds = ap.add_mutually_exclusive_group()
+    seeds.add_argument(
+        "--seed", type=int, default=None, help="hypothesis seed (default: $PYLLAMA_DFLASH_FUZZ_SEED or 0)"
+    )
+    seeds.add_argument(
+        "--seeds",
+        type=parse_seeds,
+        metavar="LIST",
+        help="several seeds, searched one after another: 0,1,2 or 0-4 or 0-2,7 (--shard slices them)",
+    )
     ap.add_argument("--max-steps", type=int, default=8, help="raw steps per schedule (a request is up to 4 steps)")
     ap.add_argument("--exact", action="store_true", help="also compare the output with decoding without the draft")
     ap.add_argument(
@@ -69,43 +87,26 @@ def parser() -> argparse.ArgumentParser:
         "the draft sized as the target): to measure what the weighting buys",
     )
     ap.add_argument("--out", type=Path, help="folder for the shrunk schedules (default: a new temporary folder)")
+    ap.add_argument(
+        "--json",
+        type=Path,
+        metavar="PATH",
+        help="write the results per seed and variant (with --merge: the merged ones)",
+    )
+    ap.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="JSON",
+        help="run nothing: add these --json reports of the slices of one run (--shard 1/N ... N/N) into the "
+        "whole run's, print it, and exit as the whole run would",
+    )
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    export(args)  # --cpu and --patches: for the lookups here and in every child process
-    backend = args.backend if args.backend != "auto" else None
-    try:
-        names = [v.strip() for v in args.variants.split(",")] if args.variants else ["all"]
-        variants = [m.variant for m in find_built(names, backend=backend)]
-        if not args.no_drift:
-            find_built([BASELINE], backend=backend)  # the drift oracle's reference runs on baseline
-    except BuildError as e:
-        print(f"fuzz: error: {e} (build it first: python build.py)", file=sys.stderr)
-        return 2
-    fix = args.fix or variants[-1]
-    examples = args.examples or examples_from_env()
-    seed = seed_from_env() if args.seed is None else args.seed
-    out = args.out or Path(tempfile.mkdtemp(prefix="pyllama-dflash-schedules-"))
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
-    results = search_variants(
-        variants,
-        tiny_models(),
-        examples=examples,
-        seed=seed,
-        max_steps=args.max_steps,
-        exact=args.exact,
-        ignore=tuple(k for k in args.ignore.split(",") if k),
-        backend=backend,
-        parallel=args.jobs,
-        timeout_s=args.timeout,
-        drift=not args.no_drift,
-        weighted=not args.unweighted,
-        drafters=tuple(pick(args.drafters, tuple(DRAFTERS), "--drafters")),
-        targets=tuple(pick(args.targets, TARGET_KINDS, "--targets")),
-    )
+def _print_seed(results: dict[str, dict], variants: list[str], fix: str, seed: int, out: Path | None) -> bool:
+    """One seed's results, variant by variant; the shrunk schedules saved in ``out`` (None: printed only).
+    Returns whether the fix broke."""
     broken = False
     for v in variants:
         r = results[v]
@@ -125,10 +126,147 @@ def main(argv: list[str] | None = None) -> int:
             if f["schedule"]:
                 s = Schedule.from_json(f["schedule"])
                 s.found = {"variant": v, "kind": f["kind"], "message": f["message"], "seed": seed}
-                path = s.save(out / f"{v}-{f['kind']}.json")
-                print(f"  shrunk to {len(s.steps)} steps: {path}")
+                if out is not None:
+                    path = s.save(out / f"{v}-{f['kind']}.json")
+                    print(f"  shrunk to {len(s.steps)} steps: {path}")
                 print("  " + s.dumps().replace("\n", "\n  "))
-    print(f"fuzz: {time.monotonic() - t0:.1f}s; fix variant {fix!r}: {'NOT OK' if broken else 'OK'}")
+    return broken
+
+
+def merge_reports(reports: list[dict]) -> dict:
+    """The slices' reports as one run's: the same fix, variants and settings in each, every slice 1..N
+    once, and together every seed of the run exactly once. ValueError says what does not fit."""
+    if not reports:
+        raise ValueError("no reports to merge")
+    for key in ("fix", "variants", "selection"):
+        if len({json.dumps(r.get(key), sort_keys=True) for r in reports}) != 1:
+            raise ValueError(f"the reports are not slices of one run: their {key!r} differ")
+    check_slices([shard_from_json(r.get("shard")) for r in reports], "fuzz")
+    seeds: dict[str, dict] = {}
+    for r in reports:
+        for seed, results in r["seeds"].items():
+            if seed in seeds:
+                raise ValueError(f"seed {seed} is in two reports")
+            seeds[seed] = results
+    wanted = [str(x) for x in reports[0]["selection"]["seeds"]]
+    if sorted(seeds, key=int) != sorted(wanted, key=int):
+        missing = [x for x in wanted if x not in seeds]
+        raise ValueError(f"the reports do not hold the run's seeds: {', '.join(missing) or 'others'} missing")
+    first = reports[0]
+    return {
+        "fix": first["fix"],
+        "variants": first["variants"],
+        "selection": first["selection"],
+        "shard": None,
+        "seeds": {x: seeds[x] for x in wanted},
+        "broken": any(r["broken"] for r in reports),
+        "wall_s": round(sum(r["wall_s"] for r in reports), 1),
+        "shards": [r.get("shard") for r in sorted(reports, key=lambda r: shard_from_json(r.get("shard")) or 0)],
+    }
+
+
+def merge_main(args: argparse.Namespace) -> int:
+    try:
+        reports = []
+        for p in args.merge:
+            try:
+                data = json.loads(Path(p).read_text())
+            except (OSError, ValueError) as e:
+                raise ValueError(f"{p}: cannot read a report ({e})") from None
+            if not isinstance(data, dict) or "seeds" not in data or "selection" not in data:
+                raise ValueError(f"{p}: not a report of fuzz --json")
+            reports.append(data)
+        merged = merge_reports(reports)
+    except ValueError as e:
+        print(f"fuzz: error: --merge: {e}", file=sys.stderr)
+        return 2
+    broken = False
+    for seed, results in merged["seeds"].items():
+        print(f"== seed {seed} ==")
+        broken |= _print_seed(results, merged["variants"], merged["fix"], int(seed), None)
+    if args.json:
+        atomic_write_json(args.json, merged)
+    fix = merged["fix"]
+    print(
+        f"fuzz: {len(merged['seeds'])} seeds from {len(reports)} slices, {merged['wall_s']:.1f}s in all; "
+        f"fix variant {fix!r}: {'NOT OK' if broken else 'OK'}"
+    )
+    return 1 if broken else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.merge:
+        return merge_main(args)
+    export(args)  # --cpu and --patches: for the lookups here and in every child process
+    backend = args.backend if args.backend != "auto" else None
+    try:
+        names = [v.strip() for v in args.variants.split(",")] if args.variants else ["all"]
+        variants = [m.variant for m in find_built(names, backend=backend)]
+        if not args.no_drift:
+            find_built([BASELINE], backend=backend)  # the drift oracle's reference runs on baseline
+    except BuildError as e:
+        print(f"fuzz: error: {e} (build it first: python build.py)", file=sys.stderr)
+        return 2
+    fix = args.fix or variants[-1]
+    examples = args.examples or examples_from_env()
+    every_seed = args.seeds or [seed_from_env() if args.seed is None else args.seed]
+    seeds = args.shard.by_place(every_seed) if args.shard else every_seed
+    if not seeds:
+        print(
+            f"fuzz: error: --shard {args.shard}: no seed in this slice of {len(every_seed)} "
+            f"(give at least {args.shard.count} with --seeds)",
+            file=sys.stderr,
+        )
+        return 2
+    out = args.out or Path(tempfile.mkdtemp(prefix="pyllama-dflash-schedules-"))
+    out.mkdir(parents=True, exist_ok=True)
+    drafters = tuple(pick(args.drafters, tuple(DRAFTERS), "--drafters"))
+    targets = tuple(pick(args.targets, TARGET_KINDS, "--targets"))
+    ignore = tuple(k for k in args.ignore.split(",") if k)
+    t0 = time.monotonic()
+    broken, by_seed = False, {}
+    for seed in seeds:
+        results = search_variants(
+            variants,
+            tiny_models(),
+            examples=examples,
+            seed=seed,
+            max_steps=args.max_steps,
+            exact=args.exact,
+            ignore=ignore,
+            backend=backend,
+            parallel=args.jobs,
+            timeout_s=args.timeout,
+            drift=not args.no_drift,
+            weighted=not args.unweighted,
+            drafters=drafters,
+            targets=targets,
+        )
+        if len(every_seed) > 1:
+            print(f"== seed {seed} ==")
+        # each seed's shrunk schedules in a folder of their own when there are several
+        folder = out / f"seed-{seed}" if len(seeds) > 1 else out
+        folder.mkdir(parents=True, exist_ok=True)
+        broken |= _print_seed(results, variants, fix, seed, folder)
+        by_seed[str(seed)] = results
+    wall = time.monotonic() - t0
+    if args.json:
+        selection = {
+            "seeds": every_seed,  # before the slicing: what the slices together must search
+            "examples": examples,
+            "max_steps": args.max_steps,
+            "exact": args.exact,
+            "drift": not args.no_drift,
+            "weighted": not args.unweighted,
+            "ignore": list(ignore),
+            "drafters": list(drafters),
+            "targets": list(targets),
+        }
+        report = {"fix": fix, "variants": variants, "selection": selection, "shard": shard_json(args.shard)}
+        atomic_write_json(args.json, {**report, "seeds": by_seed, "broken": broken, "wall_s": round(wall, 1)})
+    sliced = f" (seeds {', '.join(map(str, seeds))}: slice {args.shard})" if args.shard else ""
+    print(f"fuzz: {wall:.1f}s{sliced}; fix variant {fix!r}: {'NOT OK' if broken else 'OK'}")
     return 1 if broken else 0
 
 

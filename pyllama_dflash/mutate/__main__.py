@@ -10,17 +10,21 @@ Equivalent mutants (equivalent.json, each with its reason) and mutants that do n
 not counted. Exits 0 when nothing survived. A libcommon mutant costs a recompile of one file and
 a matrix run (about 20 s here); a llama-server mutant a relink of the server and its slot checks
 (about 90 s).
+
+``--shard I/N`` tries slice I of N of the mutants (each mutant's slice follows from its id alone), one
+slice per runner; ``--merge A.json B.json ... [--json OUT]`` adds the slices' ``--json`` reports into
+the whole run's score (report.py), and refuses slices that miss a mutant or come from other runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 from ..child import sigterm_as_interrupt
@@ -34,13 +38,13 @@ from ..llamabuild.patchset import DEFINITION_ROLE, EVERY, FIX_ROLE, apply_series
 from ..paths import default_patches_dir
 from ..scenarios.models import tiny_models
 from ..scenarios.session import DEFAULT_CONFIG
+from . import report
 from .operators import mutants
 from .runner import (
     EQUIVALENT,
     EQUIVALENT_FILE,
     KILLED,
     MUTATED_FILES,
-    STILLBORN,
     SURVIVED,
     load_equivalents,
     references,
@@ -50,13 +54,13 @@ from .runner import (
 
 
 def parser() -> argparse.ArgumentParser:
-    shared = common_parser("fix", "jobs", jobs=os.cpu_count() or 2)
+    shared = common_parser("fix", "jobs", "shard", jobs=os.cpu_count() or 2)
     ap = argparse.ArgumentParser(
         prog=tool_prog("python -m pyllama_dflash.mutate"), description=__doc__.split("\n\n")[0], parents=[shared]
     )
     ap.add_argument("--list", action="store_true", help="list the mutants and build nothing")
     ap.add_argument("--only", metavar="IDS", help="comma-separated mutant ids (as --list prints them)")
-    ap.add_argument("--limit", type=int, help="try at most this many mutants")
+    ap.add_argument("--limit", type=int, help="try at most this many mutants (of the slice, with --shard)")
     ap.add_argument(
         "--files",
         default=",".join(MUTATED_FILES),
@@ -83,12 +87,39 @@ def parser() -> argparse.ArgumentParser:
         help="write the one mutant --only names as a series folder (variant 'mutant') and stop: for "
         "build.py, repro and fuzz with --patches DIR",
     )
-    ap.add_argument("--json", type=Path, metavar="PATH", help="write every outcome as JSON")
+    ap.add_argument(
+        "--json", type=Path, metavar="PATH", help="write every outcome as JSON (with --merge: the merged report)"
+    )
+    ap.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="JSON",
+        help="build and try nothing: add these --json reports of the slices of one run (--shard 1/N ... N/N) "
+        "into its score, print it as a run does, and exit as the whole run would",
+    )
     return ap
+
+
+def merge_main(args: argparse.Namespace) -> int:
+    try:
+        merged = report.merge(report.load(args.merge))
+    except ValueError as e:
+        print(f"mutate: error: --merge: {e}", file=sys.stderr)
+        return 2
+    for k, o in enumerate(merged["outcomes"], 1):
+        by = f" by {o['killed_by']}" if o["killed_by"] else ""
+        print(f"[{k}/{len(merged['outcomes'])}] {o['status']:10s}{by:8s} {o['id']:16s} {o['mutant']}")
+    report.print_summary(merged)
+    if args.json:
+        atomic_write_json(args.json, merged)
+    return report.exit_code(merged)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.merge:
+        return merge_main(args)
     patches = default_patches_dir()
     series = load_series(patches)
     fix = args.fix or series.variants[-1]
@@ -116,6 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         wanted = {x.strip() for x in args.only.split(",")}
         every = [m for m in every if m.id in wanted]
+    selection = {
+        "every": args.every,
+        "only": sorted(wanted) if args.only else None,
+        "limit": args.limit,
+        "mutants": [m.id for m in every],  # before the slicing: what the slices together must try
+    }
+    if args.shard:
+        every = args.shard.by_key(every, lambda m: m.id)
     if args.limit:
         every = every[: args.limit]
     if args.write_series:
@@ -135,10 +174,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{every[0].id}: {every[0].describe()}")
         print(f"series written to {folder}; build it with: python build.py --patches {folder} --variant mutant")
         return 0
+    sliced = f" (slice {args.shard} of {len(selection['mutants'])})" if args.shard else ""
     if args.list:
         for m in every:
             print(f"{m.id:16s} {m.describe()}")
-        print(f"{len(every)} mutants of {', '.join(files)} as variant {fix!r} has it")
+        print(f"{len(every)} mutants{sliced} of {', '.join(files)} as variant {fix!r} has it")
         return 0
     try:
         equivalents = load_equivalents()
@@ -149,12 +189,23 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     models = tiny_models()
     work = Path(tempfile.mkdtemp(prefix="pyllama-dflash-mutate-"))
-    print(
-        f"mutate: {len(every)} mutants of {', '.join(files)} ({fix}); references on baseline "
-        f"({'the definition' if role == DEFINITION_ROLE else 'the twin'}) ...",
-        flush=True,
-    )
-    refs = references(models, DEFAULT_CONFIG, args.jobs, work, role)
+    print(f"mutate: {len(every)} mutants{sliced} of {', '.join(files)} ({fix})", flush=True)
+
+    @functools.cache
+    def refs() -> dict[str, dict]:
+        """Run once, when a mutant's matrix first needs them (C1 and the server stage do not), on the
+        series' own baseline: not the mutant's series, whatever the environment says by then."""
+        mutant_series = os.environ.pop(PATCHES_ENV, None)
+        print(
+            f"mutate: references on baseline ({'the definition' if role == DEFINITION_ROLE else 'the twin'}) ...",
+            flush=True,
+        )
+        try:
+            return references(models, DEFAULT_CONFIG, args.jobs, work, role)
+        finally:
+            if mutant_series is not None:
+                os.environ[PATCHES_ENV] = mutant_series
+
     outcomes = []
     try:
         for k, m in enumerate(every, 1):
@@ -178,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"      {o.detail}", flush=True)
     finally:
         os.environ.pop(PATCHES_ENV, None)
-        stage(fix, BuildOptions(cpu="native", quiet=True))  # the shared build folder back on the fix, compiled
+        if every:  # the shared build folder back on the fix, compiled
+            stage(fix, BuildOptions(cpu="native", quiet=True))
         # the builds of the run's scratch series go with the run: the mutants' folder, and the
         # baseline the mutant variant's series builds beside it (19 MB each, left in the cache before)
         for m in all_manifests():
@@ -191,9 +243,6 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(work, ignore_errors=True)
 
-    counts = Counter(o.status for o in outcomes)
-    scored = counts[KILLED] + counts[SURVIVED]
-    score = counts[KILLED] / scored if scored else 1.0
     # equivalent.json serves every fix of the series: a mutant of another fix is not stale
     fixes = [v for v in series.variants[1:] if series.role(v) in (FIX_ROLE, DEFINITION_ROLE)]
     known = {
@@ -204,30 +253,18 @@ def main(argv: list[str] | None = None) -> int:
         for m in mutants(rel, read(rel), text)
     }
     stale = sorted(set(equivalents) - known - {m.id for m in all_mutants})
-    print()
-    print(f"mutate: {len(outcomes)} mutants in {time.monotonic() - t0:.0f}s: {dict(counts)}")
-    print(f"mutation score: {counts[KILLED]}/{scored} = {score:.3f} (equivalent and stillborn mutants not counted)")
-    for o in outcomes:
-        if o.status == SURVIVED:
-            print(f"  survived: {o.id} {o.mutant}")
-    if stale:
-        print(f"  {EQUIVALENT_FILE.name} names mutants that no longer exist: {', '.join(stale)}")
-    killers = Counter(o.killed_by for o in outcomes if o.status == KILLED)
-    print(f"killed by: {dict(killers)}")
+    result = report.scored(
+        [o.to_json() for o in outcomes],
+        files=files,
+        fix=fix,
+        selection=selection,
+        shard=args.shard,
+        wall_s=time.monotonic() - t0,
+    )
+    report.print_summary(result, stale, EQUIVALENT_FILE.name)
     if args.json:
-        atomic_write_json(
-            args.json,
-            {
-                "files": files,
-                "fix": fix,
-                "score": score,
-                "counts": dict(counts),
-                "killed_by": dict(killers),
-                "outcomes": [o.to_json() for o in outcomes],
-                "wall_s": round(time.monotonic() - t0, 1),
-            },
-        )
-    return 0 if counts[SURVIVED] == 0 and counts[STILLBORN] < len(outcomes) else 1
+        atomic_write_json(args.json, result)
+    return report.exit_code(result, slice_of_run=args.shard is not None)
 
 
 if __name__ == "__main__":

@@ -46,10 +46,11 @@ def _continue(srv, prompt: list[int]):
     return srv.completion(prompt + _tokens(srv, MORE, bos=False), n_predict=bodies.N_PREDICT)
 
 
-def _reference(ctx, name: str, prompt_text: str, first_tokens: list[int]) -> list[int] | None:
-    """What the target alone continues the same conversation with (a server without the draft)."""
+def _reference(ctx, name: str, prompt: str | list[int], first_tokens: list[int]) -> list[int] | None:
+    """What the target alone continues the same conversation (its text, or its tokens) with (a server
+    without the draft)."""
     with ctx.server(name + "_no_draft", draft=False) as srv:
-        r = _continue(srv, _tokens(srv, prompt_text) + first_tokens)
+        r = _continue(srv, (_tokens(srv, prompt) if isinstance(prompt, str) else prompt) + first_tokens)
         return r.tokens if r.ok else None
 
 
@@ -70,38 +71,61 @@ _EXACT_OR_REFUSED = dict(
 )
 
 
-@check("restore_swapped_parts", **_EXACT_OR_REFUSED)
-def restore_swapped_parts(ctx) -> Result:
-    """Save conversation A (short) as a.bin and B (long) as b.bin, copy b.bin over a.bin (B's target part
-    beside A's draft part: what a copy without its sibling, or a crash between a save's two renames,
-    leaves), run something else, restore a.bin and continue B. With 0003 the restore is refused."""
-    srv, folder = _session(ctx, "restore_swapped_parts")
+def _swapped_parts(ctx, name: str, *, same_length: bool) -> Result:
+    """Save A as a.bin and B as b.bin, copy b.bin over a.bin (B's target part beside A's draft part), run
+    something else, restore a.bin and continue B. ``same_length``: B's prompt cut to A's token count, so the
+    two parts hold as many tokens, and only the tokens themselves tell them apart."""
+    srv, folder = _session(ctx, name)
     with srv:
         a, b = _tokens(srv, SHORT), _tokens(srv, LONG)
+        if same_length:
+            b = b[: len(a)]  # SHORT and LONG differ from their first word on: other tokens, as many
         ra = srv.completion(a, n_predict=bodies.N_PREDICT)
         saves = [_save(srv, "a.bin")]
         rb = srv.completion(b, n_predict=bodies.N_PREDICT)
         saves.append(_save(srv, "b.bin"))
+        parts = [_draft_count(folder / f"{x}.bin.draft") for x in "ab"]  # None without 0003: no draft part
         shutil.copyfile(folder / "b.bin", folder / "a.bin")
         other = srv.completion(_tokens(srv, OTHER), n_predict=bodies.N_PREDICT)
         restore = _restore(srv, "a.bin")
         last = _continue(srv, b + (rb.tokens or []))
         facts = server_facts(srv)
-    ref = _reference(ctx, "restore_swapped_parts", LONG, rb.tokens or [])
+    ref = _reference(ctx, name, b, rb.tokens or [])
     cache_n = last.timings.get("cache_n")
+    saved = [s.body.get("n_saved") if s.ok and isinstance(s.body, dict) else None for s in saves]
+    # the setup as meant, with same_length: A's tokens other than B's, and as many of them in both parts
+    foreign = a + (ra.tokens or []) != b + (rb.tokens or [])
+    equal = saved[0] is not None and saved[0] == saved[1] and (parts[0] is None or parts[0] == parts[1])
     seen = Seen(
         [ra, rb, other, last],
         same_tokens=last.ok and last.tokens == ref,
         cached=bool(cache_n),
         restore_status=restore.status,
         empty_after_restore=not cache_n,
-        holds=all(s.ok for s in saves),
+        holds=all(s.ok for s in saves) and (foreign and equal if same_length else True),
     )
-    out = judged(ctx.expect("restore_swapped_parts"), seen, cache_n_after_restore=cache_n, **facts)
+    out = judged(ctx.expect(name), seen, cache_n_after_restore=cache_n, n_saved=saved, draft_part_tokens=parts, **facts)
     out.details["restore_status"] = restore.status
     if not restore.ok:
         out.details["restore_error"] = restore.error_message
     return out
+
+
+@check("restore_swapped_parts", **_EXACT_OR_REFUSED)
+def restore_swapped_parts(ctx) -> Result:
+    """Save conversation A (short) as a.bin and B (long) as b.bin, copy b.bin over a.bin (B's target part
+    beside A's draft part: what a copy without its sibling, or a crash between a save's two renames,
+    leaves), run something else, restore a.bin and continue B. With 0003 the restore is refused."""
+    return _swapped_parts(ctx, "restore_swapped_parts", same_length=False)
+
+
+@check("restore_swapped_parts_same_length", **_EXACT_OR_REFUSED)
+def restore_swapped_parts_same_length(ctx) -> Result:
+    """restore_swapped_parts with two conversations of the same token count: A's draft part has as many
+    tokens as B's target part, but A's. With 0003 the restore is refused all the same: the binding compares
+    the tokens, not only their count (issue 31: the mutant that turns the comparison's || into && survived
+    every check whose parts differ in length)."""
+    return _swapped_parts(ctx, "restore_swapped_parts_same_length", same_length=True)
 
 
 def _draft_state(part: bytes) -> bytes:
@@ -113,6 +137,11 @@ def _draft_state(part: bytes) -> bytes:
 
 def _draft_prefix(part: bytes) -> bytes:
     return part[: len(part) - len(_draft_state(part))]
+
+
+def _draft_count(path: Path) -> int | None:
+    """The token count a draft part's header gives (0003's framing), or None where there is no draft part."""
+    return int.from_bytes(path.read_bytes()[8:12], "little") if path.is_file() else None
 
 
 @check("restore_draft_runs_past", **_EXACT_OR_REFUSED)

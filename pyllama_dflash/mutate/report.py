@@ -1,0 +1,114 @@
+"""A mutation run's JSON report and its score, for a whole run, one slice of it (``--shard I/N``) or the
+slices merged (``--merge``): one function scores them all, so a merged score is the whole run's.
+
+The report: ``files``, ``fix``, ``selection`` (what was asked: ``every``, ``only``, ``limit``, and
+``mutants``, the ids selected before the slicing, in the run's order), ``shard`` (``"I/N"``, or None
+for a whole run), ``score``, ``counts``, ``killed_by``, ``outcomes`` (one per mutant tried, runner.Outcome
+as JSON), ``wall_s``; a merged report adds ``shards``, each slice's ``shard``, ``mutants`` tried and
+``wall_s`` (the merged ``wall_s`` is their sum: runner-seconds, not the time the slices took side by side).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from ..shard import Shard, check_slices, shard_from_json, shard_json
+from .runner import KILLED, STILLBORN, SURVIVED
+
+
+def scored(
+    outcomes: list[dict], *, files: list[str], fix: str, selection: dict, shard: Shard | None, wall_s: float
+) -> dict:
+    """The report of these outcomes: counts, what killed them, and the score killed / (killed + survived)."""
+    counts = Counter(o["status"] for o in outcomes)
+    n_scored = counts[KILLED] + counts[SURVIVED]
+    return {
+        "files": files,
+        "fix": fix,
+        "selection": selection,
+        "shard": shard_json(shard),
+        "score": counts[KILLED] / n_scored if n_scored else 1.0,
+        "counts": dict(counts),
+        "killed_by": dict(Counter(o["killed_by"] for o in outcomes if o["status"] == KILLED)),
+        "outcomes": outcomes,
+        "wall_s": round(wall_s, 1),
+    }
+
+
+def print_summary(report: dict, stale: list[str] | None = None, equivalent_file: str = "equivalent.json") -> None:
+    counts = report["counts"]
+    killed, n_scored = counts.get(KILLED, 0), counts.get(KILLED, 0) + counts.get(SURVIVED, 0)
+    print()
+    where = f" (slice {report['shard']})" if report.get("shard") else ""
+    shards = f", {len(report['shards'])} slices merged" if report.get("shards") else ""
+    print(f"mutate: {len(report['outcomes'])} mutants{where} in {report['wall_s']:.0f}s{shards}: {counts}")
+    print(f"mutation score: {killed}/{n_scored} = {report['score']:.3f} (equivalent and stillborn mutants not counted)")
+    for o in report["outcomes"]:
+        if o["status"] == SURVIVED:
+            print(f"  survived: {o['id']} {o['mutant']}")
+    if stale:
+        print(f"  {equivalent_file} names mutants that no longer exist: {', '.join(stale)}")
+    print(f"killed by: {report['killed_by']}")
+
+
+def exit_code(report: dict, *, slice_of_run: bool = False) -> int:
+    """0 when nothing survived and not everything was stillborn; an empty slice of a run passes (the merge
+    judges the whole), an empty whole run does not."""
+    counts, n = report["counts"], len(report["outcomes"])
+    if n == 0:
+        return 0 if slice_of_run else 1
+    return 0 if counts.get(SURVIVED, 0) == 0 and counts.get(STILLBORN, 0) < n else 1
+
+
+def merge(reports: list[dict]) -> dict:
+    """The slices' reports as one run's: the same fix, files and selection in each, every slice 1..N once,
+    and together every mutant selected tried exactly once. ValueError says what does not fit."""
+    if not reports:
+        raise ValueError("no reports to merge")
+    first = reports[0]
+    for key in ("fix", "files", "selection"):
+        if len({json.dumps(r.get(key), sort_keys=True) for r in reports}) != 1:
+            raise ValueError(f"the reports are not slices of one run: their {key!r} differ")
+    check_slices([shard_from_json(r.get("shard")) for r in reports], "mutation")
+    by_id: dict[str, dict] = {}
+    for r in reports:
+        for o in r["outcomes"]:
+            if o["id"] in by_id:
+                raise ValueError(f"mutant {o['id']} is in two reports")
+            by_id[o["id"]] = o
+    wanted = first["selection"]["mutants"]
+    missing, extra = [m for m in wanted if m not in by_id], sorted(set(by_id) - set(wanted))
+    problems = [f"{len(x)} {what} ({_few(x)})" for what, x in (("not tried", missing), ("not selected", extra)) if x]
+    if problems:
+        raise ValueError(f"the reports do not hold the run's mutants: {'; '.join(problems)}")
+    order = sorted(reports, key=lambda r: shard_from_json(r.get("shard")) or Shard(1, 1))
+    out = scored(
+        [by_id[m] for m in wanted],
+        files=first["files"],
+        fix=first["fix"],
+        selection=first["selection"],
+        shard=None,
+        wall_s=sum(r.get("wall_s", 0.0) for r in reports),
+    )
+    out["shards"] = [{"shard": r.get("shard"), "mutants": len(r["outcomes"]), "wall_s": r.get("wall_s")} for r in order]
+    return out
+
+
+def _few(ids: list[str]) -> str:
+    return ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
+
+
+def load(paths: list[Path]) -> list[dict]:
+    """The reports, each checked to be a mutation report; ValueError naming the file otherwise."""
+    out = []
+    for p in paths:
+        try:
+            data = json.loads(Path(p).read_text())
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{p}: cannot read a report ({e})") from None
+        if not isinstance(data, dict) or "outcomes" not in data or "selection" not in data:
+            raise ValueError(f"{p}: not a report of mutate --json (with its selection: written by this version)")
+        out.append(data)
+    return out
