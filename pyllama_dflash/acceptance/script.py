@@ -47,9 +47,12 @@ def turns_for(seed: int, images: bool = True) -> list[Turn]:
     ]
 
 
-def run_conversation(s: Session, seed: int, out: list[RoundResult], images: bool = True) -> None:
+def run_conversation(
+    s: Session, seed: int, out: list[RoundResult], images: bool = True, restore: bool = True
+) -> None:
     """Drive the conversation through a session's slot loop (sequence 0), its rounds added to ``out``
-    by phase as they run (a conversation the variant fails keeps the rounds before the failure)."""
+    by phase as they run (a conversation the variant fails keeps the rounds before the failure).
+    Without ``restore`` it ends after the third turn."""
     turns = turns_for(seed, images)
     marker = s.projector.marker if s.projector is not None else ""
 
@@ -65,6 +68,8 @@ def run_conversation(s: Session, seed: int, out: list[RoundResult], images: bool
     # phases by the turn's place, images or not: the text-only ceiling's rounds line up with them
     turn(turns[1], "after image", "turn 2")
     turn(turns[2], "after second image", "turn 3")
+    if not restore:
+        return
     saved = s.save_slot(0)
     interlude = len(s.record.rounds)
     s.rewind(0, 0, step="another conversation")
