@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import child
 from ..engine.matrix import DEFINITION, REFERENCE
-from ..llamabuild.patchset import BASELINE, load_series
+from ..llamabuild.patchset import BASELINE, DEFINITION_ROLE, load_series
 from ..paths import default_patches_dir
 from ..scenarios.models import ModelSet
 from .job import AcceptanceJob, Column
@@ -42,6 +42,16 @@ def columns(variants: Sequence[str] | None = None) -> list[Column]:
     return cols
 
 
+def pairs(cols: Sequence[Column]) -> list[tuple[str, str]]:
+    """The comparisons the table is for: the series' definition variant against the twin on baseline
+    (what b11434 does with a reconverted draft), and the two ceilings against that variant."""
+    series = load_series(default_patches_dir())
+    defined = [c.name for c in cols if c.mode == "variant" and c.images and series.role(c.variant) == DEFINITION_ROLE]
+    if not defined:
+        return []
+    return [(defined[0], REFERENCE), (TEXT_ONLY, defined[0]), (MODEL, defined[0])]
+
+
 def run_column(job: AcceptanceJob, work_dir: Path, timeout: float = 1800) -> dict:
     result = child.run_job(
         "pyllama_dflash.acceptance.worker", job.to_json(), work_dir, job.column.name.replace(" ", "_"), timeout=timeout
@@ -52,16 +62,31 @@ def run_column(job: AcceptanceJob, work_dir: Path, timeout: float = 1800) -> dic
     return result
 
 
-def bootstrap_mean(per_conv: list[tuple[float, int]], n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """95% percentile interval of (sum accepted / rounds) resampling conversations."""
-    acc = np.array([a for a, _ in per_conv], dtype=float)
-    n = np.array([k for _, k in per_conv], dtype=float)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(per_conv), size=(n_boot, len(per_conv)))
-    tot = n[idx].sum(axis=1)
-    means = np.where(tot > 0, acc[idx].sum(axis=1) / np.maximum(tot, 1), 0.0)
-    lo, hi = np.quantile(means, [0.025, 0.975])
+def _resampled_means(per_conv: list[tuple[int, int]], idx: np.ndarray) -> np.ndarray:
+    """Pooled mean accepted (sum accepted / rounds) of each resample of conversations."""
+    acc = np.array([a for a, _ in per_conv], dtype=float)[idx].sum(axis=1)
+    n = np.array([k for _, k in per_conv], dtype=float)[idx].sum(axis=1)
+    return np.where(n > 0, acc / np.maximum(n, 1), 0.0)
+
+
+def _resample(n_conv: int, n_boot: int = 2000, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, n_conv, size=(n_boot, n_conv))
+
+
+def bootstrap_mean(per_conv: list[tuple[int, int]]) -> tuple[float, float]:
+    """95% percentile interval of the pooled mean accepted, resampling conversations."""
+    lo, hi = np.quantile(_resampled_means(per_conv, _resample(len(per_conv))), [0.025, 0.975])
     return float(lo), float(hi)
+
+
+def paired_difference(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> dict:
+    """Mean accepted of a minus b on the same conversations, with a 95% interval from resampling the
+    conversations once for both (each conversation is its own pair)."""
+    idx = _resample(len(a))
+    d = _resampled_means(a, idx) - _resampled_means(b, idx)
+    point = _resampled_means(a, np.arange(len(a))[None])[0] - _resampled_means(b, np.arange(len(b))[None])[0]
+    lo, hi = np.quantile(d, [0.025, 0.975])
+    return {"difference": float(point), "ci95": [float(lo), float(hi)], "told_apart": bool(lo > 0 or hi < 0)}
 
 
 def summarise(rounds: list[dict], seeds: Sequence[int]) -> dict[str, dict]:
@@ -78,6 +103,7 @@ def summarise(rounds: list[dict], seeds: Sequence[int]) -> dict[str, dict]:
         accepted = sum(r["accepted"] for r in rs)
         lo, hi = bootstrap_mean(per_conv)
         out[phase] = {
+            "per_conversation": per_conv,
             "rounds": len(rs),
             "mean_accepted": accepted / len(rs),
             "ci95": [lo, hi],
@@ -101,7 +127,22 @@ def measure(models: ModelSet, seeds: Sequence[int], cols: Sequence[Column] | Non
             }
             overall = table[col.name]["phases"].get("all after images", {})
             log(f"  {col.name}: mean accepted after images {overall.get('mean_accepted', 0):.3f}")
-    return {"conversations": len(seeds), "seeds": [min(seeds), max(seeds)], "session": SESSION, "table": table}
+    differences = {}
+    for a, b in pairs(cols):
+        if a in table and b in table:
+            pa, pb = table[a]["phases"], table[b]["phases"]
+            differences[f"{a} - {b}"] = {
+                phase: paired_difference(pa[phase]["per_conversation"], pb[phase]["per_conversation"])
+                for phase in pa
+                if phase in pb
+            }
+    return {
+        "conversations": len(seeds),
+        "seeds": [min(seeds), max(seeds)],
+        "session": SESSION,
+        "table": table,
+        "differences": differences,
+    }
 
 
 def markdown(result: dict) -> str:
@@ -115,4 +156,13 @@ def markdown(result: dict) -> str:
             cells.append("" if f is None else f"{f['mean_accepted']:.2f} [{f['ci95'][0]:.2f}, {f['ci95'][1]:.2f}]")
         failed = f" ({len(entry['failed'])} failed)" if entry["failed"] else ""
         lines.append(f"| {name}{failed} | " + " | ".join(cells) + " |")
+    for pair, by_phase in result.get("differences", {}).items():
+        cells = []
+        for p in phases:
+            f = by_phase.get(p)
+            mark = "" if f is None or f["told_apart"] else " (not told apart)"
+            cells.append(
+                "" if f is None else f"{f['difference']:+.2f} [{f['ci95'][0]:+.2f}, {f['ci95'][1]:+.2f}]{mark}"
+            )
+        lines.append(f"| *{pair}* | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -34,7 +34,7 @@ class RoundResult:
 
 def turns_for(seed: int, images: bool = True) -> list[Turn]:
     """The conversation's four turns: text, image, image, text (and the interlude's)."""
-    drawn = draw_turns(seed, n_turns=5, n_generate=N_GENERATE, image_every=1)
+    drawn = draw_turns(seed, n_turns=5, n_generate=N_GENERATE)
     text = [t.text for t in drawn]
     pics = [t.images for t in drawn]
     keep = (lambda ims: ims) if images else (lambda ims: ())
@@ -47,9 +47,7 @@ def turns_for(seed: int, images: bool = True) -> list[Turn]:
     ]
 
 
-def run_conversation(
-    s: Session, seed: int, out: list[RoundResult], images: bool = True, restore: bool = True
-) -> None:
+def run_conversation(s: Session, seed: int, out: list[RoundResult], images: bool = True, restore: bool = True) -> None:
     """Drive the conversation through a session's slot loop (sequence 0), its rounds added to ``out``
     by phase as they run (a conversation the variant fails keeps the rounds before the failure).
     Without ``restore`` it ends after the third turn."""

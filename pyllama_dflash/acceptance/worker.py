@@ -54,7 +54,7 @@ def run_one(raw: dict) -> dict:
                 try:
                     run_conversation(s, seed, rounds, images=col.images)
                 except StopScenario as stop:  # what llama-server answers with HTTP 500
-                    failed.append({"seed": seed, "reason": str(stop)[:300]})
+                    failed.append({"seed": seed, "reason": str(stop)[:800]})
     return {"status": "OK", "rounds": [asdict(r) for r in rounds], "failed": failed}
 
 

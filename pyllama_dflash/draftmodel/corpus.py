@@ -46,16 +46,15 @@ class Conversation:
     turn_starts: list[int] = field(default_factory=list)  # the first row of each user turn
 
 
-def draw_turns(seed: int, n_turns: int = 2, n_generate: int = 24, image_every: int = 1) -> list[Turn]:
-    """A seeded conversation: each turn a few words and (every ``image_every`` turns) an image."""
+def draw_turns(seed: int, n_turns: int = 2, n_generate: int = 24, p_image: float = 1.0) -> list[Turn]:
+    """A seeded conversation: each turn a few words, and an image with probability ``p_image``."""
     rng = np.random.default_rng([seed, 7])
     turns = []
-    for t in range(n_turns):
+    for _ in range(n_turns):
         words = " ".join(rng.choice(WORDS, size=int(rng.integers(2, 5))))
-        images: tuple[np.ndarray, ...] = ()
-        if image_every and t % image_every == 0:
-            px = int(rng.choice(IMAGE_PX))
-            images = (rgb(px, px, seed=int(rng.integers(1 << 30))),)
+        px = int(rng.choice(IMAGE_PX))
+        image = rgb(px, px, seed=int(rng.integers(1 << 30)))  # drawn either way: the words stay the same
+        images = (image,) if rng.random() < p_image else ()
         turns.append(Turn(words, images, n_generate))
     return turns
 

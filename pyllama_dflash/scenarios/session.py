@@ -568,7 +568,7 @@ class Session:
             self._draft_trimmed(seq, draft_end)
             if not self.target.seq_rm(seq, st.n_past, -1) or not self.draft.seq_rm(seq, draft_end, -1):
                 self.record.add(Call(step, "target", "llama_memory_seq_rm", seq, False, pos=(st.n_past, -1)))
-            if drafted:
+            if drafted and self.definition_drafter is None:  # libcommon drafted them
                 self.spec.accept(seq, accepted)
             if n_draft > 0:
                 self.record.rounds.append(
