@@ -1,9 +1,9 @@
 """One variant in this process: ``python -m pyllama_dflash.engine.schedule_child JOB OUT``.
 
-JOB (JSON) says the mode: ``search`` runs the hypothesis loop (needs the test extra), ``replay``
-runs one schedule; with ``drift`` every completed run is also checked against the drift
-oracle's reference (reference.py). The variants share sonames, so each gets a process of its own; the result
-goes to OUT as JSON.
+JOB is a :class:`~.schedule_job.SearchJob` (the hypothesis loop; needs the test extra) or a
+:class:`~.schedule_job.ReplayJob` (one schedule) as JSON; with ``drift`` every completed run is also
+checked against the drift oracle's reference (reference.py). The variants share sonames, so each
+gets a process of its own; the result goes to OUT as JSON.
 """
 
 from __future__ import annotations
@@ -15,54 +15,37 @@ import time
 
 from ..child import job_main
 from ..llamabuild import variant
-from ..scenarios.models import ModelSet
+from . import schedule_job
 from .reference import ReferenceProcess
+from .schedule_job import SearchJob
 
 
-def run_job(job: dict) -> dict:
+def run_job(job_json: dict) -> dict:
     from .. import api, load
 
     t0 = time.monotonic()
+    job = schedule_job.from_json(job_json)
     # one thread per context: the tiny models gain nothing from more, and ggml's spinning thread
     # pools in two children on two cores starve each other (measured: 50x slower than 1 thread)
-    os.environ[api.THREADS_ENV] = str(job.get("threads", 1))
-    load(job["variant"], backend=job.get("backend"))
-    models = ModelSet.from_json(job["models"])
+    os.environ[api.THREADS_ENV] = str(job.threads)
+    load(job.variant, backend=job.backend)
     # a variant judged against the draft's definition (0005) is fuzzed against the definition reference
-    definition = variant(job["variant"]).own_positions
-    config = job.get("config") or {}
-    if job["mode"] not in ("search", "replay"):
-        raise ValueError(f"unknown mode {job['mode']!r}")
+    definition = variant(job.variant).own_positions
     with contextlib.ExitStack() as stack:
         reference = None
-        if job.get("drift"):  # the drift oracle: baseline with the reconverted twin, in a child of its own
+        if job.drift:  # the drift oracle: baseline with the reconverted twin, in a child of its own
             reference = stack.enter_context(
-                ReferenceProcess(models, config, job.get("backend"), definition=definition)
+                ReferenceProcess(job.models, job.config, job.backend, definition=definition)
             ).drafts
-        if job["mode"] == "search":
+        if isinstance(job, SearchJob):
             from .search import search
 
-            result = search(
-                models,
-                examples=job["examples"],
-                seed_=job.get("seed", 0),
-                max_steps=job.get("max_steps", 8),
-                exact=job.get("exact", False),
-                config=config,
-                ignore=frozenset(job.get("ignore", ())),
-                reference=reference,
-                weighted=job.get("weighted", True),
-                drafters=tuple(job.get("drafters", ())),
-                targets=tuple(job.get("targets", ())),
-            ).to_json()
+            result = search(job, reference=reference).to_json()
         else:
             from .execute import execute
-            from .schedule import Schedule
 
-            result = execute(
-                Schedule.from_json(job["schedule"]), models, config, exact=job.get("exact", True), reference=reference
-            ).to_json()
-    result["variant"] = job["variant"]
+            result = execute(job.schedule, job.models, job.config, exact=job.exact, reference=reference).to_json()
+    result["variant"] = job.variant
     result["total_s"] = round(time.monotonic() - t0, 3)
     return result
 

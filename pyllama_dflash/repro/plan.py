@@ -14,8 +14,8 @@ from ..llamabuild.manifest import Manifest
 from ..llamabuild.patchset import BASELINE
 from ..paths import cache_root
 from ..scenarios.catalog import SCENARIOS
+from ..scenarios.config import DEFAULT_CONFIG, SessionConfig
 from ..scenarios.models import ModelSet, tiny_models
-from ..scenarios.session import DEFAULT_CONFIG, SessionConfig
 from ..tiny import DRAFTERS, TARGET_KINDS
 
 
@@ -26,7 +26,7 @@ class Plan:
     manifests: list[Manifest]
     fix: str
     models: ModelSet
-    config: dict
+    config: SessionConfig
 
     @property
     def variants(self) -> list[str]:
@@ -91,26 +91,21 @@ def cases(args: argparse.Namespace, models: ModelSet, scenarios: list[str]) -> l
     return out
 
 
-def models_and_config(args: argparse.Namespace) -> tuple[ModelSet, dict]:
+def models_and_config(args: argparse.Namespace) -> tuple[ModelSet, SessionConfig]:
     """The models (tiny, or the real ones the flags name) and the session config they run with;
     ValueError for a missing file or sizes llama.cpp would assert on (refused here, not in every child)."""
-    models, config = _models(args)
-    SessionConfig(**config).check()
-    return models, config
+    models, sizes = _models(args)
+    return models, replace(DEFAULT_CONFIG, n_gpu_layers=args.n_gpu_layers, **sizes, **_draft_sizes(args)).check()
 
 
 def _models(args: argparse.Namespace) -> tuple[ModelSet, dict]:
+    """The models, and the sizes of the config that are theirs (the tiny ones': the defaults')."""
     real = [args.target, args.draft, args.mmproj]
     if not any((args.target, args.mmproj, args.image)):
         models = tiny_models()
         if args.draft:  # another draft for the tiny target (an upgraded one, say); its twin is derived
             models = _with_draft(models, args.draft)
-        return models, {
-            "n_batch": args.n_batch or DEFAULT_CONFIG["n_batch"],
-            "n_ubatch": args.n_batch or DEFAULT_CONFIG["n_ubatch"],
-            "n_gpu_layers": args.n_gpu_layers,
-            **_draft_sizes(args),
-        }
+        return models, {"n_batch": args.n_batch, "n_ubatch": args.n_batch} if args.n_batch else {}
     if not all(real) or not args.image:
         raise ValueError("real models need --target, --draft, --mmproj and at least one --image")
     for flag, path in (
@@ -131,13 +126,7 @@ def _models(args: argparse.Namespace) -> tuple[ModelSet, dict]:
         drafter=args.draft.stem,
         target_kind=args.target.stem,
     )
-    return _with_draft(models, args.draft), {
-        "n_batch": n_batch,
-        "n_ubatch": n_batch,
-        "n_ctx": 8192,
-        "n_gpu_layers": args.n_gpu_layers,
-        **_draft_sizes(args),
-    }
+    return _with_draft(models, args.draft), {"n_batch": n_batch, "n_ubatch": n_batch, "n_ctx": 8192}
 
 
 def _draft_sizes(args: argparse.Namespace) -> dict:
