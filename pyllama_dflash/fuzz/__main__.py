@@ -14,11 +14,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..child import sigterm_as_interrupt
+from .. import command
 from ..engine.schedule import Schedule
 from ..engine.schedule_runner import examples_from_env, search_variants, seed_from_env
 from ..flags import common_parser, export, pick, tool_prog
-from ..llamabuild import BuildError, find_built
+from ..llamabuild import find_built
 from ..llamabuild.patchset import BASELINE
 from ..scenarios.models import tiny_models
 from ..tiny import DRAFTERS, TARGET_KINDS
@@ -74,16 +74,13 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    command.require("hypothesis", extra="fuzz", command="fuzz")  # its children draw the schedules with it
     export(args)  # --cpu and --patches: for the lookups here and in every child process
     backend = args.backend if args.backend != "auto" else None
-    try:
-        names = [v.strip() for v in args.variants.split(",")] if args.variants else ["all"]
-        variants = [m.variant for m in find_built(names, backend=backend)]
-        if not args.no_drift:
-            find_built([BASELINE], backend=backend)  # the drift oracle's reference runs on baseline
-    except BuildError as e:
-        print(f"fuzz: error: {e} (build it first: python build.py)", file=sys.stderr)
-        return 2
+    names = [v.strip() for v in args.variants.split(",")] if args.variants else ["all"]
+    variants = [m.variant for m in find_built(names, backend=backend)]
+    if not args.no_drift:
+        find_built([BASELINE], backend=backend)  # the drift oracle's reference runs on baseline
     fix = args.fix or variants[-1]
     examples = args.examples or examples_from_env()
     seed = seed_from_env() if args.seed is None else args.seed
@@ -133,5 +130,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    with sigterm_as_interrupt():
-        sys.exit(main())
+    sys.exit(command.run(main))

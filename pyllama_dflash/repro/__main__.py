@@ -15,11 +15,10 @@ import sys
 import time
 from pathlib import Path
 
-from ..child import sigterm_as_interrupt
+from .. import command
 from ..engine import ctest_row
 from ..files import atomic_write_json
 from ..flags import common_parser, export, tool_prog
-from ..llamabuild import BuildError
 from ..scenarios.catalog import SCENARIOS
 from . import plan as planning
 from . import tables, verdict
@@ -106,13 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     export(args)  # --cpu and --patches: for the lookups here and in every child process
     t0 = time.monotonic()
-    try:
-        manifests = planning.manifests(args)
-        fix = planning.fix_of(args, [m.variant for m in manifests])
-        plan = planning.Plan(manifests, fix, *planning.models_and_config(args))
-    except (BuildError, ValueError) as e:
-        print(f"repro: error: {e}", file=sys.stderr)
-        return 2
+    manifests = planning.manifests(args)
+    fix = planning.fix_of(args, [m.variant for m in manifests])
+    plan = planning.Plan(manifests, fix, *planning.models_and_config(args))
     if args.schedule:
         return replay_schedule(args, plan)
     scenarios = planning.scenario_ids(args)
@@ -138,5 +133,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    with sigterm_as_interrupt():
-        sys.exit(main())
+    sys.exit(command.run(main))

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..engine import ctest_row
+from ..errors import UsageError
 from ..flags import pick
 from ..llamabuild import BuildOptions, build, find_built
 from ..llamabuild.manifest import Manifest
@@ -43,10 +44,10 @@ def manifests(args: argparse.Namespace) -> list[Manifest]:
 
 
 def fix_of(args: argparse.Namespace, variants: list[str]) -> str:
-    """The variant that must pass: ``--fix``, else the last of the series; ValueError when not run."""
+    """The variant that must pass: ``--fix``, else the last of the series; UsageError when not run."""
     fix = args.fix or variants[-1]
     if fix not in variants:
-        raise ValueError(f"--fix {fix!r} is not among the variants run ({', '.join(variants)})")
+        raise UsageError(f"--fix {fix!r} is not among the variants run ({', '.join(variants)})")
     return fix
 
 
@@ -70,7 +71,7 @@ def scenario_ids(args: argparse.Namespace) -> list[str]:
     ids = [s.strip().upper() for s in args.scenarios.split(",")]
     unknown = [s for s in ids if s not in known]
     if unknown:
-        raise SystemExit(f"repro: error: unknown scenario(s) {', '.join(unknown)} (known: {', '.join(known)})")
+        raise UsageError(f"unknown scenario(s) {', '.join(unknown)} (known: {', '.join(known)})")
     return ids
 
 
@@ -80,7 +81,7 @@ def cases(args: argparse.Namespace, models: ModelSet, scenarios: list[str]) -> l
     ids = [sid for sid in scenarios if sid in SCENARIOS]
     if models.real or args.draft:
         if args.drafters or args.targets:
-            raise SystemExit("repro: error: --drafters and --targets choose the tiny models; not with --draft")
+            raise UsageError("--drafters and --targets choose the tiny models; not with --draft")
         return [(models, ids)]
     out = []
     for target in pick(args.targets, TARGET_KINDS, "--targets"):
@@ -93,9 +94,12 @@ def cases(args: argparse.Namespace, models: ModelSet, scenarios: list[str]) -> l
 
 def models_and_config(args: argparse.Namespace) -> tuple[ModelSet, SessionConfig]:
     """The models (tiny, or the real ones the flags name) and the session config they run with;
-    ValueError for a missing file or sizes llama.cpp would assert on (refused here, not in every child)."""
-    models, sizes = _models(args)
-    return models, replace(DEFAULT_CONFIG, n_gpu_layers=args.n_gpu_layers, **sizes, **_draft_sizes(args)).check()
+    UsageError for a missing file or sizes llama.cpp would assert on (refused here, not in every child)."""
+    try:
+        models, sizes = _models(args)
+        return models, replace(DEFAULT_CONFIG, n_gpu_layers=args.n_gpu_layers, **sizes, **_draft_sizes(args)).check()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def _models(args: argparse.Namespace) -> tuple[ModelSet, dict]:

@@ -8,6 +8,7 @@ import sys
 import time
 from types import SimpleNamespace
 
+from ..errors import UsageError
 from ..files import atomic_write_json
 from ..scenarios.record import PASS, TIE
 from .plan import Plan
@@ -16,16 +17,16 @@ from .tables import backend
 
 
 def replay_schedule(args: argparse.Namespace, plan: Plan) -> int:
-    """One table row: the schedule on every variant; 0 when the fix variant keeps the invariant."""
+    """One table row: the schedule on every variant; 0 when the fix variant keeps the invariant.
+    UsageError for a schedule file that does not parse (an OSError for one that cannot be read)."""
     from ..engine.schedule import Schedule, ScheduleError
     from ..engine.schedule_runner import replay_variants
 
     variants, fix = plan.variants, plan.fix
     try:
         schedule = Schedule.load(args.schedule)
-    except (OSError, ScheduleError) as e:
-        print(f"repro: error: --schedule {args.schedule}: {e}", file=sys.stderr)
-        return 2
+    except ScheduleError as e:
+        raise UsageError(f"--schedule {args.schedule}: {e}") from None
     t0 = time.monotonic()
     results = replay_variants(
         schedule,
