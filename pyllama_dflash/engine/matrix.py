@@ -32,7 +32,7 @@ REFERENCE = f"{BASELINE}+twin"  # the drift oracle's column: baseline with the d
 DEFINITION = f"{BASELINE}+definition"
 # the tie check's run: the reference replayed with the fix's cell layout (not a column of the table)
 LAYOUT = f"{REFERENCE} (fix's layout)"
-CHILD_MODULE = "pyllama_dflash.scenarios.child"
+SCENARIO_MODULE = "pyllama_dflash.scenarios.run_scenario"  # what a child runs: the jobs, one by one
 
 
 # the name mutate (and older callers) import the matrix's job by: one scenario on one variant, in a child
@@ -55,7 +55,7 @@ def run_jobs(jobs: list[ScenarioJob], parallel: int, work_dir: Path | None = Non
         first = jobs[batch[0]]
         name = f"{first.variant}-{index:03d}"
         out = child.run_batch(
-            CHILD_MODULE,
+            SCENARIO_MODULE,
             [jobs[i].to_json() for i in batch],
             work,
             name,

@@ -1,4 +1,4 @@
-"""The schedules' jobs, as a parent hands them to a child process (schedule_child.py): a hypothesis
+"""The schedules' jobs, as a parent hands them to a child process (run_schedule.py): a hypothesis
 search (:class:`SearchJob`) or one schedule replayed (:class:`ReplayJob`) on one variant. Each
 writes its defaults here once, and its JSON form for the job file; :func:`from_json` reads either."""
 

@@ -1,5 +1,5 @@
 """The schedules' parent side: one child process per variant (the variants share sonames), run in
-parallel; the child side is schedule_child.py."""
+parallel; the side that runs in the child is run_schedule.py."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def seed_from_env() -> int:
 def run_child(job: ScheduleJob, work_dir: Path, timeout_s: float) -> dict:
     """Run one job in a fresh interpreter; a native crash becomes a CRASH result."""
     name = f"{job.MODE}-{job.variant}"
-    return child.run_job("pyllama_dflash.engine.schedule_child", job.to_json(), work_dir, name, timeout=timeout_s)
+    return child.run_job("pyllama_dflash.engine.run_schedule", job.to_json(), work_dir, name, timeout=timeout_s)
 
 
 def _each_variant(jobs: list[ScheduleJob], parallel: int, work_dir: Path | None, timeout_s: float) -> dict[str, dict]:

@@ -13,6 +13,7 @@ import random
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -70,24 +71,24 @@ _EXACT_OR_REFUSED = dict(
 )
 
 
-@check("restore_swapped_parts", **_EXACT_OR_REFUSED)
-def restore_swapped_parts(ctx) -> Result:
-    """Save conversation A (short) as a.bin and B (long) as b.bin, copy b.bin over a.bin (B's target part
-    beside A's draft part: what a copy without its sibling, or a crash between a save's two renames,
-    leaves), run something else, restore a.bin and continue B. With 0003 the restore is refused."""
-    srv, folder = _session(ctx, "restore_swapped_parts")
+def _two_saved_one_tampered(ctx, name: str, tamper: Callable[[Path], None], *, continues: str) -> Result:
+    """The skeleton of a restore of a tampered file: save conversation A (short) as a.bin and B (long)
+    as b.bin, ``tamper`` with the slot folder, run something else, restore a.bin and continue
+    ``continues`` ("A" or "B"), against what the target alone continues it with."""
+    srv, folder = _session(ctx, name)
     with srv:
         a, b = _tokens(srv, SHORT), _tokens(srv, LONG)
         ra = srv.completion(a, n_predict=bodies.N_PREDICT)
         saves = [_save(srv, "a.bin")]
         rb = srv.completion(b, n_predict=bodies.N_PREDICT)
         saves.append(_save(srv, "b.bin"))
-        shutil.copyfile(folder / "b.bin", folder / "a.bin")
+        tamper(folder)
         other = srv.completion(_tokens(srv, OTHER), n_predict=bodies.N_PREDICT)
         restore = _restore(srv, "a.bin")
-        last = _continue(srv, b + (rb.tokens or []))
+        prompt, text, first = (a, SHORT, ra) if continues == "A" else (b, LONG, rb)
+        last = _continue(srv, prompt + (first.tokens or []))
         facts = server_facts(srv)
-    ref = _reference(ctx, "restore_swapped_parts", LONG, rb.tokens or [])
+    ref = _reference(ctx, name, text, first.tokens or [])
     cache_n = last.timings.get("cache_n")
     seen = Seen(
         [ra, rb, other, last],
@@ -97,11 +98,23 @@ def restore_swapped_parts(ctx) -> Result:
         empty_after_restore=not cache_n,
         holds=all(s.ok for s in saves),
     )
-    out = judged(ctx.expect("restore_swapped_parts"), seen, cache_n_after_restore=cache_n, **facts)
+    out = judged(ctx.expect(name), seen, cache_n_after_restore=cache_n, **facts)
     out.details["restore_status"] = restore.status
     if not restore.ok:
         out.details["restore_error"] = restore.error_message
     return out
+
+
+@check("restore_swapped_parts", **_EXACT_OR_REFUSED)
+def restore_swapped_parts(ctx) -> Result:
+    """Save conversation A (short) as a.bin and B (long) as b.bin, copy b.bin over a.bin (B's target part
+    beside A's draft part: what a copy without its sibling, or a crash between a save's two renames,
+    leaves), run something else, restore a.bin and continue B. With 0003 the restore is refused."""
+
+    def swap(folder: Path) -> None:
+        shutil.copyfile(folder / "b.bin", folder / "a.bin")
+
+    return _two_saved_one_tampered(ctx, "restore_swapped_parts", swap, continues="B")
 
 
 def _draft_state(part: bytes) -> bytes:
@@ -120,35 +133,13 @@ def restore_draft_runs_past(ctx) -> Result:
     """A forged draft part: A's header and tokens (so the binding holds) in front of B's longer draft state.
     0003 refuses a draft that comes back past its target, whatever the tokens say. Without 0003 there is
     no draft part to forge."""
-    srv, folder = _session(ctx, "restore_draft_runs_past")
-    with srv:
-        a, b = _tokens(srv, SHORT), _tokens(srv, LONG)
-        ra = srv.completion(a, n_predict=bodies.N_PREDICT)
-        saves = [_save(srv, "a.bin")]
-        rb = srv.completion(b, n_predict=bodies.N_PREDICT)
-        saves.append(_save(srv, "b.bin"))
+
+    def forge(folder: Path) -> None:
         part_a, part_b = folder / "a.bin.draft", folder / "b.bin.draft"
         if part_a.exists() and part_b.exists():
             part_a.write_bytes(_draft_prefix(part_a.read_bytes()) + _draft_state(part_b.read_bytes()))
-        other = srv.completion(_tokens(srv, OTHER), n_predict=bodies.N_PREDICT)
-        restore = _restore(srv, "a.bin")
-        last = _continue(srv, a + (ra.tokens or []))
-        facts = server_facts(srv)
-    ref = _reference(ctx, "restore_draft_runs_past", SHORT, ra.tokens or [])
-    cache_n = last.timings.get("cache_n")
-    seen = Seen(
-        [ra, rb, other, last],
-        same_tokens=last.ok and last.tokens == ref,
-        cached=bool(cache_n),
-        restore_status=restore.status,
-        empty_after_restore=not cache_n,
-        holds=all(s.ok for s in saves),
-    )
-    out = judged(ctx.expect("restore_draft_runs_past"), seen, cache_n_after_restore=cache_n, **facts)
-    out.details["restore_status"] = restore.status
-    if not restore.ok:
-        out.details["restore_error"] = restore.error_message
-    return out
+
+    return _two_saved_one_tampered(ctx, "restore_draft_runs_past", forge, continues="A")
 
 
 STATE_CUT = "cut where its state begins"  # header and tokens whole: only the frame's length tells

@@ -1,4 +1,4 @@
-"""One variant in this process: ``python -m pyllama_dflash.engine.schedule_child JOB OUT``.
+"""One variant in this process: ``python -m pyllama_dflash.engine.run_schedule JOB OUT``.
 
 JOB is a :class:`~.schedule_job.SearchJob` (the hypothesis loop; needs the test extra) or a
 :class:`~.schedule_job.ReplayJob` (one schedule) as JSON; with ``drift`` every completed run is also

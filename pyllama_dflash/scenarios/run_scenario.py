@@ -1,4 +1,4 @@
-"""Run one scenario on one variant, in this process: ``python -m pyllama_dflash.scenarios.child JOB OUT``.
+"""Run one scenario on one variant, in this process: ``python -m pyllama_dflash.scenarios.run_scenario JOB OUT``.
 
 JOB is a :class:`~.scenario_job.ScenarioJob` as JSON: the variant, the scenario, the models, the
 session config and whether to run the scenario's draft or its reconverted twin; the result
@@ -9,7 +9,6 @@ variant's libraries (same sonames) load into a process of their own.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import sys
 import time
@@ -27,18 +26,6 @@ from .ops import Generate, Op
 from .record import Record, StopScenario
 from .scenario_job import ScenarioJob
 from .session import replay_reference
-
-
-@functools.lru_cache(maxsize=8)
-def _tiny_images() -> dict[str, np.ndarray]:
-    return {
-        "small": small_image(0),
-        "small2": small_image(1),
-        "large": large_image(0),
-        "wide": wide_image(0),
-        "tiny": tiny_image(0),
-        "long": long_image(0),
-    }
 
 
 def images_for(models: ModelSet) -> dict[str, np.ndarray | bytes]:
