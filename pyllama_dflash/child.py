@@ -117,16 +117,16 @@ class Scratch:
 
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """Within it, SIGTERM (a CI runner's cancel, ``kill PID``) ends the program as Ctrl-C does: an
-    exception in the main thread, so :func:`run` kills the child it waits on and the tool's
+    """Within it, SIGTERM (a CI runner's cancel, ``kill PID``) ends the program as Ctrl-C does: a
+    KeyboardInterrupt in the main thread, so :func:`run` kills the child it waits on and the tool's
     ``finally`` blocks remove its scratch builds and folders. Without it the process dies at once
-    and its children run on, orphaned. Exit status 143 (128 + SIGTERM), as a shell reports it."""
+    and its children run on, orphaned. A command (command.py) then exits 130, as for Ctrl-C."""
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers belong to the main thread
         return
 
     def _stop(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
     previous = signal.signal(signal.SIGTERM, _stop)
     try:

@@ -5,7 +5,8 @@
     pyllama-dflash fuzz --examples 200     # = python -m pyllama_dflash.fuzz --examples 200
     pyllama-dflash mutate --list           # = python -m pyllama_dflash.mutate --list
 
-Each subcommand hands the rest of the line to that tool's own ``main(argv)``, so
+Each subcommand hands the rest of the line to that tool's own ``main(argv)``, run as every command
+is (command.py: its prog, its error line, exit 2 on an error, 130 on Ctrl-C or SIGTERM), so
 ``pyllama-dflash repro --help`` is repro's help and the older forms keep working as they were.
 The flags several tools take (``--variants``, ``--fix``, ``--backend``, ``--jobs``,
 ``--timeout``) are defined once, in ``flags.py``, and each tool's parser picks those it uses.
@@ -18,8 +19,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from .child import sigterm_as_interrupt
-from .flags import PROG, _prog
+from . import command
+from .flags import PROG
 
 # ---- the subcommands -------------------------------------------------------------------------------
 
@@ -40,7 +41,10 @@ TOOLS: dict[str, tuple[str, str]] = {
         "add rope.dimension_sections to a legacy DFlash draft for an M-RoPE target",
     ),
     "develop": ("pyllama_dflash.develop.__main__", "a git work tree of the pinned source, one commit per patch"),
-    "write-back": ("pyllama_dflash.develop.writeback", "write a develop tree's commits back into the patch series"),
+    "write-back": (
+        "pyllama_dflash.develop.writeback.__main__",
+        "write a develop tree's commits back into the patch series",
+    ),
 }
 
 
@@ -62,16 +66,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # only the first word is ours: --help, or a command; an unknown one ends here with argparse's message
     name = parser().parse_args(argv[:1]).command
     tool_main = importlib.import_module(TOOLS[name][0]).main
-    token = _prog.set(f"{PROG} {name}")
-    try:
-        with sigterm_as_interrupt():
-            return tool_main(argv[1:])
-    finally:
-        _prog.reset(token)
+    return command.run(tool_main, argv[1:], prog=command.name_prog(name))
 
 
 if __name__ == "__main__":
-    # through the package's module, not this __main__ copy, so that the tools see the same tool_prog state
+    # through the package's modules, not this __main__ copy, so that the tools see the same prog state
     from pyllama_dflash.cli import main as _main
 
     sys.exit(_main())

@@ -174,5 +174,9 @@ class ServerError(PyllamaError, RuntimeError):
         super().__init__(message + where + tail)
 
 
+class UsageError(PyllamaError, ValueError):
+    """A command's flags or inputs that it cannot run with: its error line, exit 2 (command.py)."""
+
+
 class ReferenceDied(PyllamaError, RuntimeError):
     """The drift oracle's reference process exited or answered nonsense: a harness error."""

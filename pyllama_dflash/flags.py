@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .env import CPU_ENV, PATCHES_ENV
+from .errors import UsageError
 from .shard import parse_shard
 
 PROG = "pyllama-dflash"
@@ -135,11 +136,11 @@ def tool_prog(default: str) -> str:
 
 def pick(text: str | None, known: tuple[str, ...] | list[str], flag: str) -> list[str]:
     """The names of a comma-separated flag value (``all`` or None: every known name, in order);
-    SystemExit naming the flag and the known names for an unknown one."""
+    UsageError naming the flag and the known names for an unknown one."""
     if text is None or text.strip() == "all":
         return list(known)
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in known]
     if unknown or not names:
-        raise SystemExit(f"{flag}: unknown {', '.join(unknown) or 'empty value'} (known: {', '.join(known)}, all)")
+        raise UsageError(f"{flag}: unknown {', '.join(unknown) or 'empty value'} (known: {', '.join(known)}, all)")
     return names

@@ -6,15 +6,19 @@ The command runs as installed (the script beside this Python) or, without it, as
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from pyllama_dflash import cli, flags
+from pyllama_dflash.env import CACHE_ENV, PATCHES_ENV
 from pyllama_dflash.fuzz.__main__ import parser as fuzz_parser
 from pyllama_dflash.llamabuild.cli import parser as build_parser
 from pyllama_dflash.repro.__main__ import parser as repro_parser
@@ -25,9 +29,11 @@ SUBCOMMANDS = ("build", "repro", "fuzz", "mutate", "bench", "tiny", "soak", "upg
 SHARED_IN_REPRO_AND_FUZZ = ("--variants", "--fix", "--backend", "--jobs", "--timeout", "--cpu", "--patches")
 
 
-def run(*args: str, command: list[str] = COMMAND, timeout: float = 120) -> subprocess.CompletedProcess:
+def run(
+    *args: str, command: list[str] = COMMAND, timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     # wide, so that argparse does not wrap a help line in the middle of a phrase
-    env = {**os.environ, "COLUMNS": "1000"}
+    env = {**os.environ, "COLUMNS": "1000", **(env or {})}
     return subprocess.run([*command, *args], capture_output=True, text=True, env=env, timeout=timeout)
 
 
@@ -136,3 +142,159 @@ def test_patches_names_another_series_and_a_missing_one_is_named(tool, tmp_path)
     extra = "--no-build" if tool == "repro" else "--examples=1"
     proc = run(tool, "--patches", str(tmp_path / "nowhere"), extra)
     assert proc.returncode == 2 and f"{tmp_path / 'nowhere'}/series: no series file" in proc.stderr, proc.stderr
+
+
+# ---- one runner for every command: its error line, exit 2 on an error, 130 on Ctrl-C --------------
+
+
+def _missing_file_args(name: str, missing: Path) -> tuple[list[str], dict[str, str]]:
+    """Each command given a file (or folder) that is not there: (its arguments, environment)."""
+    by_flag = {
+        "build": ["--variant", "full", "--patches", str(missing)],
+        "repro": ["--no-build", "--patches", str(missing)],
+        "fuzz": ["--examples", "1", "--patches", str(missing)],
+        "soak": ["--requests", "1", "--patches", str(missing)],
+        "develop": ["full", "--dir", str(missing.parent / "tree"), "--patches", str(missing)],
+        "upgrade": [str(missing)],
+        "write-back": ["--dir", str(missing)],
+        "tiny": [str(missing.parent / "out"), "--gguf-tree", str(missing)],
+    }
+    if name in by_flag:
+        return by_flag[name], {}
+    # mutate and bench take no such flag: the series they read is the environment's
+    return {"mutate": ["--list"], "bench": ["--only", "bindings"]}[name], {PATCHES_ENV: str(missing)}
+
+
+@pytest.mark.parametrize("name", SUBCOMMANDS)
+def test_each_command_names_a_missing_file_in_one_line_and_exits_2(name, tmp_path):
+    missing = tmp_path / "not-there"
+    args, env = _missing_file_args(name, missing)
+    proc = run(name, *args, env=env)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"pyllama-dflash {name}: error: ") and str(missing) in last, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+
+
+def _stub_cache(tmp_path: Path) -> Path:
+    """An empty cache whose pinned source tree seems fetched: resolving it takes the cache's source
+    lock first (llamabuild/source.py), so a command that needs the source waits while a test holds it."""
+    from pyllama_dflash.llamabuild import pinned, source
+
+    if source._populated(source.vendor_dir()):
+        pytest.skip("vendor/llama.cpp is populated: the source resolves without the cache's lock")
+    cache = tmp_path / "cache"
+    tree = cache / "sources" / f"llama.cpp-{pinned.RELEASE}-{pinned.SDIST_SHA256[:12]}"
+    tree.mkdir(parents=True)
+    (tree / "CMakeLists.txt").write_text("# a stand-in: the command never gets past the lock\n")
+    (cache / "locks").mkdir()
+    return cache
+
+
+def _interruptible(name: str, tmp_path: Path, cache: Path) -> tuple[list[str], dict[str, str]]:
+    """Each command at work, or waiting (on the held source lock, or on a pipe it reads): its
+    arguments and environment. Only fuzz and soak do real work, on the built variants, and briefly."""
+    if name in ("fuzz", "soak"):
+        if name == "fuzz":
+            return ["fuzz", "--examples", "1", "--variants", "full", "--no-drift", "--drafters", "dflash"], {}
+        return ["soak", "--variants", "full", "--requests", "4"], {}
+    if name == "upgrade":
+        fifo = tmp_path / "draft.gguf"
+        os.mkfifo(fifo)  # open() waits for a writer
+        return ["upgrade", str(fifo), "--check"], {}
+    if name == "write-back":
+        tree = tmp_path / "tree"
+        subprocess.run(["git", "init", "-q", str(tree)], check=True)
+        os.mkfifo(tree / ".git" / "pyllama-dflash-develop.json")  # the develop record, read first
+        return ["write-back", "--dir", str(tree)], {}
+    waits = {  # resolving the source: past the held lock only after the interrupt
+        "build": ["--variant", "full"],
+        "repro": ["--scenarios", "S1", "--variants", "full"],
+        "mutate": ["--list"],
+        "bench": ["--only", "bindings", "--json", str(tmp_path / "bench.json")],
+        "tiny": [str(tmp_path / "out")],
+        "develop": ["full", "--dir", str(tmp_path / "tree")],
+    }
+    return [name, *waits[name]], {CACHE_ENV: str(cache)}
+
+
+def _catches_sigterm(pid: int) -> bool:
+    """Whether the process has a handler for SIGTERM: the runner installs one as it starts the command."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    (mask,) = [ln.split()[1] for ln in status.splitlines() if ln.startswith("SigCgt:")]
+    return bool(int(mask, 16) & (1 << (signal.SIGTERM - 1)))
+
+
+def _interrupt(args: list[str], env: dict[str, str], sig: int = signal.SIGINT) -> subprocess.CompletedProcess:
+    """Start the command, wait until the runner runs it, send ``sig`` to it alone; how it ended."""
+    env = {k: v for k, v in os.environ.items() if k != "LLAMA_CPP_DIR"} | {"COLUMNS": "1000", **env}
+    proc = subprocess.Popen([*COMMAND, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and not _catches_sigterm(proc.pid):
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.01)
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)  # into its work
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.parametrize("name", SUBCOMMANDS)
+def test_ctrl_c_stops_each_command_with_one_line_and_130(name, variants, tmp_path):
+    lock = _stub_cache(tmp_path) / "locks" / "source.lock"
+    with open(lock, "a+") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        args, env = _interruptible(name, tmp_path, lock.parent.parent)
+        proc = _interrupt(args, env)
+    assert proc.returncode == 130, (proc.returncode, proc.stderr[-2000:])
+    last = proc.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(rf"pyllama-dflash {name}: interrupted(; .+)?", last), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    if name == "develop":
+        assert last.endswith("; nothing was made") and not (tmp_path / "tree").exists()
+
+
+def test_sigterm_ends_a_command_as_ctrl_c_does(tmp_path):
+    lock = _stub_cache(tmp_path) / "locks" / "source.lock"
+    with open(lock, "a+") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        proc = _interrupt(["build", "--variant", "full"], {CACHE_ENV: str(lock.parent.parent)}, signal.SIGTERM)
+    assert proc.returncode == 130, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == "pyllama-dflash build: interrupted; run it again to resume"
+
+
+def test_the_older_forms_say_their_own_prog(tmp_path):
+    proc = run("--no-build", "--fix", "nope", command=[sys.executable, "-m", "pyllama_dflash.repro"])
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("python -m pyllama_dflash.repro: error: --fix 'nope' is not among"), proc.stderr
+    build_py = [sys.executable, str(Path(__file__).resolve().parent.parent / "build.py")]
+    proc = run("--patches", str(tmp_path / "nowhere"), command=build_py)
+    assert proc.returncode == 2 and proc.stderr.startswith("build.py: error: "), proc.stderr
+
+
+# a command without a package of its extra: the module hidden as if it were not installed
+WITHOUT = (
+    "import sys; sys.modules[{module!r}] = None; from pyllama_dflash.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+@pytest.mark.parametrize(
+    "name,module,args", [("fuzz", "hypothesis", ["--examples", "1"]), ("soak", "openai", ["--requests", "1"])]
+)
+def test_a_command_without_its_extra_stops_at_once_naming_it(name, module, args):
+    proc = run(name, *args, command=[sys.executable, "-c", WITHOUT.format(module=module)], timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip() == (
+        f"pyllama-dflash {name}: error: {name} needs {module}, which is not installed: "
+        f"pip install 'pyllama-dflash[{name}]'"
+    )
+    assert proc.stdout == ""
+    # its help does not need it
+    proc = run(name, "--help", command=[sys.executable, "-c", WITHOUT.format(module=module)], timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith(f"usage: pyllama-dflash {name} "), proc.stderr

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from pyllama_dflash import command
 from pyllama_dflash.develop import DevelopError, align, mailpatch, writeback
 from pyllama_dflash.develop import __main__ as develop_cli
 from pyllama_dflash.develop.tree import develop, make_tree, read_meta
+from pyllama_dflash.develop.writeback import __main__ as writeback_cli
 from pyllama_dflash.files import sha256_file
 from pyllama_dflash.llamabuild.patchset import FIX_ROLE, apply_series, load_series, tree_reader
 from pyllama_dflash.llamabuild.source import resolve
@@ -163,7 +165,7 @@ def test_write_back_with_no_edit_gives_every_patch_back_byte_for_byte(tree, patc
         if p.suffix == ".patch":
             assert (patches_copy / p.name).stat().st_mtime_ns == stamps[p.name], f"{p.name} was rewritten"
     # the command says so
-    assert writeback.main(["--dir", str(tree), "--patches", str(patches_copy), "--dry-run"]) == 0
+    assert writeback_cli.main(["--dir", str(tree), "--patches", str(patches_copy), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert out.count(": unchanged (commit ") == len(outcomes), out
 
@@ -254,24 +256,35 @@ def test_a_reworded_message_changes_the_header_and_keeps_the_patch_form(tree, pa
     assert (new.diff, new.stat, new.trailer, new.gap) == (mp.diff, mp.stat, mp.trailer, mp.gap)
 
 
+def _develop(*args: str) -> int:
+    """develop as the console command runs it (command.py): its error line, its exit code."""
+    return command.run(develop_cli.main, args, prog=command.name_prog("develop"))
+
+
+def _write_back(*args: str) -> int:
+    return command.run(writeback_cli.main, args, prog=command.name_prog("write-back"))
+
+
 def test_develop_refuses_a_folder_that_is_not_empty_and_an_unknown_variant(tmp_path, capsys):
     taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "keep.txt").write_text("mine\n")
-    assert develop_cli.main([LAST, "--dir", str(taken), "--patches", str(PATCHES)]) == 2
+    assert _develop(LAST, "--dir", str(taken), "--patches", str(PATCHES)) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"develop: error: {taken}: already exists and is not empty"), err
+    assert err.startswith(f"pyllama-dflash develop: error: {taken}: already exists and is not empty"), err
     assert [p.name for p in taken.iterdir()] == ["keep.txt"]
-    assert develop_cli.main(["nope", "--dir", str(tmp_path / "x"), "--patches", str(PATCHES)]) == 2
+    assert _develop("nope", "--dir", str(tmp_path / "x"), "--patches", str(PATCHES)) == 2
     err = capsys.readouterr().err
-    assert "develop: error: unknown variant 'nope'" in err and LAST in err, err
+    assert "pyllama-dflash develop: error: unknown variant 'nope'" in err and LAST in err, err
     assert not (tmp_path / "x").exists()
 
 
 def test_write_back_refuses_a_folder_develop_did_not_make(tmp_path, capsys):
-    assert writeback.main(["--dir", str(tmp_path)]) == 2
+    assert _write_back("--dir", str(tmp_path)) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"write-back: error: {tmp_path}: not a work tree made by pyllama-dflash develop"), err
+    assert err.startswith(
+        f"pyllama-dflash write-back: error: {tmp_path}: not a work tree made by pyllama-dflash develop"
+    ), err
 
 
 # ---- a tiny series, on a tiny tree --------------------------------------------------------------
@@ -349,9 +362,9 @@ def test_uncommitted_changes_are_refused_naming_the_folder(tiny, capsys):
     tree, patches = tiny
     before = {p.name: p.read_bytes() for p in patches.iterdir()}
     (tree / "f.txt").write_text("edited\n")
-    assert writeback.main(["--dir", str(tree)]) == 2
+    assert _write_back("--dir", str(tree)) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"write-back: error: {tree}: uncommitted changes (M f.txt)"), err
+    assert err.startswith(f"pyllama-dflash write-back: error: {tree}: uncommitted changes (M f.txt)"), err
     git(tree, "checkout", "--", "f.txt")
     (tree / "new.txt").write_text("untracked\n")
     with pytest.raises(DevelopError, match=r"uncommitted changes \(\?\? new.txt\)"):

@@ -6,14 +6,17 @@ is present; the CPU CI runs everything else.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from conftest import VARIANTS
-from pyllama_dflash.engine.matrix import Job, run_matrix
+from pyllama_dflash.engine.matrix import run_matrix
 from pyllama_dflash.llamabuild import VariantNotBuilt, find
 from pyllama_dflash.llamabuild.toolchain import nvidia_gpu_present
 from pyllama_dflash.scenarios.catalog import SCENARIOS, expectations, meets
-from pyllama_dflash.scenarios.session import DEFAULT_CONFIG
+from pyllama_dflash.scenarios.config import DEFAULT_CONFIG
+from pyllama_dflash.scenarios.scenario_job import ScenarioJob
 
 
 def _cuda_builds() -> bool:
@@ -35,7 +38,7 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def gpu_matrix(model_set, tmp_path_factory):
     jobs = [
-        Job(s, v, model_set, {**DEFAULT_CONFIG, "n_gpu_layers": 99}, backend="cuda")
+        ScenarioJob(s, v, model_set, replace(DEFAULT_CONFIG, n_gpu_layers=99), backend="cuda")
         for s in SCENARIOS
         for v in VARIANTS
     ]

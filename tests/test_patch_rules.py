@@ -290,7 +290,7 @@ from pyllama_dflash import api, load
 from pyllama_dflash.engine.execute import execute
 from pyllama_dflash.engine.schedule import Schedule
 from pyllama_dflash.scenarios import session
-from pyllama_dflash.scenarios.session import DEFAULT_CONFIG
+from pyllama_dflash.scenarios.config import DEFAULT_CONFIG
 from pyllama_dflash.scenarios.models import ModelSet
 
 load("baseline")

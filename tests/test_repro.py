@@ -11,14 +11,16 @@ import json
 import re
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
 from conftest import DEFINED, FIX, LAST, VARIANTS
-from pyllama_dflash.engine.matrix import DEFINITION, REFERENCE, Job, run_matrix, run_table, server_config
+from pyllama_dflash.engine.matrix import DEFINITION, REFERENCE, run_matrix, run_table, server_config
 from pyllama_dflash.llamabuild import variant as variant_of
 from pyllama_dflash.scenarios.catalog import SCENARIOS, expectations, meets
-from pyllama_dflash.scenarios.session import DEFAULT_CONFIG
+from pyllama_dflash.scenarios.config import DEFAULT_CONFIG
+from pyllama_dflash.scenarios.scenario_job import ScenarioJob
 
 
 @pytest.fixture(scope="session")
@@ -259,7 +261,7 @@ def test_the_hole_is_as_wide_as_the_image_grid(matrix):
 def test_a_draft_with_smaller_batches_than_the_target_drafts_as_its_twin(variants, model_set, tmp_path):
     """The draft's n_batch 8 and n_ubatch 4 against the target's 16: every run the fix injects is cut at
     the draft's n_ubatch, the 6-position hole of S3 spans two of its ubatches."""
-    config = {**DEFAULT_CONFIG, "draft_n_batch": 8, "draft_n_ubatch": 4}
+    config = replace(DEFAULT_CONFIG, draft_n_batch=8, draft_n_ubatch=4)
     table = run_table(["S1", "S3", "S5", "S11"], [FIX], model_set, config, parallel=2, work_dir=tmp_path)
     for sid, row in table.items():
         r = row[FIX]
@@ -297,7 +299,7 @@ def test_under_the_definition_a_legacy_draft_and_its_twin_draft_alike(matrix, mo
     twin question disappears, round by round."""
     scenarios = ["S1", "S3", "S4", "S5", "S13"]
     config = server_config(DEFINED, DEFAULT_CONFIG)
-    jobs = [Job(sid, DEFINED, model_set, config, twin=True) for sid in scenarios]
+    jobs = [ScenarioJob(sid, DEFINED, model_set, config, twin=True) for sid in scenarios]
     twins = run_matrix(jobs, parallel=2, work_dir=tmp_path)
     for sid in scenarios:
         twin = twins[(sid, f"{DEFINED}+twin")]

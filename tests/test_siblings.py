@@ -13,8 +13,8 @@ from conftest import VARIANTS
 from pyllama_dflash import tiny
 from pyllama_dflash.engine.matrix import case_name, run_cases
 from pyllama_dflash.repro.report import drafting_around_images
+from pyllama_dflash.scenarios.config import DEFAULT_CONFIG
 from pyllama_dflash.scenarios.models import SIBLINGS, sibling_models
-from pyllama_dflash.scenarios.session import DEFAULT_CONFIG
 from pyllama_dflash.server import SIBLINGS_CHECKS, run_server_checks
 
 SCENARIOS = ["S8", "S1", "S2", "S3", "S5", "S10", "S11"]

@@ -205,7 +205,7 @@ def test_cli_errors_exit_2_without_traceback(ms: ModelSet, tmp_path: Path) -> No
     for args in ([junk], [junk, "--check"], [ms.target, "--check"], [ms.draft, "--check", "--target", junk]):
         r = _cli(*args)
         assert r.returncode == 2, (args, r.stdout, r.stderr)
-        assert r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+        assert r.stderr.startswith("python -m pyllama_dflash.upgrade: error: ") and "Traceback" not in r.stderr
         assert str(args[-1] if "--target" in args else args[0]) in r.stderr
 
 

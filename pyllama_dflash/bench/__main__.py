@@ -334,4 +334,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .. import command
+
+    sys.exit(command.run(main))

@@ -3,7 +3,7 @@
 A copy of the pinned llama.cpp source (real files, never links into the source cache) committed
 as the ``pristine`` commit, then one commit per patch of the variant, in the order the build
 applies them. Edit, fold each change into its patch's commit, then ``pyllama-dflash write-back``.
-Exit 0 when made; any error gives 2 with one ``develop: error: ...`` line on stderr.
+Exit 0 when made; any error gives 2 with one ``PROG: error: ...`` line on stderr (command.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..errors import PyllamaError
+from .. import command
 from ..flags import common_parser, tool_prog
 from .tree import Developed, develop
 
@@ -71,20 +71,14 @@ def next_steps(made: Developed) -> str:
     return "\n".join(lines)
 
 
+@command.on_interrupt("nothing was made")
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     say = lambda msg: print(msg, file=sys.stderr)
-    try:
-        made = develop(args.variant, args.dir, args.patches, args.llama_dir, log=say)
-    except (PyllamaError, OSError) as e:
-        print(f"develop: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("develop: interrupted; nothing was made", file=sys.stderr)
-        return 130
+    made = develop(args.variant, args.dir, args.patches, args.llama_dir, log=say)
     print(next_steps(made))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(command.run(main))

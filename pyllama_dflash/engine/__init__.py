@@ -7,6 +7,6 @@ schedules: ``schedule`` (the JSON format and its validity rules), ``strategy`` (
 strategies), ``invariant`` (what ``full`` must keep after every call), ``execute`` (one schedule
 on the loaded variant), ``reference`` (the drift oracle's long-lived baseline reference),
 ``search`` (the hypothesis loop in one process), ``minimize`` (a greedy pass on the shrunk
-schedule's steps), ``schedule_child`` and ``schedule_runner`` (one child process per variant, its
+schedule's steps), ``run_schedule`` and ``schedule_runner`` (one child process per variant, its
 two sides).
 """

@@ -13,10 +13,11 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..scenarios.config import DEFAULT_CONFIG, SessionConfig
 from ..scenarios.drift import REFERENCE_OK, compare, drafts
 from ..scenarios.models import ModelSet, for_schedule
 from ..scenarios.record import Record, StopScenario
-from ..scenarios.session import SeqState, Session, SessionConfig
+from ..scenarios.session import SeqState, Session
 from ..tiny import image as tiny_image
 from .invariant import CheckedRecord, DraftDrift, DraftStarved, Memories, OutputDiffers, Violation
 from .schedule import Schedule, Step, image_px
@@ -60,7 +61,7 @@ def _image(w: int, h: int) -> np.ndarray:
 def execute(
     schedule: Schedule,
     models: ModelSet,
-    config: dict | None = None,
+    config: SessionConfig = DEFAULT_CONFIG,
     *,
     exact: bool = False,
     reference: Callable[..., dict] | None = None,
@@ -76,7 +77,7 @@ def execute(
     """
     t0 = time.monotonic()
     models = for_schedule(models, schedule.drafter, schedule.target)
-    cfg = SessionConfig(**schedule.session_config(config))
+    cfg = schedule.session_config(config)
     record = CheckedRecord() if check else Record()
     violation = None
     run = _Run()

@@ -14,79 +14,38 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 
 from .. import child
 from ..env import THREADS_ENV
 from ..llamabuild import variant as variant_of
 from ..llamabuild.patchset import BASELINE
+from ..scenarios.config import SessionConfig
 from ..scenarios.drift import judge
-from ..scenarios.models import ModelSet
+from ..scenarios.models import ModelSet, case_name
 from ..scenarios.record import DRIFT, PASS
+from ..scenarios.scenario_job import ScenarioJob
 
 REFERENCE = f"{BASELINE}+twin"  # the drift oracle's column: baseline with the draft's reconverted twin
 # the definition variant's column: baseline drafting from every row of the history at 0..N-1
 DEFINITION = f"{BASELINE}+definition"
 # the tie check's run: the reference replayed with the fix's cell layout (not a column of the table)
 LAYOUT = f"{REFERENCE} (fix's layout)"
-CHILD_MODULE = "pyllama_dflash.scenarios.child"
+SCENARIO_MODULE = "pyllama_dflash.scenarios.run_scenario"  # what a child runs: the jobs, one by one
 
 
-@dataclass
-class Job:
-    scenario: str
-    variant: str
-    models: ModelSet
-    config: dict = field(default_factory=dict)
-    backend: str | None = None
-    check_exact: bool = True
-    timeout_s: float = 300.0
-    threads: int = 1  # per context; run_jobs sets cores // parallel children
-    twin: bool = False  # run the draft's reconverted twin instead (the drift reference)
-    definition: bool = False  # draft as the draft's definition has it (the definition reference)
-
-    @property
-    def case(self) -> str:
-        """``<drafter>/<target kind>``: which models the job runs on."""
-        return case_name(self.models)
-
-    @property
-    def column(self) -> str:
-        """The variant, or ``<variant>+twin`` / ``<variant>+definition`` for a reference run."""
-        return self.variant + ("+twin" if self.twin else "+definition" if self.definition else "")
-
-    @property
-    def key(self) -> tuple[str, str]:
-        """(scenario, column)."""
-        return self.scenario, self.column
-
-    def to_json(self) -> dict:
-        return {
-            "scenario": self.scenario,
-            "variant": self.variant,
-            "models": self.models.to_json(),
-            "config": self.config,
-            "backend": self.backend,
-            "check_exact": self.check_exact,
-            "twin": self.twin,
-            "definition": self.definition,
-        }
+# the name mutate (and older callers) import the matrix's job by: one scenario on one variant, in a child
+Job = ScenarioJob
 
 
-def case_name(models: ModelSet) -> str:
-    return f"{models.drafter}/{models.target_kind}"
-
-
-def run_jobs(jobs: list[Job], parallel: int, work_dir: Path | None = None) -> list[dict]:
+def run_jobs(jobs: list[ScenarioJob], parallel: int, work_dir: Path | None = None) -> list[dict]:
     """Every job in a child, jobs of one variant (and backend) batched into children of their own,
     ``parallel`` children at once; the results in the order of ``jobs``."""
     scratch = child.Scratch("pyllama-dflash-matrix-", work_dir)
     work = scratch.path
     parallel = max(1, parallel)
     share = max(1, (os.cpu_count() or 1) // parallel)
-    for j in jobs:
-        j.threads = share
     batches = _batches(jobs, parallel)
     # children share the cores: each context gets its share of threads, not all of them
     threads = os.environ.get(THREADS_ENV, str(share))
@@ -96,7 +55,7 @@ def run_jobs(jobs: list[Job], parallel: int, work_dir: Path | None = None) -> li
         first = jobs[batch[0]]
         name = f"{first.variant}-{index:03d}"
         out = child.run_batch(
-            CHILD_MODULE,
+            SCENARIO_MODULE,
             [jobs[i].to_json() for i in batch],
             work,
             name,
@@ -114,7 +73,7 @@ def run_jobs(jobs: list[Job], parallel: int, work_dir: Path | None = None) -> li
     return done
 
 
-def _batches(jobs: list[Job], parallel: int) -> list[list[int]]:
+def _batches(jobs: list[ScenarioJob], parallel: int) -> list[list[int]]:
     """Indexes of jobs grouped by the libraries they load (variant and backend), cut into pieces of
     about a quarter of each child's share, largest first, so the children finish together."""
     groups: dict[tuple[str, str | None], list[int]] = {}
@@ -125,22 +84,22 @@ def _batches(jobs: list[Job], parallel: int) -> list[list[int]]:
     return sorted(pieces, key=len, reverse=True)
 
 
-def server_config(variant: str, config: dict) -> dict:
+def server_config(variant: str, config: SessionConfig) -> SessionConfig:
     """The session config for a variant: the slot loop mirrors what the variant's llama-server does
     with a slot file (see saves_draft_with_slot)."""
-    return {**config, "server_saves_draft": variant_of(variant).saves_draft}
+    return replace(config, server_saves_draft=variant_of(variant).saves_draft)
 
 
-def reference_config(config: dict) -> dict:
+def reference_config(config: SessionConfig) -> SessionConfig:
     """The drift reference's session config: baseline's slot loop, following the history a target-only
     restore leaves (SessionConfig.history_restores)."""
-    return {**server_config(BASELINE, config), "history_restores": True}
+    return replace(server_config(BASELINE, config), history_restores=True)
 
 
-def definition_config(config: dict) -> dict:
+def definition_config(config: SessionConfig) -> SessionConfig:
     """The definition reference's session config: baseline's slot loop, drafting from the history the
     target holds (SessionConfig.definition_reference)."""
-    return {**server_config(BASELINE, config), "definition_reference": True}
+    return replace(server_config(BASELINE, config), definition_reference=True)
 
 
 def reference_columns(variants: Iterable[str]) -> list[str]:
@@ -160,7 +119,7 @@ Table = dict[str, dict[str, dict]]  # table[scenario][column]
 def run_cases(
     cases: Iterable[tuple[ModelSet, list[str]]],
     variants: list[str],
-    config: dict,
+    config: SessionConfig,
     *,
     parallel: int,
     drift: bool = True,
@@ -174,18 +133,20 @@ def run_cases(
     twin (column :data:`REFERENCE`) and, where a variant is judged against the draft's definition,
     once drafting as the definition has it (column :data:`DEFINITION`); every variant's drafts are
     compared with its own (:func:`reference_of`, :func:`pyllama_dflash.scenarios.drift.judge`).
-    ``job_options`` go to every :class:`Job`.
+    ``job_options`` go to every :class:`ScenarioJob`.
     """
     cases = list(cases)
     references = reference_columns(variants) if drift else []
-    jobs: list[Job] = []
+    jobs: list[ScenarioJob] = []
     for models, scenarios in cases:
         for sid in scenarios:
-            jobs += [Job(sid, v, models, server_config(v, config), **job_options) for v in variants]
+            jobs += [ScenarioJob(sid, v, models, server_config(v, config), **job_options) for v in variants]
             if REFERENCE in references:
-                jobs.append(Job(sid, BASELINE, models, reference_config(config), twin=True, **job_options))
+                jobs.append(ScenarioJob(sid, BASELINE, models, reference_config(config), twin=True, **job_options))
             if DEFINITION in references:
-                jobs.append(Job(sid, BASELINE, models, definition_config(config), definition=True, **job_options))
+                jobs.append(
+                    ScenarioJob(sid, BASELINE, models, definition_config(config), definition=True, **job_options)
+                )
     results = run_jobs(jobs, parallel, work_dir)
     by_key = {(j.case, *j.key): r for j, r in zip(jobs, results, strict=True)}
     tables: dict[str, Table] = {}
@@ -215,7 +176,7 @@ def run_cases(
 def prove_ties(
     cases: list[tuple[ModelSet, Table]],
     variants: list[str],
-    config: dict,
+    config: SessionConfig,
     parallel: int,
     work_dir: Path | None = None,
     **job_options,
@@ -223,10 +184,10 @@ def prove_ties(
     """Where a run drifted, replay its reference with the fix's cell layout and judge again: a drift
     that replay drafts too is a tie broken by the cells' order (TIE). One replay per drifting row;
     the tables (their rows holding each variant's result and the REFERENCE) are judged in place."""
-    layout_config = {**reference_config(config), "twin_fill_layout": True}
+    layout_config = replace(reference_config(config), twin_fill_layout=True)
     tables = {case_name(models): table for models, table in cases}
     jobs = [
-        Job(sid, BASELINE, models, layout_config, twin=True, **job_options)
+        ScenarioJob(sid, BASELINE, models, layout_config, twin=True, **job_options)
         for models, table in cases
         for sid, row in table.items()
         if any(row[v].get("status") == DRIFT and row[v].get("drift") for v in variants)
@@ -246,7 +207,7 @@ def run_table(
     scenarios: list[str],
     variants: list[str],
     models: ModelSet,
-    config: dict,
+    config: SessionConfig,
     *,
     parallel: int,
     drift: bool = True,
@@ -260,6 +221,6 @@ def run_table(
     return tables[case_name(models)]
 
 
-def run_matrix(jobs: list[Job], parallel: int, work_dir: Path | None = None) -> dict[tuple[str, str], dict]:
-    """The jobs' results keyed by :attr:`Job.key` (jobs of one case)."""
+def run_matrix(jobs: list[ScenarioJob], parallel: int, work_dir: Path | None = None) -> dict[tuple[str, str], dict]:
+    """The jobs' results keyed by :attr:`ScenarioJob.key` (jobs of one case)."""
     return {j.key: r for j, r in zip(jobs, run_jobs(jobs, parallel, work_dir), strict=True)}

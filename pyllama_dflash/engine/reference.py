@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..errors import ReferenceDied
 from ..llamabuild.patchset import BASELINE
+from ..scenarios.config import DEFAULT_CONFIG, SessionConfig
 from ..scenarios.models import ModelSet, for_schedule
 from .schedule import Schedule
 
@@ -30,7 +31,11 @@ class ReferenceProcess:
     out as the fix lays a legacy draft's (SessionConfig.twin_fill_layout), for the tie check."""
 
     def __init__(
-        self, models: ModelSet, config: dict | None = None, backend: str | None = None, definition: bool = False
+        self,
+        models: ModelSet,
+        config: SessionConfig = DEFAULT_CONFIG,
+        backend: str | None = None,
+        definition: bool = False,
     ) -> None:
         if not definition:
             _twin_of(models)  # refused here, not in the child
@@ -42,7 +47,7 @@ class ReferenceProcess:
             "-m",
             "pyllama_dflash.engine.reference",
             json.dumps(self.models.to_json()),
-            json.dumps(config or {}),
+            json.dumps(config.to_json()),
             backend or "",
             "definition" if definition else "twin",
         ]
@@ -104,7 +109,7 @@ def main(argv: list[str]) -> int:
     from .execute import execute
 
     os.environ.setdefault(api.THREADS_ENV, "1")
-    models, config = ModelSet.from_json(json.loads(argv[0])), json.loads(argv[1])
+    models, config = ModelSet.from_json(json.loads(argv[0])), SessionConfig.from_json(json.loads(argv[1]))
     load(BASELINE, backend=(argv[2] if len(argv) > 2 else "") or None)
     definition = len(argv) > 3 and argv[3] == "definition"
     # the protocol gets a descriptor of its own; anything else written to fd 1 (native code
@@ -119,10 +124,10 @@ def main(argv: list[str]) -> int:
         # drafting as its definition has it (no layout to replay: no fill there)
         drafter = for_schedule(models, schedule.drafter, schedule.target)
         if definition:
-            ref_models, cfg = drafter, {**config, "definition_reference": True}
+            ref_models, cfg = drafter, replace(config, definition_reference=True)
         else:
             layout = {"twin_fill_layout": True} if ask.get("layout") else {}
-            ref_models, cfg = _twin_of(drafter), {**config, "history_restores": True, **layout}
+            ref_models, cfg = _twin_of(drafter), replace(config, history_restores=True, **layout)
         try:
             outcome = execute(replace(schedule, drafter=None, target=None), ref_models, cfg, check=False)
             answer = {"status": outcome.status, "rounds": [asdict(r) for r in outcome.record.rounds]}

@@ -40,11 +40,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import ScheduleError
+from ..scenarios.config import DEFAULT_CONFIG, SessionConfig
 
 FORMAT = "pyllama-dflash-schedule"
 VERSION = 1
@@ -52,7 +53,7 @@ VERSION = 1
 OPS = ("prompt", "batch", "generate", "save", "restore", "rewind")
 GRID_MIN, GRID_MAX = 3, 8  # the tiny projector's minimum; 8 x 8 = 64 rows = 4 sub-batches of 16
 PX_PER_TOKEN = 28  # the tiny qwen2vl projector merges 2 x 2 patches of 14 px
-N_BATCH = 16  # SessionConfig's n_batch: one text_batch must fit in it
+N_BATCH = DEFAULT_CONFIG.n_batch  # the session's n_batch: one text_batch must fit in it
 # KV cells one sequence may fill: n_ctx 512 split over two sequences' streams, less room for a
 # verify batch; restore and rewind replace a sequence's cells, they do not add to them
 SEQ_CELLS = 224
@@ -288,12 +289,12 @@ class Schedule:
         s.validate()
         return s
 
-    def session_config(self, config: dict | None) -> dict:
+    def session_config(self, config: SessionConfig = DEFAULT_CONFIG) -> SessionConfig:
         """The session config a run of this schedule takes: config, with its sequences and draft size."""
         draft = (
             {"draft_n_batch": self.draft_n_ubatch, "draft_n_ubatch": self.draft_n_ubatch} if self.draft_n_ubatch else {}
         )
-        return {**(config or {}), "n_seq": self.n_seq, **draft, **self.drafting}
+        return replace(config, n_seq=self.n_seq, **draft, **self.drafting)
 
     def dumps(self) -> str:
         """One step per line, op first: readable in a report, and still JSON."""

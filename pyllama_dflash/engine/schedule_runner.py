@@ -1,20 +1,18 @@
 """The schedules' parent side: one child process per variant (the variants share sonames), run in
-parallel; the child side is schedule_child.py."""
+parallel; the side that runs in the child is run_schedule.py."""
 
 from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from .. import child
 from ..env import FUZZ_EXAMPLES_ENV, FUZZ_SEED_ENV
 from ..scenarios.models import ModelSet
-from ..scenarios.session import DEFAULT_CONFIG
 from .schedule import Schedule
-
-DEFAULT_EXAMPLES = 50  # per variant in CI; PYLLAMA_DFLASH_FUZZ_EXAMPLES raises it
-DEFAULT_SEED = 0  # a fixed seed keeps CI deterministic; PYLLAMA_DFLASH_FUZZ_SEED varies it
+from .schedule_job import DEFAULT_EXAMPLES, DEFAULT_SEED, ReplayJob, ScheduleJob, SearchJob
 
 
 def examples_from_env() -> int:
@@ -25,22 +23,17 @@ def seed_from_env() -> int:
     return int(os.environ.get(FUZZ_SEED_ENV) or DEFAULT_SEED)
 
 
-def run_child(job: dict, work_dir: Path, name: str, timeout_s: float) -> dict:
+def run_child(job: ScheduleJob, work_dir: Path, timeout_s: float) -> dict:
     """Run one job in a fresh interpreter; a native crash becomes a CRASH result."""
-    return child.run_job("pyllama_dflash.engine.schedule_child", job, work_dir, name, timeout=timeout_s)
+    name = f"{job.MODE}-{job.variant}"
+    return child.run_job("pyllama_dflash.engine.run_schedule", job.to_json(), work_dir, name, timeout=timeout_s)
 
 
-def _each_variant(
-    mode: str, variants: list[str], job: dict, parallel: int, work_dir: Path | None, timeout_s: float
-) -> dict[str, dict]:
-    """The job (``mode``: search or replay) on each variant, one child each, ``parallel`` at once;
-    per variant the child's result."""
+def _each_variant(jobs: list[ScheduleJob], parallel: int, work_dir: Path | None, timeout_s: float) -> dict[str, dict]:
+    """The jobs (one per variant), one child each, ``parallel`` at once; per variant the child's result."""
     scratch = child.Scratch("pyllama-dflash-fuzz-", work_dir)
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        futures = {
-            v: pool.submit(run_child, {"mode": mode, "variant": v, **job}, scratch.path, f"{mode}-{v}", timeout_s)
-            for v in variants
-        }
+        futures = {job.variant: pool.submit(run_child, job, scratch.path, timeout_s) for job in jobs}
         results = {v: f.result() for v, f in futures.items()}
     scratch.close(results.values())
     return results
@@ -50,37 +43,16 @@ def search_variants(
     variants: list[str],
     models: ModelSet,
     *,
-    examples: int,
-    seed: int = DEFAULT_SEED,
-    max_steps: int = 8,
-    exact: bool = False,
-    ignore: tuple[str, ...] = (),
-    backend: str | None = None,
     parallel: int = 2,
     timeout_s: float = 600.0,
     work_dir: Path | None = None,
-    drift: bool = True,
-    weighted: bool = True,
-    drafters: tuple[str, ...] = (),
-    targets: tuple[str, ...] = (),
+    **options: Any,
 ) -> dict[str, dict]:
     """The hypothesis search on each variant, one child each; per variant its SearchResult as JSON.
-    Each schedule draws its drafter and target kind from those given (none: ``models`` as they are)."""
-    job = {
-        "backend": backend,
-        "models": models.to_json(),
-        "config": DEFAULT_CONFIG,
-        "examples": examples,
-        "seed": seed,
-        "max_steps": max_steps,
-        "exact": exact,
-        "ignore": list(ignore),
-        "drift": drift,
-        "weighted": weighted,
-        "drafters": list(drafters),
-        "targets": list(targets),
-    }
-    return _each_variant("search", variants, job, parallel, work_dir, timeout_s)
+    ``options`` are :class:`SearchJob`'s fields (examples, seed, max_steps, drift, ...), its defaults
+    where left out."""
+    jobs = [SearchJob(v, models, **options) for v in variants]
+    return _each_variant(jobs, parallel, work_dir, timeout_s)
 
 
 def replay_variants(
@@ -88,21 +60,12 @@ def replay_variants(
     variants: list[str],
     models: ModelSet,
     *,
-    config: dict | None = None,
-    backend: str | None = None,
-    exact: bool = True,
     parallel: int = 2,
     timeout_s: float = 300.0,
     work_dir: Path | None = None,
-    drift: bool = True,
+    **options: Any,
 ) -> dict[str, dict]:
-    """One schedule on each variant; per variant an Outcome as JSON (status, kind, first_failure, ...)."""
-    job = {
-        "backend": backend,
-        "models": models.to_json(),
-        "config": config or DEFAULT_CONFIG,
-        "schedule": schedule.to_json(),
-        "exact": exact,
-        "drift": drift,
-    }
-    return _each_variant("replay", variants, job, parallel, work_dir, timeout_s)
+    """One schedule on each variant; per variant an Outcome as JSON (status, kind, first_failure, ...).
+    ``options`` are :class:`ReplayJob`'s fields (config, backend, exact, drift), its defaults where left out."""
+    jobs = [ReplayJob(v, models, schedule, **options) for v in variants]
+    return _each_variant(jobs, parallel, work_dir, timeout_s)

@@ -18,11 +18,13 @@ except ImportError:  # pragma: no cover - hypothesis depends on the backport bel
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 
+from ..scenarios.config import SessionConfig
 from ..scenarios.models import ModelSet
 from .execute import execute
 from .invariant import Violation
 from .minimize import minimize
 from .schedule import Schedule
+from .schedule_job import SearchJob
 from .strategy import schedules
 
 
@@ -50,33 +52,21 @@ class SearchResult:
         }
 
 
-def search(
-    models: ModelSet,
-    *,
-    examples: int,
-    seed_: int = 0,
-    max_steps: int = 8,
-    exact: bool = False,
-    config: dict | None = None,
-    ignore: frozenset[str] = frozenset(),
-    reference: Callable[..., dict] | None = None,
-    weighted: bool = True,
-    drafters: tuple[str, ...] = (),
-    targets: tuple[str, ...] = (),
-) -> SearchResult:
-    """Run up to `examples` schedules (and the shrinking of what fails).
+def search(job: SearchJob, *, reference: Callable[..., dict] | None = None) -> SearchResult:
+    """Run up to ``job.examples`` schedules (and the shrinking of what fails) on ``job.models``.
 
-    Kinds in ignore end a run as llama-server would (the slot is dropped) but do not fail it:
+    Kinds in ``job.ignore`` end a run as llama-server would (the slot is dropped) but do not fail it:
     hypothesis stops looking soon after its first bug, so a kind already known can hide others.
     With a reference (the drift oracle, see reference.py) every completed run is also compared
     round by round with what the reconverted twin drafts on baseline.
     """
-    result = SearchResult(examples)
+    models, config, exact, ignore = job.models, job.config, job.exact, frozenset(job.ignore)
+    result = SearchResult(job.examples)
     t0 = time.monotonic()
 
-    @seed(seed_)
+    @seed(job.seed)
     @settings(
-        max_examples=examples,
+        max_examples=job.examples,
         database=None,
         deadline=None,
         derandomize=False,
@@ -86,7 +76,7 @@ def search(
         verbosity=Verbosity.quiet,
         suppress_health_check=list(HealthCheck),
     )
-    @given(schedules(max_steps=max_steps, weighted=weighted, drafters=drafters, targets=targets))
+    @given(schedules(max_steps=job.max_steps, weighted=job.weighted, drafters=job.drafters, targets=job.targets))
     def holds(schedule: Schedule) -> None:
         result.runs += 1
         result.steps_run += len(schedule.steps)
@@ -118,7 +108,7 @@ def search(
 def _minimize(
     failure: dict,
     models: ModelSet,
-    config: dict | None,
+    config: SessionConfig,
     exact: bool,
     result: SearchResult,
     reference: Callable[..., dict] | None,

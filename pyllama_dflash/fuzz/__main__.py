@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..child import sigterm_as_interrupt
+from .. import command
 from ..engine.schedule import Schedule
 from ..engine.schedule_runner import examples_from_env, search_variants, seed_from_env
 from ..files import atomic_write_json
@@ -198,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.merge:
         return merge_main(args)
+    command.require("hypothesis", extra="fuzz", command="fuzz")  # its children draw the schedules with it
     export(args)  # --cpu and --patches: for the lookups here and in every child process
     backend = args.backend if args.backend != "auto" else None
     try:
@@ -271,5 +272,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    with sigterm_as_interrupt():
-        sys.exit(main())
+    sys.exit(command.run(main))

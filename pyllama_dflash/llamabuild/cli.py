@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import BuildError
+from .. import command
 from ..flags import common_parser, tool_prog
 from ..paths import default_patches_dir
 from . import builder, ctest
@@ -53,6 +53,7 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+@command.on_interrupt("run it again to resume")
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     opts = builder.BuildOptions(
@@ -67,20 +68,13 @@ def main(argv: list[str] | None = None) -> int:
         server=args.server,
     )
     t0 = time.monotonic()
-    try:
-        if args.check:
-            return _check(opts)
-        if args.stage:
-            return _stage(args.stage, opts)
-        if args.list:
-            return _list(opts)
-        built = builder.build(args.variant or ["all"], opts)
-    except BuildError as e:
-        print(f"build.py: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("build.py: interrupted; run it again to resume", file=sys.stderr)
-        return 130
+    if args.check:
+        return _check(opts)
+    if args.stage:
+        return _stage(args.stage, opts)
+    if args.list:
+        return _list(opts)
+    built = builder.build(args.variant or ["all"], opts)
     for m in built:
         print(f"{m.variant:12s} {m.backend:5s} {m.cpu_mode or '?':8s} {m.lib_dir}")
     print(f"done in {time.monotonic() - t0:.1f}s", file=sys.stderr)

@@ -140,3 +140,113 @@ def format_siblings(tables: dict[str, dict[str, dict[str, dict]]], variants: lis
         lines.append("each cell: status, then tokens drafted per round before / after the first image")
         lines.append("")
     return "\n".join(lines)
+
+
+# ---- the run as printed, and as JSON -----------------------------------------------------------
+
+
+def print_matrix(matrix, rows: dict, *, detail: bool) -> None:
+    """The first table in full, with its first failures (every table with ``detail``); then, unless
+    ``detail``, every drafter of a target side by side."""
+    from ..engine.matrix import case_name
+
+    several = len(matrix.cases) > 1
+    for i, (case_models, _) in enumerate(matrix.cases):
+        if i == 0 or detail:
+            if several:
+                print(f"== {case_title(case_models)} ==")
+            print(format_table(matrix.tables[case_name(case_models)], matrix.columns, rows))
+            print()
+    if several and not detail:
+        for target in dict.fromkeys(m.target_kind for m, _ in matrix.cases):
+            on_target = [m for m, _ in matrix.cases if m.target_kind == target]
+            print(
+                format_drafters(
+                    {m.drafter: matrix.tables[case_name(m)] for m in on_target},
+                    [m.drafter for m in on_target],
+                    matrix.columns,
+                    rows,
+                    f"== every drafter on the {target} target ({_target_arch(target)}) ==",
+                )
+            )
+            print()
+
+
+def print_server(server: dict[str, dict], family: dict | None, variants: list[str], *, measured: bool = False) -> None:
+    """The llama-server tables: the plan's models' (by variant), then each other case's; with
+    ``measured``, ``server`` holds a table per sibling drafter instead."""
+    if measured:
+        for sibling, results in server.items():
+            print(f"== llama-server, {sibling} (measured) ==")
+            print(format_server_table(results, variants))
+        return
+    print(format_server_table(server, variants))
+    for case, results in (family or {}).items():
+        print(f"\n== llama-server, {case} ==")
+        print(format_server_table(results, variants))
+
+
+def case_title(models) -> str:
+    from ..tiny import DRAFTERS
+
+    form = DRAFTERS.get(models.drafter)
+    drafter = f"{form.title} ({models.drafter}, {models.spec_type})" if form else models.drafter
+    return f"drafter: {drafter}; target: {models.target_kind}"
+
+
+def _target_arch(kind: str) -> str:
+    from ..tiny.target import ARCHS
+
+    return ARCHS.get(kind, kind)
+
+
+def print_summary(matrix, reasons: list[str], fix: str, wall_s: float) -> None:
+    """The reasons the run is NOT OK, one a line on stderr, then the line that sums it up."""
+    import sys
+
+    for r in reasons:
+        print(f"repro: {r}", file=sys.stderr)
+    n_runs, n_refs = matrix.n_runs()
+    print(
+        f"repro: {n_runs} runs ({n_refs} of them references) in {len(matrix.cases)} table(s) in {wall_s:.1f}s; "
+        f"fix variant {fix!r}: {'OK' if not reasons else 'NOT OK'}"
+    )
+
+
+def json_report(plan, matrix, args, server, family, siblings, ok: bool, wall_s: float) -> dict:
+    """The full report ``--json`` writes: the source, the variants and their references, every case's
+    models, expectations and results, the server checks and siblings where they ran."""
+    drift = not args.no_drift
+    from ..engine.matrix import case_name, reference_of
+    from ..llamabuild.patchset import BASELINE
+    from ..scenarios.catalog import expectations
+
+    manifest, variants = plan.manifests[0], plan.variants
+    return {
+        "llama_cpp": manifest.data["source"] | {"backend": manifest.backend},
+        "variants": variants,
+        "fix": plan.fix,
+        "reference": {"variant": BASELINE, "draft": "reconverted twin"} if drift else None,
+        # the column each variant's drafts were judged against
+        "references": {v: reference_of(v) for v in variants} if drift else {},
+        "cases": [
+            {
+                "drafter": m.drafter,
+                "target": m.target_kind,
+                "spec_type": m.spec_type,
+                "models": m.to_json(),
+                "expected": {
+                    v: {s: list(e) for s, e in expectations(v, drafter=m.drafter, target=m.target_kind).items()}
+                    for v in variants
+                },
+                "results": matrix.tables[case_name(m)],
+            }
+            for m, _ in matrix.cases
+        ],
+        **({"server": server} if server is not None else {}),
+        **({"server_family": family} if family is not None else {}),
+        **({"siblings": siblings.tables} if siblings is not None else {}),
+        **({"server_siblings": siblings.server} if siblings is not None and siblings.server is not None else {}),
+        "ok": ok,
+        "wall_s": round(wall_s, 3),
+    }

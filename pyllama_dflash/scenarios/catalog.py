@@ -9,16 +9,17 @@ schedules run on the real tokenizer and projector.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
 from ..llamabuild.variants import BASELINE_ROLE, DEFINITION_ROLE, FIX_ROLE, SEED_ROLE, Variant, variant
+from .config import SessionConfig
 from .drift import compare, drafts
 from .loaded import Loaded
 from .models import ModelSet
 from .record import DEGRADED, DRIFT, FAIL, PASS, TIE, Record
-from .session import Session, SessionConfig
+from .session import Session
 
 N_GEN = 6  # tokens generated after each prompt: two or more drafting rounds
 
@@ -35,7 +36,7 @@ class Env:
     loaded: Loaded | None = None  # models and projectors shared with the process's other sessions
 
     def session(self, speculative: bool = True, **overrides) -> Session:
-        cfg = SessionConfig(**{**self.cfg.__dict__, **overrides})
+        cfg = replace(self.cfg, **overrides)
         s = Session(self.models, cfg, self.record, speculative=speculative, loaded=self.loaded)
         self.sessions.append(s)
         return s

@@ -122,6 +122,11 @@ def tiny_models(
     )
 
 
+def case_name(models: ModelSet) -> str:
+    """``<drafter>/<target kind>``: which models a scenario runs on, a table of the matrix."""
+    return f"{models.drafter}/{models.target_kind}"
+
+
 SIBLINGS = ("mtp", "eagle3")  # the drafters that keep a memory of the conversation but are not DFlash's
 
 

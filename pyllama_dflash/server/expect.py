@@ -121,12 +121,14 @@ class Result:
         return {"status": self.status, "ok": self.ok, "expected": self.expected, **self.details}
 
 
-def judged(e: Expect, seen: Seen, status: Any = None, **details: Any) -> Result:
-    """A Result from what a check saw (``status``: the codes of its requests with the draft)."""
+def judged(e: Expect, seen: Seen, status: Any = None, *, errors: bool = True, **details: Any) -> Result:
+    """A Result from what a check saw (``status``: the codes of its requests with the draft). The
+    failed requests' messages go under ``errors``, unless ``errors`` is False: a check that reports
+    the error it cares about itself."""
     codes = status if status is not None else [r.status for r in seen.responses]
-    errors = [r.error_message for r in seen.responses if not r.ok]
+    failed = [r.error_message for r in seen.responses if not r.ok] if errors else []
     measured = {"any_500": any(r.status == 500 for r in seen.responses), **details}
-    return Result(codes, e.met_by(seen), e.describe(), {**measured, **({"errors": errors} if errors else {})})
+    return Result(codes, e.met_by(seen), e.describe(), {**measured, **({"errors": failed} if failed else {})})
 
 
 def _has_spec_error(responses: list[Response]) -> bool:

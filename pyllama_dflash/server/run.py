@@ -111,3 +111,16 @@ def run_server_checks(
         except (ServerError, OSError) as e:  # a server that would not start: report it, run the rest
             results[name] = {"status": None, "ok": False, "error": f"{type(e).__name__}: {e}"}
     return results
+
+
+def run_on_each(
+    manifests: Iterable[Manifest],
+    models: ServerModels,
+    *,
+    checks: Iterable[str] | None = None,
+    reference: tuple[Manifest | str | os.PathLike, ServerModels] | None = None,
+) -> dict[str, dict[str, dict]]:
+    """The checks on each variant in turn, with the same models: ``{variant: {check: result}}``
+    (see :func:`run_server_checks`)."""
+    checks = None if checks is None else list(checks)
+    return {m.variant: run_server_checks(m, models, checks=checks, reference=reference) for m in manifests}

@@ -14,9 +14,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..child import sigterm_as_interrupt
+from .. import command
 from ..flags import common_parser, export, pick, tool_prog
-from ..llamabuild import BuildError, find_built, variant
+from ..llamabuild import find_built, variant
 from ..llamabuild.patchset import BASELINE
 from ..scenarios.models import tiny_models
 from .run import KINDS, soak
@@ -44,13 +44,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    command.require("openai", extra="soak", command="soak")  # part of its clients talk through the openai client
     export(args)
     names = [v.strip() for v in args.variants.split(",")] if args.variants else None
-    try:
-        manifests = find_built(names or ["all"], backend=args.backend, server=True)
-    except BuildError as e:
-        print(f"soak: error: {e} (build it first: pyllama-dflash build)", file=sys.stderr)
-        return 2
+    manifests = find_built(names or ["all"], backend=args.backend, server=True)
     if names is None:
         manifests = manifests[-1:]  # the fix, the last of the series
     models = tiny_models(drafter=args.drafter)
@@ -82,5 +79,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    with sigterm_as_interrupt():
-        sys.exit(main())
+    sys.exit(command.run(main))

@@ -7,6 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
+from .. import command
 from ..files import atomic_write_bytes, default_file_mode
 from ..flags import tool_prog
 from . import DRAFTERS, TARGET_KINDS, drafter, write_models
@@ -94,4 +95,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(command.run(main))

@@ -1,7 +1,8 @@
 """``python -m pyllama_dflash.upgrade DRAFT [-o OUT | --in-place] [--check] [--target TARGET]``.
 
 Exit codes: ``--check`` gives 1 when the draft is (or may be) affected, 0 when not; upgrading
-gives 0 (written or nothing to do); any error gives 2 with one ``error: ...`` line on stderr.
+gives 0 (written or nothing to do); any error gives 2 with one ``PROG: error: ...`` line on stderr,
+Ctrl-C 130 (command.py).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .. import command
 from ..draft_upgrade import DraftUpgradeError, inspect, upgrade
 from ..flags import tool_prog
 
@@ -59,23 +61,16 @@ def check(draft: Path, target: Path | None) -> tuple[int, str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    try:
-        if args.check:
-            if args.out is not None or args.in_place:
-                raise DraftUpgradeError(args.draft, "--check writes nothing; drop -o/--in-place")
-            code, line = check(args.draft, args.target)
-            print(line)
-            return code
-        result = upgrade(args.draft, args.out, args.in_place, target=args.target)
-        print(result.reason)
-        return 0
-    except DraftUpgradeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 2
+    if args.check:
+        if args.out is not None or args.in_place:
+            raise DraftUpgradeError(args.draft, "--check writes nothing; drop -o/--in-place")
+        code, line = check(args.draft, args.target)
+        print(line)
+        return code
+    result = upgrade(args.draft, args.out, args.in_place, target=args.target)
+    print(result.reason)
+    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(command.run(main))

@@ -85,8 +85,8 @@ def _slot_restore(ctx, name: str, *, ahead: bool) -> Result:
         draft=stats(with_draft[0::2]),  # the three completions
         server_alive=run["server_alive"],
         log=run["log"],
+        errors=False,
     )
-    result.details.pop("errors", None)
     if not last.ok:
         result.details["error"] = last.error_message
     return result
@@ -155,9 +155,9 @@ def _restore(ctx, name: str, damage: Literal["none", "remove", "corrupt"]) -> Re
         draft=stats(completions),
         server_alive=run["server_alive"],
         log=run["log"],
+        errors=False,
         **details,
     )
-    result.details.pop("errors", None)
     if not restore.ok:
         result.details["restore_error"] = restore.error_message
     return result

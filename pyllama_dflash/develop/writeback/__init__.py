@@ -1,4 +1,5 @@
-"""``write-back``: the commits of a develop work tree, back into the series' patch files.
+"""``write-back``: the commits of a develop work tree, back into the series' patch files (the
+command, ``pyllama-dflash write-back``, is ``__main__.py``).
 
 Commit k above the ``pristine`` commit becomes patch k of the variant (the order develop made
 them in). Each patch keeps its file name and its own form: the ``[PATCH n/m]`` of its subject,
@@ -18,22 +19,19 @@ still apply. Each file is written atomically; a patch whose text did not change 
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import stat
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import PatchError, PyllamaError
-from ..files import atomic_path, default_file_mode, sha256_bytes
-from ..flags import tool_prog
-from ..llamabuild.patchset import Patch, Series, apply_file_patch, load_series, parse_patch
-from . import align, mailpatch
-from .git import DevelopError, git, run_git
-from .tree import read_meta, write_meta
+from ...errors import PatchError
+from ...files import atomic_path, default_file_mode, sha256_bytes
+from ...llamabuild.patchset import Patch, Series, apply_file_patch, load_series, parse_patch
+from .. import align, mailpatch
+from ..git import DevelopError, git, run_git
+from ..tree import read_meta, write_meta
 
 Log = Callable[[str], None]
 
@@ -399,62 +397,3 @@ def _write(path: Path, text: str) -> None:
         f.write(text.encode("utf-8"))
         f.flush()
         os.fsync(f.fileno())
-
-
-# ---- the command -----------------------------------------------------------------------------
-
-
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog=tool_prog("python -m pyllama_dflash.develop.writeback"),
-        description="Write the commits of a work tree made by develop back into the series, one patch "
-        "per commit: same file names, each patch's header and form kept, nothing written for a patch "
-        "that did not change.",
-    )
-    ap.add_argument(
-        "--dir",
-        type=Path,
-        metavar="PATH",
-        help="the work tree (default: the one the current folder is in, else the one llama.cpp-dev-* here)",
-    )
-    ap.add_argument(
-        "--patches",
-        type=Path,
-        metavar="DIR",
-        help="the series folder to write into (default: the one develop read, recorded in the work tree)",
-    )
-    ap.add_argument("--dry-run", action="store_true", help="say which patches would change, write nothing")
-    ap.add_argument(
-        "--force",
-        action="store_true",
-        help="write even where a patch changed on disk since develop, or where another variant of the "
-        "series would no longer apply",
-    )
-    return ap
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    say = lambda msg: print(msg, file=sys.stderr)
-    try:
-        tree = args.dir if args.dir is not None else find_tree()
-        outcomes = write_back(tree, args.patches, force=args.force, dry_run=args.dry_run, log=say)
-    except (PyllamaError, OSError) as e:
-        print(f"write-back: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("write-back: interrupted", file=sys.stderr)
-        return 130
-    verb = "would write" if args.dry_run else "written"
-    for out in outcomes:
-        print(f"{out.name}: {verb if out.changed else 'unchanged'} (commit {out.commit[:12]})")
-    if any(o.changed for o in outcomes) and not args.dry_run:
-        print(
-            "next: pyllama-dflash build, then pyllama-dflash repro --check-expected and pyllama-dflash mutate "
-            "(docs/changing-the-fix.md)"
-        )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

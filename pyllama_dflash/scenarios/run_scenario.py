@@ -1,7 +1,7 @@
-"""Run one scenario on one variant, in this process: ``python -m pyllama_dflash.scenarios.child JOB OUT``.
+"""Run one scenario on one variant, in this process: ``python -m pyllama_dflash.scenarios.run_scenario JOB OUT``.
 
-JOB is a JSON file naming the variant, the scenario, the models, the session config and whether
-to run the scenario's draft or its reconverted twin (``twin``, the drift reference); the result
+JOB is a :class:`~.scenario_job.ScenarioJob` as JSON: the variant, the scenario, the models, the
+session config and whether to run the scenario's draft or its reconverted twin; the result
 is written to OUT as JSON. The parent runs each job in a fresh process, so a variant
 that aborts or segfaults takes only its own child down (reported as CRASH), and each
 variant's libraries (same sonames) load into a process of their own.
@@ -9,34 +9,23 @@ variant's libraries (same sonames) load into a process of their own.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import sys
 import time
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 
 import numpy as np
 
 from ..child import job_main
 from .catalog import SCENARIOS, Env
+from .config import SessionConfig
 from .drift import drafts
 from .loaded import Loaded
 from .models import ModelSet, large_image, long_image, small_image, tiny_image, wide_image
 from .ops import Generate, Op
 from .record import Record, StopScenario
-from .session import SessionConfig, replay_reference
-
-
-@functools.lru_cache(maxsize=8)
-def _tiny_images() -> dict[str, np.ndarray]:
-    return {
-        "small": small_image(0),
-        "small2": small_image(1),
-        "large": large_image(0),
-        "wide": wide_image(0),
-        "tiny": tiny_image(0),
-        "long": long_image(0),
-    }
+from .scenario_job import ScenarioJob
+from .session import replay_reference
 
 
 def images_for(models: ModelSet) -> dict[str, np.ndarray | bytes]:
@@ -92,21 +81,20 @@ def _ops_digest(ops: list[Op]) -> str:
     return "\x1f".join(parts)
 
 
-def run_job(job: dict) -> dict:
+def run_job(job_json: dict) -> dict:
     from .. import load
 
     t0 = time.monotonic()
-    build = load(job["variant"], backend=job.get("backend"))
+    job = ScenarioJob.from_json(job_json)
+    build = load(job.variant, backend=job.backend)
     t_init = time.monotonic() - t0
-    scenario = SCENARIOS[job["scenario"]]
-    models = ModelSet.from_json(job["models"])
-    twin = bool(job.get("twin"))
-    draft = models.draft_for(scenario.draft, twin=twin)
+    scenario = SCENARIOS[job.scenario]
+    draft = job.models.draft_for(scenario.draft, twin=job.twin)
     if draft is None:
-        what = f"reconverted twin of the {scenario.draft} draft" if twin else f"{scenario.draft} draft"
+        what = f"reconverted twin of the {scenario.draft} draft" if job.twin else f"{scenario.draft} draft"
         return {"status": "SKIP", "reason": f"no {what} for these models", "calls": []}
-    models = models.with_draft(draft)
-    cfg = SessionConfig(**{**job.get("config", {}), "n_seq": scenario.n_seq})
+    models = job.models.with_draft(draft)
+    cfg = replace(job.config, n_seq=scenario.n_seq)
     images = images_for(models)
     record = Record()
     env = Env(models, record, cfg, images, loaded=_LOADED)
@@ -131,7 +119,7 @@ def run_job(job: dict) -> dict:
         "generated": {str(k): v for k, v in record.generated.items()},
         "exact": None,
     }
-    if stopped is None and ops and job.get("check_exact", True):
+    if stopped is None and ops and job.check_exact:
         reference: dict[int, list[int]] = {}
         for session_cfg, session_ops in ops:  # one after the other, as their generated tokens were
             for seq, tokens in _replay(models, session_cfg, session_ops).items():

@@ -1,0 +1,69 @@
+"""The docs say what the code has: the scenarios (docs/scenarios.md), the commands
+(docs/architecture.md) and the pytest markers (docs/regression.md). Reads text only; no native code.
+
+Each test reads the page as a person would: the number in the prose and the names it lists, both
+held to the code's own list (the scenario catalogue, ``cli.TOOLS``, pyproject's markers).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pyllama_dflash import cli
+from pyllama_dflash.scenarios.catalog import SCENARIOS
+
+REPO = Path(__file__).resolve().parent.parent
+DOCS = REPO / "docs"
+NUMBERS = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+NUMBERS += "seventeen eighteen nineteen twenty"
+WORDS = {w: i for i, w in enumerate(NUMBERS.split())}
+
+
+def _number(text: str) -> int:
+    return int(text) if text.isdigit() else WORDS[text.lower()]
+
+
+def _section(page: Path, heading: str) -> str:
+    """The text under ``heading`` (a Markdown heading line), up to the next heading of its level or above."""
+    text = page.read_text()
+    level = heading.split(" ", 1)[0]
+    start = text.index(f"\n{heading}\n") + len(heading) + 2
+    ends = [m.start() for m in re.finditer(rf"\n#{{1,{len(level)}}} ", text[start:])]
+    return text[start : start + ends[0]] if ends else text[start:]
+
+
+def test_scenarios_md_counts_and_lists_every_scenario():
+    text = (DOCS / "scenarios.md").read_text()
+    table = re.findall(r"^\| (S\d+) \|", _section(DOCS / "scenarios.md", "## The scenarios"), re.M)
+    assert table == list(SCENARIOS), "the table of 'The scenarios' lists the catalogue's scenarios, in order"
+    counts = [_number(m) for m in re.findall(rf"\b(\d+|{'|'.join(WORDS)}) scenarios\b", text, re.I)]
+    assert counts, "docs/scenarios.md says how many scenarios there are"
+    assert set(counts) == {len(SCENARIOS)}, f"docs/scenarios.md counts {counts}; the catalogue has {len(SCENARIOS)}"
+
+
+def test_architecture_md_names_every_command():
+    section = _section(DOCS / "architecture.md", "## The command")
+    listing = re.search(r"a subcommand per tool:(.*?)\(", section, re.S)
+    assert listing, "'The command' lists the subcommands ('a subcommand per tool: ...')"
+    named = re.findall(r"`([a-z][a-z-]*)`", listing.group(1))
+    assert sorted(named) == sorted(cli.TOOLS), f"docs/architecture.md names {named}; cli.TOOLS has {list(cli.TOOLS)}"
+
+
+def _pyproject_markers() -> list[str]:
+    """The markers pyproject.toml declares for pytest (``"name: what it marks"``, one a line)."""
+    block = re.search(r"^markers = \[\n(.*?)^\]", (REPO / "pyproject.toml").read_text(), re.M | re.S)
+    assert block, "pyproject.toml declares pytest markers"
+    return re.findall(r'^\s*"([a-z]+):', block.group(1), re.M)
+
+
+def test_regression_md_counts_and_lists_every_marker():
+    markers = _pyproject_markers()
+    section = _section(DOCS / "regression.md", "## The test suite and CI")
+    said = re.search(rf"\b(\d+|{'|'.join(WORDS)}) pytest markers\b", section, re.I)
+    assert said, "'The test suite and CI' says how many pytest markers there are"
+    bullets = re.search(r"(?:^- .*\n(?:  .*\n)*)+", section[said.end() :], re.M)
+    assert bullets, "... and lists them, a bullet each"
+    listed = re.findall(r"`([a-z]+)`", bullets.group(0))
+    assert _number(said.group(1)) == len(markers), f"docs/regression.md says {said.group(1)}; pyproject has {markers}"
+    assert sorted(listed) == sorted(markers), f"docs/regression.md lists {listed}; pyproject has {markers}"
