@@ -46,7 +46,14 @@ def pairs(cols: Sequence[Column]) -> list[tuple[str, str]]:
     """The comparisons the table is for: the series' definition variant against the twin on baseline
     (what b11434 does with a reconverted draft), and the two ceilings against that variant."""
     series = load_series(default_patches_dir())
-    defined = [c.name for c in cols if c.mode == "variant" and c.images and series.role(c.variant) == DEFINITION_ROLE]
+    defined = [
+        c.name
+        for c in cols
+        if c.mode == "variant"
+        and c.images
+        and c.variant in series.variants[1:]
+        and series.role(c.variant) == DEFINITION_ROLE
+    ]
     if not defined:
         return []
     return [(defined[0], REFERENCE), (TEXT_ONLY, defined[0]), (MODEL, defined[0])]

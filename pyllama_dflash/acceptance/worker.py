@@ -37,13 +37,13 @@ def run_one(raw: dict) -> dict:
     job = AcceptanceJob.from_json(raw)
     col = job.column
     load(col.variant)
+    base = SessionConfig(**job.session)
     if col.mode == "variant":
-        config = server_config(col.variant, job.session)
+        cfg = server_config(col.variant, base)
     else:
         if col.variant != BASELINE:
             raise ValueError(f"column {col.name}: the definition's references run on {BASELINE}")
-        config = definition_config(job.session)
-    cfg = SessionConfig(**config)
+        cfg = definition_config(base)
     models = job.models.with_draft(job.models.draft_mrope) if col.twin else job.models
     drafter = reference_model_drafter(models) if col.mode == "model" else None
     rounds: list[RoundResult] = []

@@ -54,7 +54,8 @@ def draw_turns(seed: int, n_turns: int = 2, n_generate: int = 24, p_image: float
         words = " ".join(rng.choice(WORDS, size=int(rng.integers(2, 5))))
         px = int(rng.choice(IMAGE_PX))
         image = rgb(px, px, seed=int(rng.integers(1 << 30)))  # drawn either way: the words stay the same
-        images = (image,) if rng.random() < p_image else ()
+        # no draw at p_image 1: the corpus the committed draft was trained on stays the same
+        images = (image,) if p_image >= 1.0 or rng.random() < p_image else ()
         turns.append(Turn(words, images, n_generate))
     return turns
 
