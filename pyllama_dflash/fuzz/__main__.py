@@ -23,9 +23,10 @@ from pathlib import Path
 from .. import command
 from ..engine.schedule import Schedule
 from ..engine.schedule_runner import examples_from_env, search_variants, seed_from_env
+from ..errors import UsageError
 from ..files import atomic_write_json
 from ..flags import common_parser, export, pick, tool_prog
-from ..llamabuild import BuildError, find_built
+from ..llamabuild import find_built
 from ..llamabuild.patchset import BASELINE
 from ..scenarios.models import tiny_models
 from ..shard import check_slices, parse_seeds, shard_from_json, shard_json
@@ -178,8 +179,7 @@ def merge_main(args: argparse.Namespace) -> int:
             reports.append(data)
         merged = merge_reports(reports)
     except ValueError as e:
-        print(f"fuzz: error: --merge: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(f"--merge: {e}") from None
     broken = False
     for seed, results in merged["seeds"].items():
         print(f"== seed {seed} ==")
@@ -201,25 +201,19 @@ def main(argv: list[str] | None = None) -> int:
     command.require("hypothesis", extra="fuzz", command="fuzz")  # its children draw the schedules with it
     export(args)  # --cpu and --patches: for the lookups here and in every child process
     backend = args.backend if args.backend != "auto" else None
-    try:
-        names = [v.strip() for v in args.variants.split(",")] if args.variants else ["all"]
-        variants = [m.variant for m in find_built(names, backend=backend)]
-        if not args.no_drift:
-            find_built([BASELINE], backend=backend)  # the drift oracle's reference runs on baseline
-    except BuildError as e:
-        print(f"fuzz: error: {e} (build it first: python build.py)", file=sys.stderr)
-        return 2
+    names = [v.strip() for v in args.variants.split(",")] if args.variants else ["all"]
+    variants = [m.variant for m in find_built(names, backend=backend)]
+    if not args.no_drift:
+        find_built([BASELINE], backend=backend)  # the drift oracle's reference runs on baseline
     fix = args.fix or variants[-1]
     examples = args.examples or examples_from_env()
     every_seed = args.seeds or [seed_from_env() if args.seed is None else args.seed]
     seeds = args.shard.by_place(every_seed) if args.shard else every_seed
     if not seeds:
-        print(
-            f"fuzz: error: --shard {args.shard}: no seed in this slice of {len(every_seed)} "
-            f"(give at least {args.shard.count} with --seeds)",
-            file=sys.stderr,
+        raise UsageError(
+            f"--shard {args.shard}: no seed in this slice of {len(every_seed)} "
+            f"(give at least {args.shard.count} with --seeds)"
         )
-        return 2
     out = args.out or Path(tempfile.mkdtemp(prefix="pyllama-dflash-schedules-"))
     out.mkdir(parents=True, exist_ok=True)
     drafters = tuple(pick(args.drafters, tuple(DRAFTERS), "--drafters"))
