@@ -32,8 +32,9 @@ from pyllama_dflash.server import (
     run_server_checks,
     server_command,
 )
-from pyllama_dflash.server.drafts import LOGS_NO_DRAFTS
+from pyllama_dflash.server.drafts import LOGS_NO_DRAFTS, request_logs, rounds_with_history
 from pyllama_dflash.tiny import DRAFTERS
+from pyllama_dflash.tiny._vocab import text_for_test_vocab, tokenize_test_vocab
 
 pytestmark = pytest.mark.server
 
@@ -240,6 +241,37 @@ def test_probabilistic_draft_sampling_answers_and_changes_nothing_for_dflash(che
         r = checks[v]["probabilistic_sampling"]
         assert r["status"] == 200 and r["server_alive"], _explain(r)
         assert r["same_as_greedy_drafting"] is True, _explain(r)
+
+
+# -- the draft as its definition has it (0005), through the server ------------------------
+
+
+def test_five_letters_per_id_tokenize_back_into_every_id():
+    ids = list(range(128))
+    assert tokenize_test_vocab(text_for_test_vocab(ids)) == ids and text_for_test_vocab(ids).isalpha()
+
+
+def test_a_requests_rounds_carry_the_ids_the_earlier_rounds_added():
+    log = "\n".join(
+        [
+            "x | new prompt, n_ctx_slot = 256",
+            " - seq_id 0, draft candidate   0, pos   0:     55 (   0.358) 'a'",
+            " - seq_id 0, draft candidate   1, pos   0:    105 (   0.193) 'b'",
+            " - seq_id 0, draft candidate   0, pos   1:    105 (   0.281) 'b'",
+            "add accepted tokens: sampled=84, ids.size=2, n_draft=3",
+            "restoring speculative checkpoint (pos_min = 1, pos_max = 1, size = 5)",  # an n-gram round, no lines
+            "add accepted tokens: sampled=7, ids.size=1, n_draft=1",
+            " - seq_id 0, draft candidate   0, pos   0:     68 (   0.711) 'c'",
+            "y | new prompt, n_ctx_slot = 256",
+            " - seq_id 0, draft candidate   0, pos   0:     12 (   0.500) 'd'",
+        ]
+    )
+    first, second = request_logs(log)
+    assert rounds_with_history(first) == [
+        (0, [(0, 55, "0.358"), (0, 105, "0.193"), (1, 105, "0.281")]),
+        (3, [(0, 68, "0.711")]),
+    ]
+    assert rounds_with_history(second) == [(0, [(0, 12, "0.500")])]
 
 
 # -- the drafters of the family ----------------------------------------------------------
