@@ -99,7 +99,7 @@ def server_facts(srv: ServerProcess) -> dict:
 
 
 # the checks register themselves on import, in this order: the order they run and are reported in
-for _module in ("requests", "slots", "faults", "drafting", "siblings"):
+for _module in ("requests", "slots", "faults", "drafting", "definition", "siblings"):
     importlib.import_module(f"{__name__}.{_module}")
 
 CHECKS = tuple(name for name, c in REGISTRY.items() if c.sibling is None)  # on the DFlash family's models
