@@ -331,6 +331,15 @@ def test_a_speculative_checkpoint_after_an_image_is_restored_exactly(checks):
     assert checks[DEFINED]["spec_checkpoint_image"]["definition"]["same"] is True
 
 
+def test_a_forged_draft_part_is_refused_with_what_it_holds(checks):
+    """0005 counts the rows of a draft with positions of its own against the target part's tokens, and says
+    both; 0003 says the draft runs past its target."""
+    r = checks[DEFINED]["restore_draft_runs_past"]
+    rows, tokens = r["n_saved"][1], r["n_saved"][0]
+    assert f"holds {rows} rows, its target part {tokens} tokens" in r["restore_error"], _explain(r)
+    assert "runs past its target part" in checks["slots"]["restore_draft_runs_past"]["restore_error"]
+
+
 # -- the drafters of the family ----------------------------------------------------------
 
 
