@@ -244,7 +244,7 @@ def _same_drafts(ctx, e: Expect, verdict: dict | None) -> bool | None:
     # without 0005 the reference is not the variant's semantics (its draft skips the image's rows), so the
     # rounds are measured, not judged (2026-12-02): zero-fill's agree with a fresh request of zero-fill;
     # full's and slots' differ in the last digits of probabilities in 4 of 18 rounds, never in a drafted
-    # token (0002's fill and removal reorder the draft's cells, and so its sums)
+    # token (0002's fill and removal leave the draft's cells in another order, the likely cause)
     fix=Expect(200, "every", cached=True),
     definition=Expect(200, "every", cached=True, same_drafts=True),
 )
