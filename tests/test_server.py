@@ -32,8 +32,10 @@ from pyllama_dflash.server import (
     run_server_checks,
     server_command,
 )
-from pyllama_dflash.server.drafts import LOGS_NO_DRAFTS
+from pyllama_dflash.server.checks.definition import positions_agree
+from pyllama_dflash.server.drafts import LOGS_NO_DRAFTS, request_logs, rounds_with_history
 from pyllama_dflash.tiny import DRAFTERS
+from pyllama_dflash.tiny._vocab import text_for_test_vocab, tokenize_test_vocab
 
 pytestmark = pytest.mark.server
 
@@ -240,6 +242,102 @@ def test_probabilistic_draft_sampling_answers_and_changes_nothing_for_dflash(che
         r = checks[v]["probabilistic_sampling"]
         assert r["status"] == 200 and r["server_alive"], _explain(r)
         assert r["same_as_greedy_drafting"] is True, _explain(r)
+
+
+# -- the draft as its definition has it (0005), through the server ------------------------
+
+
+def test_five_letters_per_id_tokenize_back_into_every_id():
+    ids = list(range(128))
+    assert tokenize_test_vocab(text_for_test_vocab(ids)) == ids and text_for_test_vocab(ids).isalpha()
+
+
+def test_a_requests_rounds_carry_the_ids_the_earlier_rounds_added():
+    log = "\n".join(
+        [
+            "x | new prompt, n_ctx_slot = 256",
+            " - seq_id 0, draft candidate   0, pos   0:     55 (   0.358) 'a'",
+            " - seq_id 0, draft candidate   1, pos   0:    105 (   0.193) 'b'",
+            " - seq_id 0, draft candidate   0, pos   1:    105 (   0.281) 'b'",
+            "add accepted tokens: sampled=84, ids.size=2, n_draft=3",
+            "restoring speculative checkpoint (pos_min = 1, pos_max = 1, size = 5)",  # an n-gram round, no lines
+            "add accepted tokens: sampled=7, ids.size=1, n_draft=1",
+            " - seq_id 0, draft candidate   0, pos   0:     68 (   0.711) 'c'",
+            "y | new prompt, n_ctx_slot = 256",
+            " - seq_id 0, draft candidate   0, pos   0:     12 (   0.500) 'd'",
+        ]
+    )
+    first, second = request_logs(log)
+    assert rounds_with_history(first) == [
+        (0, [(0, 55, "0.358"), (0, 105, "0.193"), (1, 105, "0.281")]),
+        (3, [(0, 68, "0.711")]),
+    ]
+    assert rounds_with_history(second) == [(0, [(0, 12, "0.500")])]
+
+
+def test_a_round_agrees_to_the_logs_last_digit_and_a_tie_is_not_compared():
+    ref = [(0, 68, "0.648"), (0, 111, "0.239"), (0, 30, "0.049"), (1, 68, "0.562"), (1, 111, "0.199")]
+    near = [(0, 68, "0.648"), (0, 111, "0.239"), (0, 30, "0.049"), (1, 68, "0.562"), (1, 111, "0.200")]
+    assert positions_agree(near, ref) == (True, 0)  # 0.200 against 0.199: one last digit
+    assert positions_agree(ref[:3], ref) == (False, 0)  # a position missing
+    moved = [(0, 68, "0.651"), (0, 111, "0.236"), *ref[2:]]  # three digits off: another context
+    assert positions_agree(moved, ref) == (False, 0)
+    tie = [(0, 5, "0.400"), (0, 6, "0.400"), (0, 7, "0.200")]
+    assert positions_agree([(0, 6, "0.400"), (0, 5, "0.400"), (0, 7, "0.200")], tie) == (True, 1)
+
+
+def test_the_definition_drafts_every_round_after_an_image_as_a_fresh_server_does(checks):
+    """drafts_vs_definition on 0005: an image request, a second turn reusing it, a request cut back to a
+    context checkpoint; every round (rejected drafts trimmed before each) against a fresh server's first
+    round for the same history, as one request."""
+    r = checks[DEFINED]["drafts_vs_definition"]
+    d = r["definition"]
+    assert r["status"] == [200, 200, 200] and d["same"] is True and d["comparable"], _explain(r)
+    assert all(r["cache_n"][1:]) and r["cache_n"][2] < r["cache_n"][1]  # reused, then cut back
+    per_request = [[x["history"] for x in d["rounds"] if x["request"] == i] for i in range(3)]
+    assert all(len(h) >= 3 and h == sorted(set(h)) for h in per_request), per_request
+
+
+def test_without_0005_a_fresh_request_is_not_the_reference_the_rounds_are_judged_by(checks):
+    """Measured, not judged: zero-fill's rounds agree with a fresh request of zero-fill; full's differ in
+    the last digits of the probabilities (0002 reorders the draft's cells), never in the drafted tokens."""
+    assert checks["zero-fill"]["drafts_vs_definition"]["definition"]["same"] is True
+    for v in ("full", "slots"):
+        d = checks[v]["drafts_vs_definition"]["definition"]
+        assert d["comparable"] and all(_proposed(x["drafted"]) == _proposed(x["reference"]) for x in d["differing"]), d
+
+
+def _proposed(candidates: list) -> list[int]:
+    """The token each drafted position proposes (its first candidate line)."""
+    return [tok for k, (pos, tok, _) in enumerate(candidates) if k == 0 or candidates[k - 1][0] != pos]
+
+
+def test_a_slot_restored_with_an_image_continues_exactly_and_drafts_as_defined(checks):
+    """restore_image_drafts: A with an image saved, B (another image) run, A restored and continued."""
+    r = checks[DEFINED]["restore_image_drafts"]
+    assert r["status"] == [200] * 5 and r["draft_part"] is True and r["cache_n_after_restore"], _explain(r)
+    assert r["same_tokens_as_no_draft"] is True and r["definition"]["same"] is True, _explain(r)
+    slots = checks["slots"]["restore_image_drafts"]
+    assert slots["same_tokens_as_no_draft"] is True and slots["draft_part"] is True, _explain(slots)
+    full = checks[FIX]["restore_image_drafts"]  # the target restored alone: the draft keeps B's rows
+    assert full["same_tokens_as_no_draft"] is True and full["definition"]["same"] is False, _explain(full)
+
+
+def test_a_speculative_checkpoint_after_an_image_is_restored_exactly(checks):
+    """spec_checkpoint_image: an n-gram drafter's long drafts, rejected, are taken back through spec_ckpt."""
+    for v in PATCHED:
+        r = checks[v]["spec_checkpoint_image"]
+        assert r["checkpoints_restored"] > 0 and r["same_tokens_as_no_draft"] is True, f"{v}: {_explain(r)}"
+    assert checks[DEFINED]["spec_checkpoint_image"]["definition"]["same"] is True
+
+
+def test_a_forged_draft_part_is_refused_with_what_it_holds(checks):
+    """0005 counts the rows of a draft with positions of its own against the target part's tokens, and says
+    both; 0003 says the draft runs past its target."""
+    r = checks[DEFINED]["restore_draft_runs_past"]
+    rows, tokens = r["n_saved"][1], r["n_saved"][0]
+    assert f"holds {rows} rows, its target part {tokens} tokens" in r["restore_error"], _explain(r)
+    assert "runs past its target part" in checks["slots"]["restore_draft_runs_past"]["restore_error"]
 
 
 # -- the drafters of the family ----------------------------------------------------------

@@ -18,10 +18,10 @@ first that notices:
    against the draft's definition), run on the mutant as the series' fix;
 5. optionally, a fixed-seed fuzz.
 
-A mutant of the lines the fix adds to ``tools/server/server-context.cpp`` (patch 0003) is tried with
-the llama-server checks of slot files and of image conversations instead (SERVER_KILLERS, on the
-mutant's own server): the C++
-test and the matrix never run that file.
+A mutant of the lines the fix adds to ``tools/server/server-context.cpp`` (patches 0003 and 0005) is
+tried with the llama-server checks of slot files and of image conversations instead (SERVER_KILLERS, on
+the mutant's own server; then SIBLING_KILLERS, the MTP drafter's, on its models): the C++ test and the
+matrix never run that file.
 
 A mutant is *killed* when a row's status is not what the fix's expectations allow
 (scenarios.catalog.expectations: a variant the table does not name is held to the fix's bar),
@@ -98,6 +98,19 @@ SERVER_KILLERS = (
     "two_turn",
     "alternating",
     "concurrent",
+    # 0005's trims and restores judged by what the draft drafts: every round after an image, a second turn,
+    # a cut-back cached prefix and rejected drafts against a fresh server's first round (the definition);
+    # a slot restored with an image in it; a speculative checkpoint restored after an image
+    "drafts_vs_definition",
+    "restore_image_drafts",
+    "spec_checkpoint_image",
+)
+# the sibling drafters' checks, on their own models (scenarios.models.sibling_models): 0005's lines for a
+# draft without positions of its own (the else-branches of slot_draft_load and server_draft_pos) are
+# reached by them only
+SIBLING_KILLERS = (
+    ("mtp", "mtp_image_turns"),
+    ("mtp", "mtp_drafts_vs_fresh"),
 )
 
 
@@ -250,12 +263,17 @@ def try_mutant(
 
 
 def _server_stage(out: Outcome, manifest, models: ModelSet, series_dir: Path, work: Path) -> None:
-    """0003's mutants: the slot checks on the mutant's llama-server, in order, stopping at the first that
-    notices. A check that errs (a server that died, say) notices too."""
+    """0003's and 0005's mutants: the slot and image checks on the mutant's llama-server, then the sibling
+    drafters' (SIBLING_KILLERS), in order, stopping at the first that notices. A check that errs (a server
+    that died, say) notices too."""
+    from ..scenarios.models import sibling_models
     from ..server import run_server_checks
 
-    for name in SERVER_KILLERS:
-        r = run_server_checks(manifest, models, checks=[name], work_dir=work, patches_dir=series_dir)[name]
+    killers = [(name, models) for name in SERVER_KILLERS]
+    if not getattr(models, "real", False):
+        killers += [(name, sibling_models(s, models.target.parent)) for s, name in SIBLING_KILLERS]
+    for name, m in killers:
+        r = run_server_checks(manifest, m, checks=[name], work_dir=work, patches_dir=series_dir)[name]
         out.rows[name] = "PASS" if r["ok"] else "FAIL"
         if not r["ok"]:
             out.status, out.killed_by = KILLED, name

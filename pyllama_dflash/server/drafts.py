@@ -66,3 +66,73 @@ def read_drafted_rounds(
             "or did common/speculative.cpp change its debug log?)"
         )
     return rounds
+
+
+# every candidate line, with the probability as the log prints it (three decimals)
+_CANDIDATE_P = re.compile(
+    r"- seq_id (?P<seq>\d+), draft candidate +(?P<k>\d+), pos +(?P<pos>\d+): +(?P<id>-?\d+) \( *(?P<p>[^)]*)\)"
+)
+# llama-server's line after each verification (SLT_DBG): how many tokens the round added (ids.size: the
+# accepted drafts and the target's own next token)
+_ACCEPTED = re.compile(r"add accepted tokens: sampled=(?P<sampled>-?\d+), ids\.size=(?P<n>\d+)")
+# llama-server's line where a slot starts a request's prompt (one per /completion or chat request)
+NEW_PROMPT = "| new prompt, n_ctx_slot"
+
+Candidates = list[tuple[int, int, str]]  # per drafted position: (position, token, probability as logged)
+
+
+def drafted_candidates(log_text: str, seq: int | None = None) -> list[Candidates]:
+    """The rounds the draft drafted, in order: per round every candidate line (the top three per position,
+    each with its probability as logged). Two rounds that agree here drafted alike to three decimals of
+    every candidate's probability, far finer than :func:`drafted_rounds`' candidate 0."""
+    rounds: list[Candidates] = []
+    last = None
+    for m in _CANDIDATE_P.finditer(log_text):
+        if seq is not None and int(m["seq"]) != seq:
+            continue
+        pos = int(m["pos"])
+        if m["k"] == "0":
+            if last is None or pos <= last:
+                rounds.append([])
+            last = pos
+        if rounds:
+            rounds[-1].append((pos, int(m["id"]), m["p"]))
+    return rounds
+
+
+def added_per_round(log_text: str) -> list[int]:
+    """Per verified round, in order, how many tokens it added to the sequence (llama-server's ids.size:
+    the accepted drafts and the target's next token)."""
+    return [int(m["n"]) for m in _ACCEPTED.finditer(log_text)]
+
+
+def request_logs(log_text: str) -> list[str]:
+    """The log cut where each request's prompt starts (llama-server's ``new prompt`` line): one piece per
+    request that ran a prompt, in order, without what came before the first."""
+    return log_text.split(NEW_PROMPT)[1:]
+
+
+def rounds_with_history(piece: str, seq: int = 0) -> list[tuple[int, Candidates]]:
+    """A request's drafting rounds from its piece of the log (:func:`request_logs`), each with how many of
+    the request's output ids the sequence held when it was drafted. The ids each verified round added
+    (``add accepted tokens ... ids.size``) are counted in log order, a replay after a speculative checkpoint
+    included, so a round drafted by another drafter of the server (an n-gram one, which logs no candidates)
+    leaves the count right. Only one slot's lines may be in the piece (``--parallel 1``)."""
+    out: list[tuple[int, Candidates]] = []
+    m, last = 0, None
+    for line in piece.splitlines():
+        a = _ACCEPTED.search(line)
+        if a:
+            m, last = m + int(a["n"]), None
+            continue
+        c = _CANDIDATE_P.search(line)
+        if not c or int(c["seq"]) != seq:
+            continue
+        pos = int(c["pos"])
+        if c["k"] == "0":
+            if last is None or pos <= last:
+                out.append((m, []))
+            last = pos
+        if out:
+            out[-1][1].append((pos, int(c["id"]), c["p"]))
+    return out

@@ -32,3 +32,31 @@ def tokenize_test_vocab(text: str, n_vocab: int = 128) -> list[int]:
             h = (h * 31 + b) & 0xFFFFFFFFFFFFFFFF  # uint64 wrap-around, as in C++
         out.append(h % n_vocab)
     return out
+
+
+def _test_vocab_chunks(n_vocab: int) -> dict[int, str]:
+    """For every token id, five lowercase letters the "test" vocab turns into that id."""
+    import itertools
+    import string
+
+    out: dict[int, str] = {}
+    for letters in itertools.product(string.ascii_lowercase, repeat=5):
+        text = "".join(letters)
+        out.setdefault(tokenize_test_vocab(text, n_vocab)[0], text)
+        if len(out) == n_vocab:
+            return out
+    raise ValueError(f"no five-letter chunk for some of the {n_vocab} ids")  # pragma: no cover
+
+
+_CHUNKS: dict[int, dict[int, str]] = {}
+
+
+def text_for_test_vocab(tokens: list[int], n_vocab: int = 128) -> str:
+    """Text the "test" vocab tokenizes into exactly ``tokens`` (the inverse of :func:`tokenize_test_vocab`,
+    which llama.cpp's detokenizer is not: it prints ids in hex). Five lowercase letters per token, so the
+    text must start a raw fragment at a multiple of five bytes (after a special token, or alone); it holds
+    no special token's text. Control ids too come out of a five-byte chunk whose hash is theirs."""
+    if n_vocab not in _CHUNKS:
+        _CHUNKS[n_vocab] = _test_vocab_chunks(n_vocab)
+    chunks = _CHUNKS[n_vocab]
+    return "".join(chunks[t] for t in tokens)

@@ -147,8 +147,9 @@ def _draft_count(path: Path) -> int | None:
 @check("restore_draft_runs_past", **_EXACT_OR_REFUSED)
 def restore_draft_runs_past(ctx) -> Result:
     """A forged draft part: A's header and tokens (so the binding holds) in front of B's longer draft state.
-    0003 refuses a draft that comes back past its target, whatever the tokens say. Without 0003 there is
-    no draft part to forge."""
+    0003 refuses a draft that comes back past its target, whatever the tokens say, and 0005 one that holds
+    another row count than its target part's tokens; the refusal must name what it found (B's rows, A's
+    tokens). Without 0003 there is no draft part to forge."""
     srv, folder = _session(ctx, "restore_draft_runs_past")
     with srv:
         a, b = _tokens(srv, SHORT), _tokens(srv, LONG)
@@ -165,19 +166,33 @@ def restore_draft_runs_past(ctx) -> Result:
         facts = server_facts(srv)
     ref = _reference(ctx, "restore_draft_runs_past", SHORT, ra.tokens or [])
     cache_n = last.timings.get("cache_n")
+    saved = [s.body.get("n_saved") if s.ok and isinstance(s.body, dict) else None for s in saves]
     seen = Seen(
         [ra, rb, other, last],
         same_tokens=last.ok and last.tokens == ref,
         cached=bool(cache_n),
         restore_status=restore.status,
         empty_after_restore=not cache_n,
-        holds=all(s.ok for s in saves),
+        holds=all(s.ok for s in saves) and _names_the_counts(ctx, restore, saved),
     )
-    out = judged(ctx.expect("restore_draft_runs_past"), seen, cache_n_after_restore=cache_n, **facts)
+    out = judged(ctx.expect("restore_draft_runs_past"), seen, cache_n_after_restore=cache_n, n_saved=saved, **facts)
     out.details["restore_status"] = restore.status
     if not restore.ok:
         out.details["restore_error"] = restore.error_message
     return out
+
+
+def _names_the_counts(ctx, restore, saved: list[int | None]) -> bool:
+    """A refused restore of the forged part says what it found. A draft with positions of its own (0005)
+    holds one row per token, so the refusal counts them: B's rows (B's saved tokens, text only) against
+    A's target part (A's); a draft at the target's positions says it runs past. Without 0003 there is
+    nothing to refuse, and nothing to say."""
+    v = ctx.variant
+    if restore.ok or v is None or not v.saves_draft:
+        return True
+    if v.own_positions:
+        return f"holds {saved[1]} rows, its target part {saved[0]} tokens" in restore.error_message
+    return "runs past its target part" in restore.error_message
 
 
 STATE_CUT = "cut where its state begins"  # header and tokens whole: only the frame's length tells

@@ -6,6 +6,7 @@ neither drafter): the expectations below are what was measured, written down so 
 from __future__ import annotations
 
 from .. import bodies
+from ..drafts import DEBUG_VERBOSITY
 from ..expect import Expect, Result, Seen, judged
 from . import check, server_facts
 
@@ -74,3 +75,47 @@ def mtp_image_turns(ctx) -> Result:
 def eagle3_image_turns(ctx) -> Result:
     """draft-eagle3: text, an image, two turns, a slot restore."""
     return _image_turns(ctx, "eagle3_image_turns")
+
+
+# MTP keeps its rows at the target's positions (it has no positions of its own), so every trim of its
+# memory is at the target's position: after drafting (the noise block of 0005's server_draft_pos) and after
+# each verification. Measured on every variant: the first two requests draft, round for round, what a fresh
+# server drafts for the same history; the third, which goes back to a context checkpoint, does not, on
+# baseline too (the cause is not established: MTP keeps a pending hidden row per sequence, which the
+# checkpoint's restore may leave stale), and is reported, not judged.
+@check("mtp_drafts_vs_fresh", sibling="mtp", fix=Expect(200, "every", cached=True, same_drafts=True))
+def mtp_drafts_vs_fresh(ctx) -> Result:
+    """draft-mtp on text: a request, then a second turn that extends it with its output; every drafting
+    round of both against the first round of a fresh server given the history so far as one request (the
+    reference of drafts_vs_definition). Then a request that keeps three output ids of the first, measured."""
+    from .definition import OTHER_QUESTION, SECOND_TURN, ImagePrompt, _complete, _tokens, _turns, judge_rounds
+
+    with ctx.server("mtp_drafts_vs_fresh", verbosity=DEBUG_VERBOSITY, n_parallel=1, cache_ram_mib=0) as srv:
+        a = srv.post("/tokenize", {"content": bodies.RAW_TEXT_PROMPT, "add_special": True}).body.get("tokens", [])
+        first = ImagePrompt("", None, tuple(a))
+        r1 = _complete(srv, first)
+        out = r1.tokens or []
+        second = first.then(out + _tokens(srv, SECOND_TURN))
+        r2 = _complete(srv, second)
+        third = first.then(out[:3] + _tokens(srv, OTHER_QUESTION))
+        r3 = _complete(srv, third)
+        facts = server_facts(srv)
+    turns = _turns(srv.log_path.read_text(errors="replace"), [first, second, third], [r1, r2, r3])
+    ok = r1.ok and r2.ok
+    verdict = judge_rounds(ctx, "mtp_drafts_vs_fresh", turns[:2]) if ok else None
+    after_checkpoint = judge_rounds(ctx, "mtp_drafts_vs_fresh_cut", turns[2:]) if ok and r3.ok else None
+    seen = Seen(
+        [r1, r2, r3],
+        cached=bool(r2.timings.get("cache_n")),
+        same_drafts=verdict["same"] if verdict else None,
+        holds=verdict is None or verdict["comparable"],
+    )
+    return judged(
+        ctx.expect("mtp_drafts_vs_fresh"),
+        seen,
+        cache_n=[r.timings.get("cache_n") for r in (r1, r2, r3)],
+        definition=verdict,
+        after_a_context_checkpoint=after_checkpoint,
+        draft=[r.draft_stats for r in (r1, r2, r3)],
+        **facts,
+    )
