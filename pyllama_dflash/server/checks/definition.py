@@ -52,6 +52,7 @@ import shutil
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ...errors import PyllamaError
 from .. import bodies
 from ..drafts import DEBUG_VERBOSITY, LOGS_NO_DRAFTS, drafted_candidates, request_logs, rounds_with_history
 from ..expect import Expect, Result, Seen, judged
@@ -80,7 +81,7 @@ class ImagePrompt:
         return replace(self, after=self.after + tuple(ids))
 
 
-class NotComparable(Exception):
+class NotComparable(PyllamaError, RuntimeError):
     """The reference cannot be given the conversation's history: the check fails, and says why."""
 
 
