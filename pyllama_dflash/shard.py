@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -94,3 +96,18 @@ def shard_json(shard: Shard | None) -> str | None:
 
 def shard_from_json(value: str | None) -> Shard | None:
     return parse_shard(value) if value else None
+
+
+def load_reports(paths: Iterable[str | Path], keys: tuple[str, ...], what: str) -> list[dict]:
+    """The slices' JSON reports for a merge, each checked to carry ``keys``; ValueError naming the file
+    otherwise (``what``: the report's kind, as the error says it)."""
+    out = []
+    for p in paths:
+        try:
+            data = json.loads(Path(p).read_text())
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{p}: cannot read a report ({e})") from None
+        if not isinstance(data, dict) or any(k not in data for k in keys):
+            raise ValueError(f"{p}: not a report of {what}")
+        out.append(data)
+    return out

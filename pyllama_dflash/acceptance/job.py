@@ -3,8 +3,9 @@ the process boundary only)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
+from ..scenarios.config import SessionConfig
 from ..scenarios.models import ModelSet
 
 # how a column drafts: the variant's libcommon (``variant``), baseline drafting as the definition has it
@@ -30,16 +31,21 @@ class AcceptanceJob:
     column: Column
     models: ModelSet
     seeds: tuple[int, ...]
-    session: dict = field(default_factory=dict)  # SessionConfig fields beyond the column's own
+    session: SessionConfig  # before the column's own: its variant's slot loop, or the definition's
 
     def to_json(self) -> dict:
         return {
             "column": asdict(self.column),
             "models": self.models.to_json(),
             "seeds": list(self.seeds),
-            "session": self.session,
+            "session": self.session.to_json(),
         }
 
     @classmethod
     def from_json(cls, d: dict) -> AcceptanceJob:
-        return cls(Column(**d["column"]), ModelSet.from_json(d["models"]), tuple(d["seeds"]), dict(d["session"]))
+        return cls(
+            Column(**d["column"]),
+            ModelSet.from_json(d["models"]),
+            tuple(d["seeds"]),
+            SessionConfig.from_json(d["session"]),
+        )

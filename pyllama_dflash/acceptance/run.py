@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 from .. import child
-from ..engine.matrix import DEFINITION, REFERENCE
-from ..llamabuild.patchset import BASELINE, DEFINITION_ROLE, load_series
+from ..engine.matrix import DEFINITION, REFERENCE, reference_of
+from ..llamabuild.patchset import BASELINE, load_series
 from ..paths import default_patches_dir
+from ..scenarios.config import SessionConfig
 from ..scenarios.models import ModelSet
 from .job import AcceptanceJob, Column
 from .script import PHASES
@@ -27,7 +29,7 @@ from .script import PHASES
 MODEL = "reference model"
 AFTER_IMAGES = {"after image", "later", "after second image", "after restore"}
 TEXT_ONLY = "text only"
-SESSION = {"n_ctx": 1024, "n_batch": 64, "n_ubatch": 64, "n_max": 3}
+SESSION = SessionConfig(n_ctx=1024, n_batch=64, n_ubatch=64, n_max=3)
 
 
 def columns(variants: Sequence[str] | None = None) -> list[Column]:
@@ -43,17 +45,10 @@ def columns(variants: Sequence[str] | None = None) -> list[Column]:
 
 
 def pairs(cols: Sequence[Column]) -> list[tuple[str, str]]:
-    """The comparisons the table is for: the series' definition variant against the twin on baseline
-    (what b11434 does with a reconverted draft), and the two ceilings against that variant."""
-    series = load_series(default_patches_dir())
-    defined = [
-        c.name
-        for c in cols
-        if c.mode == "variant"
-        and c.images
-        and c.variant in series.variants[1:]
-        and series.role(c.variant) == DEFINITION_ROLE
-    ]
+    """The comparisons the table is for: the variant judged against the definition (the matrix's
+    reference_of) against the twin on baseline (what b11434 does with a reconverted draft), and the two
+    ceilings against that variant."""
+    defined = [c.name for c in cols if c.mode == "variant" and c.images and reference_of(c.variant) == DEFINITION]
     if not defined:
         return []
     return [(defined[0], REFERENCE), (TEXT_ONLY, defined[0]), (MODEL, defined[0])]
@@ -128,7 +123,7 @@ def measure(models: ModelSet, seeds: Sequence[int], cols: Sequence[Column] | Non
             job = AcceptanceJob(col, models, tuple(seeds), SESSION)
             result = run_column(job, Path(tmp))
             table[col.name] = {
-                "column": col.__dict__,
+                "column": asdict(col),
                 "phases": summarise(result["rounds"], seeds),
                 "failed": result["failed"],
             }
@@ -146,7 +141,7 @@ def measure(models: ModelSet, seeds: Sequence[int], cols: Sequence[Column] | Non
     return {
         "conversations": len(seeds),
         "seeds": [min(seeds), max(seeds)],
-        "session": SESSION,
+        "session": SESSION.to_json(),
         "table": table,
         "differences": differences,
     }

@@ -14,7 +14,7 @@ from ..engine.matrix import definition_config, server_config
 from ..llamabuild.patchset import BASELINE
 from ..scenarios.loaded import Loaded
 from ..scenarios.record import Record, StopScenario
-from ..scenarios.session import Session, SessionConfig
+from ..scenarios.session import Session
 from .job import AcceptanceJob
 from .script import RoundResult, run_conversation
 
@@ -37,13 +37,12 @@ def run_one(raw: dict) -> dict:
     job = AcceptanceJob.from_json(raw)
     col = job.column
     load(col.variant)
-    base = SessionConfig(**job.session)
     if col.mode == "variant":
-        cfg = server_config(col.variant, base)
+        cfg = server_config(col.variant, job.session)
     else:
         if col.variant != BASELINE:
             raise ValueError(f"column {col.name}: the definition's references run on {BASELINE}")
-        cfg = definition_config(base)
+        cfg = definition_config(job.session)
     models = job.models.with_draft(job.models.draft_mrope) if col.twin else job.models
     drafter = reference_model_drafter(models) if col.mode == "model" else None
     rounds: list[RoundResult] = []

@@ -29,7 +29,7 @@ from ..flags import common_parser, export, pick, tool_prog
 from ..llamabuild import find_built
 from ..llamabuild.patchset import BASELINE
 from ..scenarios.models import tiny_models
-from ..shard import check_slices, parse_seeds, shard_from_json, shard_json
+from ..shard import check_slices, load_reports, parse_seeds, shard_from_json, shard_json
 from ..tiny import DRAFTERS, TARGET_KINDS
 
 
@@ -168,15 +168,7 @@ def merge_reports(reports: list[dict]) -> dict:
 
 def merge_main(args: argparse.Namespace) -> int:
     try:
-        reports = []
-        for p in args.merge:
-            try:
-                data = json.loads(Path(p).read_text())
-            except (OSError, ValueError) as e:
-                raise ValueError(f"{p}: cannot read a report ({e})") from None
-            if not isinstance(data, dict) or "seeds" not in data or "selection" not in data:
-                raise ValueError(f"{p}: not a report of fuzz --json")
-            reports.append(data)
+        reports = load_reports(args.merge, ("seeds", "selection"), "fuzz --json")
         merged = merge_reports(reports)
     except ValueError as e:
         raise UsageError(f"--merge: {e}") from None

@@ -14,7 +14,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from ..shard import Shard, check_slices, shard_from_json, shard_json
+from ..shard import Shard, check_slices, load_reports, shard_from_json, shard_json
 from .runner import KILLED, STILLBORN, SURVIVED
 
 
@@ -102,13 +102,4 @@ def _few(ids: list[str]) -> str:
 
 def load(paths: list[Path]) -> list[dict]:
     """The reports, each checked to be a mutation report; ValueError naming the file otherwise."""
-    out = []
-    for p in paths:
-        try:
-            data = json.loads(Path(p).read_text())
-        except (OSError, ValueError) as e:
-            raise ValueError(f"{p}: cannot read a report ({e})") from None
-        if not isinstance(data, dict) or "outcomes" not in data or "selection" not in data:
-            raise ValueError(f"{p}: not a report of mutate --json (with its selection: written by this version)")
-        out.append(data)
-    return out
+    return load_reports(paths, ("outcomes", "selection"), "mutate --json (with its selection: written by this version)")
