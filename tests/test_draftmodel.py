@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from pyllama_dflash import api
+from pyllama_dflash.acceptance.run import SESSION
 from pyllama_dflash.acceptance.script import run_conversation
 from pyllama_dflash.draftmodel import forward
 from pyllama_dflash.draftmodel.trained import StaleTrainedDraft, read_manifest, trained_models
@@ -22,7 +23,7 @@ from pyllama_dflash.draftmodel.weights import load_draft
 from pyllama_dflash.errors import GGUFError
 from pyllama_dflash.scenarios.models import tiny_models
 from pyllama_dflash.scenarios.record import Record
-from pyllama_dflash.scenarios.session import Session, SessionConfig
+from pyllama_dflash.scenarios.session import Session
 
 NMSE_MAX = 1e-5
 IMPLEMENTED = ("dflash", "dflash-causal", "dspark", "dspark-bonus", "dspark-vocab")
@@ -105,9 +106,8 @@ def test_the_trained_draft_drafts_above_its_floor_without_images(lib_dir):
     export or loading regression drafts nothing the target accepts."""
     models = trained_models("dense")
     rounds = []
-    cfg = SessionConfig(n_ctx=1024, n_batch=64, n_ubatch=64, n_max=3)
     for seed in (900, 901, 902):
-        with Session(models, cfg, Record()) as s:
+        with Session(models, SESSION, Record()) as s:
             run_conversation(s, seed, rounds, images=False, restore=False)
     mean = sum(r.accepted for r in rounds) / len(rounds)
     assert mean > ACCEPTANCE_FLOOR, f"mean accepted {mean:.3f} over {len(rounds)} rounds"
