@@ -58,6 +58,7 @@ from ..env import PATCHES_ENV
 from ..errors import BuildError
 from ..llamabuild import BuildOptions, build, variant
 from ..llamabuild.patchset import BASELINE, DEFINITION_ROLE, FIX_ROLE, Series
+from ..llamabuild.variants import Variant
 from ..paths import REPO_DIR
 from ..scenarios.catalog import SCENARIOS, expectations, meets
 from ..scenarios.drift import judge
@@ -190,7 +191,36 @@ def try_mutant(
     work: Path,
     fuzz_examples: int = 0,
 ) -> Outcome:
+    """Build the mutant and try the harness on it, cheapest stage first (the module's docstring),
+    stopping at the first stage that kills it."""
     out = Outcome(mutant.id, mutant.describe())
+    manifest = _build(out, mutant, series_dir)
+    if manifest is None:
+        return out
+    t1 = time.monotonic()
+    trial = _Trial(out, variant(VARIANT, series_dir))
+    try:
+        if mutant.path == SERVER_FILE:
+            _server_stage(out, manifest, models, series_dir, work / mutant.id)
+            return out
+        # the test takes a tenth of a second; a mutant that loops forever is killed here, in a minute
+        if trial.killed(ctest_row.ROW, ctest_row.run_ctest(manifest, timeout=60)):
+            return out
+        if _matrix_kills(trial, refs, models, config, parallel, work / mutant.id):
+            return out
+        if _family_kills(trial, models, config, parallel, work / mutant.id / "family"):
+            return out
+        if _rules_kill(trial, series_dir):
+            return out
+        if fuzz_examples:
+            _fuzz_stage(out, models, fuzz_examples, work / "fuzz")
+        return out
+    finally:
+        out.judge_s = time.monotonic() - t1
+
+
+def _build(out: Outcome, mutant: Mutant, series_dir: Path):
+    """The mutant's build (its manifest), or None when it does not compile: ``out`` then says so."""
     t0 = time.monotonic()
     os.environ[PATCHES_ENV] = str(series_dir)  # the children look the mutant's build up in its series
     try:
@@ -198,68 +228,83 @@ def try_mutant(
         (manifest,) = build([VARIANT], BuildOptions(patches_dir=series_dir, quiet=True, cpu="native", server=server))
     except BuildError as e:
         out.status, out.detail = STILLBORN, _first_error(str(e))
+        return None
+    finally:
         out.build_s = time.monotonic() - t0
-        return out
-    out.build_s = time.monotonic() - t0
-    t1 = time.monotonic()
-    mutant_variant = variant(VARIANT, series_dir)
+    return manifest
 
-    def killed(row: str, result: dict, drafter: str = "dflash", target: str = "dense") -> bool:
+
+@dataclass
+class _Trial:
+    """A mutant's rows judged as the fix's expectations have them: the first row they do not allow kills it."""
+
+    out: Outcome
+    mutant_variant: Variant
+
+    def killed(self, row: str, result: dict, drafter: str = "dflash", target: str = "dense") -> bool:
+        out = self.out
         label = row if (drafter, target) == ("dflash", "dense") else f"{row} {drafter}/{target}"
         out.rows[label] = result["status"]
-        if meets(expectations(mutant_variant, drafter=drafter, target=target)[row], result):
+        if meets(expectations(self.mutant_variant, drafter=drafter, target=target)[row], result):
             return False
         out.status, out.killed_by = KILLED, label
         out.detail = f"{result['status']}: {result.get('first_failure')}"
         return True
 
-    try:
-        if mutant.path == SERVER_FILE:
-            _server_stage(out, manifest, models, series_dir, work / mutant.id)
-            return out
-        # the test takes a tenth of a second; a mutant that loops forever is killed here, in a minute
-        if killed(ctest_row.ROW, ctest_row.run_ctest(manifest, timeout=60)):
-            return out
-        jobs = [Job(sid, VARIANT, models, server_config(VARIANT, config)) for sid in SCENARIOS]
-        results = run_matrix(jobs, parallel, work / mutant.id)
-        ref = refs()  # the drift references: computed once, by the first mutant that gets this far
-        table = {sid: {VARIANT: judge(results[(sid, VARIANT)], ref[sid]), REFERENCE: ref[sid]} for sid in SCENARIOS}
-        if not mutant_variant.own_positions:  # the layout replay is 0002's: it proves no tie of the definition
-            prove_ties([(models, table)], [VARIANT], config, parallel, work / mutant.id)
-        for sid in SCENARIOS:
-            if killed(sid, table[sid][VARIANT]):
-                return out
-        family = family_cases(models)
-        tables = run_cases(family, [VARIANT], config, parallel=parallel, work_dir=work / mutant.id / "family")
-        for case_models, scenarios in family:
-            for sid in scenarios:
-                result = tables[case_name(case_models)][sid][VARIANT]
-                if killed(sid, result, case_models.drafter, case_models.target_kind):
-                    return out
-        rules_tests = RULES_TESTS[mutant_variant.role]
-        if rules_tests.is_file():
-            rules = _rules(series_dir, rules_tests)
-            out.rows["rules"] = PASS if rules is None else "FAIL"
-            if rules is not None:
-                out.status, out.killed_by, out.detail = KILLED, "rules", rules
-                return out
-        if fuzz_examples:
-            from ..engine.schedule_runner import search_variants
 
-            r = search_variants([VARIANT], models, examples=fuzz_examples, parallel=1, work_dir=work / "fuzz")[VARIANT]
-            if "runs" not in r:  # the child itself failed: a crash the fuzzer's child did not survive
-                out.rows["fuzz"] = r.get("status")
-                out.status, out.killed_by, out.detail = KILLED, "fuzz", f"{r.get('status')}: {r.get('first_failure')}"
-            elif r["failures"]:
-                first = r["failures"][0]
-                out.rows["fuzz"] = first["kind"]
-                out.status, out.killed_by = KILLED, "fuzz"
-                out.detail = f"{first['kind']} at run {r['first_failure_run'].get(first['kind'])}: {first['message']}"
-            else:
-                out.rows["fuzz"] = PASS
-        return out
-    finally:
-        out.judge_s = time.monotonic() - t1
+def _matrix_kills(
+    trial: _Trial, refs: Callable[[], dict[str, dict]], models: ModelSet, config: dict, parallel: int, work: Path
+) -> bool:
+    """Stage 2: the scenario matrix of DFlash on the dense target, judged against the drift references."""
+    jobs = [Job(sid, VARIANT, models, server_config(VARIANT, config)) for sid in SCENARIOS]
+    results = run_matrix(jobs, parallel, work)
+    ref = refs()  # the drift references: computed once, by the first mutant that gets this far
+    table = {sid: {VARIANT: judge(results[(sid, VARIANT)], ref[sid]), REFERENCE: ref[sid]} for sid in SCENARIOS}
+    if not trial.mutant_variant.own_positions:  # the layout replay is 0002's: it proves no tie of the definition
+        prove_ties([(models, table)], [VARIANT], config, parallel, work)
+    return any(trial.killed(sid, table[sid][VARIANT]) for sid in SCENARIOS)
+
+
+def _family_kills(trial: _Trial, models: ModelSet, config: dict, parallel: int, work: Path) -> bool:
+    """Stage 3: every other drafter and target of the family."""
+    family = family_cases(models)
+    tables = run_cases(family, [VARIANT], config, parallel=parallel, work_dir=work)
+    return any(
+        trial.killed(sid, tables[case_name(case_models)][sid][VARIANT], case_models.drafter, case_models.target_kind)
+        for case_models, scenarios in family
+        for sid in scenarios
+    )
+
+
+def _rules_kill(trial: _Trial, series_dir: Path) -> bool:
+    """Stage 4: the fix's rules that no scenario reaches, when the checkout has their tests."""
+    rules_tests = RULES_TESTS[trial.mutant_variant.role]
+    if not rules_tests.is_file():
+        return False
+    rules = _rules(series_dir, rules_tests)
+    out = trial.out
+    out.rows["rules"] = PASS if rules is None else "FAIL"
+    if rules is None:
+        return False
+    out.status, out.killed_by, out.detail = KILLED, "rules", rules
+    return True
+
+
+def _fuzz_stage(out: Outcome, models: ModelSet, examples: int, work: Path) -> None:
+    """Stage 5, optional: a fixed-seed fuzz of the mutant."""
+    from ..engine.schedule_runner import search_variants
+
+    r = search_variants([VARIANT], models, examples=examples, parallel=1, work_dir=work)[VARIANT]
+    if "runs" not in r:  # the child itself failed: a crash the fuzzer's child did not survive
+        out.rows["fuzz"] = r.get("status")
+        out.status, out.killed_by, out.detail = KILLED, "fuzz", f"{r.get('status')}: {r.get('first_failure')}"
+    elif r["failures"]:
+        first = r["failures"][0]
+        out.rows["fuzz"] = first["kind"]
+        out.status, out.killed_by = KILLED, "fuzz"
+        out.detail = f"{first['kind']} at run {r['first_failure_run'].get(first['kind'])}: {first['message']}"
+    else:
+        out.rows["fuzz"] = PASS
 
 
 def _server_stage(out: Outcome, manifest, models: ModelSet, series_dir: Path, work: Path) -> None:

@@ -1,0 +1,81 @@
+"""What a mutation run tries: the fix and how it is judged, its files, and the mutants selected.
+
+:func:`plan` reads the flags (``--fix``, ``--files``, ``--every``, ``--only``, ``--shard``, ``--limit``)
+against the series and the pristine source (baseline's build), and raises UsageError for a run that
+cannot be made. :func:`stale` names the equivalent mutants on file that no fix of the series has.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UsageError
+from ..llamabuild import BuildOptions, build
+from ..llamabuild.patchset import DEFINITION_ROLE, EVERY, FIX_ROLE, Series, apply_series, load_series, tree_reader
+from ..paths import default_patches_dir
+from .operators import Mutant, mutants
+
+
+@dataclass
+class Plan:
+    series: Series
+    fix: str
+    role: str  # FIX_ROLE (judged against the twin) or DEFINITION_ROLE (against the draft's definition)
+    pristine: Path  # baseline's source tree
+    read: Callable[[str], str]  # a file of the pristine tree
+    own: dict[str, str]  # the files the fix's own patches touch, as the fix has them
+    files: list[str]  # the files whose added lines are mutated
+    all_mutants: list[Mutant]  # every mutant of those files, before any selection
+    selected: list[Mutant]  # what this run tries: sampled, picked, sliced and limited
+    selection: dict  # what was asked, for the report (and a merge of slices)
+
+
+def plan(args: argparse.Namespace) -> Plan:
+    series = load_series(default_patches_dir())
+    fix = args.fix or series.variants[-1]
+    # each mutant is judged as its fix is: against the twin, or against the draft's definition (0005)
+    role = series.role(fix) if fix in series.variants[1:] else FIX_ROLE
+    if role not in (FIX_ROLE, DEFINITION_ROLE):
+        raise UsageError(f"--fix {fix!r} is judged as {role!r}: not a fix to mutate")
+    (base,) = build(["baseline"], BuildOptions(cpu="native", quiet=True))
+    pristine = Path(base.data["source"]["path"])
+    read = tree_reader(pristine)
+    fixed = apply_series(read, series.prefix(fix))
+    own = {rel: fixed[rel] for p in series.prefix(fix) if p.variant != EVERY for rel in p.touched}
+    files = [f.strip() for f in args.files.split(",") if f.strip()]
+    missing = [f for f in files if f not in own]
+    if missing:
+        raise UsageError(f"variant {fix!r} does not change {', '.join(missing)}")
+    all_mutants = [m for f in files for m in mutants(f, read(f), own[f])]
+    every = all_mutants[:: max(1, args.every)]
+    wanted = {x.strip() for x in args.only.split(",")} if args.only else None
+    if wanted is not None:
+        every = [m for m in every if m.id in wanted]
+    selection = {
+        "every": args.every,
+        "only": sorted(wanted) if wanted is not None else None,
+        "limit": args.limit,
+        "mutants": [m.id for m in every],  # before the slicing: what the slices together must try
+    }
+    if args.shard:
+        every = args.shard.by_key(every, lambda m: m.id)
+    if args.limit:
+        every = every[: args.limit]
+    return Plan(series, fix, role, pristine, read, own, files, all_mutants, every, selection)
+
+
+def stale(p: Plan, equivalents: dict[str, dict]) -> list[str]:
+    """The equivalent mutants on file that are mutants of no fix of the series (equivalent.json serves
+    every fix of the series: a mutant of another fix is not stale)."""
+    fixes = [v for v in p.series.variants[1:] if p.series.role(v) in (FIX_ROLE, DEFINITION_ROLE)]
+    known = {
+        m.id
+        for v in fixes
+        for rel, text in apply_series(p.read, p.series.prefix(v)).items()
+        if rel in p.files
+        for m in mutants(rel, p.read(rel), text)
+    }
+    return sorted(set(equivalents) - known - {m.id for m in p.all_mutants})
