@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pyllama_dflash.command import run
-from pyllama_dflash.llamabuild.cli import main
+from pyllama_dflash.llamabuild.__main__ import main
 
 if __name__ == "__main__":
     sys.exit(run(main, prog="build.py"))

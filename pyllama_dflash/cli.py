@@ -27,7 +27,7 @@ from .flags import PROG
 # name: (module holding main(argv), one line of help); imported only when chosen
 TOOLS: dict[str, tuple[str, str]] = {
     "build": (
-        "pyllama_dflash.llamabuild.cli",
+        "pyllama_dflash.llamabuild.__main__",
         "build llama.cpp (pinned) with each variant of patches/series, side by side (python build.py)",
     ),
     "repro": ("pyllama_dflash.repro.__main__", "the scenario matrix across every variant of the series"),

@@ -20,7 +20,7 @@ import pytest
 from pyllama_dflash import cli, flags
 from pyllama_dflash.env import CACHE_ENV, PATCHES_ENV
 from pyllama_dflash.fuzz.__main__ import parser as fuzz_parser
-from pyllama_dflash.llamabuild.cli import parser as build_parser
+from pyllama_dflash.llamabuild.__main__ import parser as build_parser
 from pyllama_dflash.repro.__main__ import parser as repro_parser
 
 SCRIPT = Path(sys.executable).parent / "pyllama-dflash"

@@ -137,11 +137,13 @@ def test_no_module_imports_a_module_that_imports_it_back():
 
 
 # A package with a __main__.py is a command (``python -m pyllama_dflash.<tool>``), on top of the rest.
-# tiny and draftmodel are the layers with a command of their own: the tiny models, which the scenarios,
-# the server checks and every command run on, and the reference model of the draft with its trained
-# drafts, which the acceptance measurement runs on; each __main__.py writes files, and nothing imports it.
+# llamabuild, tiny and draftmodel are the layers with a command of their own: the builds of the variants,
+# which everything that loads or runs one looks up; the tiny models, which the scenarios, the server
+# checks and every command run on; and the reference model of the draft with its trained drafts, which
+# the acceptance measurement runs on. Each __main__.py writes files, and nothing imports it.
 # layer: a module below the commands that imports it
 LAYERS_WITH_A_COMMAND = {
+    "pyllama_dflash.llamabuild": "pyllama_dflash.engine.matrix",
     "pyllama_dflash.tiny": "pyllama_dflash.scenarios.models",
     "pyllama_dflash.draftmodel": "pyllama_dflash.acceptance.worker",
 }

@@ -1,4 +1,4 @@
-"""``python build.py``: build, list and check the variants of the patch series."""
+"""``python build.py`` (``pyllama-dflash build``): build, list and check the variants of the patch series."""
 
 from __future__ import annotations
 
@@ -136,3 +136,7 @@ def _state(m: manifests.Manifest, inputs: dict | None) -> str:
         f"series {m.data.get('patches_dir', '?')}  {m.lib_dir}"
     )
     return line + (f"\n{'':13s}({'; '.join(problems)})" if problems else "")
+
+
+if __name__ == "__main__":
+    sys.exit(command.run(main))
