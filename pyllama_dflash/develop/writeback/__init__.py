@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ...errors import PatchError
 from ...files import atomic_path, default_file_mode, sha256_bytes
-from ...llamabuild.patchset import Patch, Series, apply_file_patch, load_series, parse_patch
+from ...llamabuild.patchset import FilePatch, Patch, Series, apply_file_patch, load_series, parse_patch
 from .. import align, mailpatch
 from ..git import DevelopError, git, run_git
 from ..tree import read_meta, write_meta
@@ -113,11 +113,50 @@ def write_back(
     dry_run: bool = False,
     log: Log = lambda _msg: None,
 ) -> list[Outcome]:
+    """Check the tree against the series it was made from, rewrite each commit as its patch, check the
+    new patches, and write those that changed (the module's docstring); the outcome of each patch."""
     tree = Path(tree).absolute()
     meta = read_meta(tree)
     _check_state(tree)
     target = Path(patches_dir if patches_dir is not None else meta["patches_dir"]).absolute()
     series = load_series(target)
+    prefix = _prefix(tree, target, series, meta)
+    commits = _commits(tree, meta["base"])
+    if len(commits) != len(prefix):
+        listing = "; ".join(f"{i}: {p.name}" for i, p in enumerate(prefix, 1))
+        raise DevelopError(
+            f"{tree}: {len(commits)} commit(s) above the pristine commit, but variant {meta['variant']} has "
+            f"{len(prefix)} patch(es) ({listing}); keep one commit per patch, in that order: fold a change "
+            f"into its patch's commit (git commit --fixup=COMMIT, then git rebase -i --autosquash pristine)"
+        )
+    if not force:
+        _check_unchanged_on_disk(target, meta)
+
+    rewriter = _Rewriter(tree, target, meta["base"])
+    outcomes = []
+    new_patches: dict[str, Patch] = {}
+    parent = meta["base"]
+    for commit, patch in zip(commits, prefix, strict=True):
+        outcome, new_patches[patch.name] = rewriter.rewrite(parent, commit, patch)
+        outcomes.append(outcome)
+        parent = commit
+
+    broken = _broken_variants(series, new_patches, rewriter.reader, meta["base"])
+    if broken and not force:
+        raise DevelopError(
+            f"{tree}: with these patches, {'; '.join(broken)}. Develop the variant that carries them all "
+            f"(pyllama-dflash develop {series.variants[-1]}) and make the change there, or pass --force; "
+            "nothing was written"
+        )
+    for line in broken:
+        log(f"write-back: warning: {line}")
+    if not dry_run:
+        _publish(tree, target, meta, outcomes)
+    return outcomes
+
+
+def _prefix(tree: Path, target: Path, series: Series, meta: dict) -> tuple[Patch, ...]:
+    """The patches of the tree's variant, as the series has them: the ones the tree was made with."""
     variant = meta["variant"]
     try:
         prefix = series.prefix(variant)
@@ -129,99 +168,114 @@ def write_back(
             f"{target}/series: variant {variant} is now {', '.join(p.name for p in prefix) or 'no patch'}; "
             f"{tree} was made with {', '.join(recorded) or 'no patch'}: make a new work tree with develop"
         )
-    commits = _commits(tree, meta["base"])
-    if len(commits) != len(prefix):
-        listing = "; ".join(f"{i}: {p.name}" for i, p in enumerate(prefix, 1))
-        raise DevelopError(
-            f"{tree}: {len(commits)} commit(s) above the pristine commit, but variant {variant} has "
-            f"{len(prefix)} patch(es) ({listing}); keep one commit per patch, in that order: fold a change "
-            f"into its patch's commit (git commit --fixup=COMMIT, then git rebase -i --autosquash pristine)"
-        )
-    if not force:
-        _check_unchanged_on_disk(target, meta)
+    return prefix
 
-    base = meta["base"]
-    reader = _Reader(tree)
-    old_state: dict[str, str | None] = {}  # the files after the patches on disk, in order
-    new_state: dict[str, str | None] = {}  # the files after the patches as written back, in order
-    outcomes = []
-    new_patches: dict[str, Patch] = {}
-    parent = base
-    for commit, patch in zip(commits, prefix, strict=True):
-        old_text = (target / patch.name).read_text(encoding="utf-8")
+
+def _publish(tree: Path, target: Path, meta: dict, outcomes: list[Outcome]) -> None:
+    """The patches that changed written, and the tree's record of them when it is the tree's series."""
+    for out in outcomes:
+        if out.changed:
+            _write(target / out.name, out.new)
+    if target.resolve() == Path(meta["patches_dir"]).resolve():
+        shas = {o.name: sha256_bytes(o.new.encode("utf-8")) for o in outcomes}
+        meta["patches"] = [{**p, "sha256": shas[p["name"]]} for p in meta["patches"]]
+        write_meta(tree, meta)
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One commit above its parent, as the patch ``name`` of the series is to carry it."""
+
+    parent: str
+    commit: str
+    name: str
+    touched: list[str]
+    before: dict[str, str | None]  # each touched file at the parent
+    after: dict[str, str | None]  # and at the commit
+
+
+class _Rewriter:
+    """The commits rewritten as their patches, one after another, keeping the files in order as the
+    patches on disk leave them (``old_state``) and as the patches written back leave them (``new_state``)."""
+
+    def __init__(self, tree: Path, target: Path, base: str):
+        self.tree, self.target, self.base = tree, target, base
+        self.reader = _Reader(tree)
+        self.old_state: dict[str, str | None] = {}
+        self.new_state: dict[str, str | None] = {}
+
+    def rewrite(self, parent: str, commit: str, patch: Patch) -> tuple[Outcome, Patch]:
+        old_text = (self.target / patch.name).read_text(encoding="utf-8")
         mp = mailpatch.parse(old_text, patch.name)
         old_files = {fp.path: fp for fp in parse_patch(old_text, patch.name)}
-        old_sections = {s.path: s for s in mp.sections}
-        touched = _touched(tree, parent, commit)
+        touched = _touched(self.tree, parent, commit)
         before, after = {}, {}
         for path in touched:
-            before[path] = reader.text(parent, path)
-            after[path] = reader.text(commit, path)
-        # the patch on disk, applied to the files as the patches on disk before it left them
+            before[path] = self.reader.text(parent, path)
+            after[path] = self.reader.text(commit, path)
+        step = _Step(parent, commit, patch.name, touched, before, after)
+        sections = self._sections(step, mp, old_files, *self._old_applied(old_files, patch.name))
+        message, author = _message(self.tree, commit)
+        new_text = mp.with_message(message, author).with_sections(sections).render()
+        files = self._check_new(step, new_text)
+        new_patch = Patch(patch.name, patch.variant, sha256_bytes(new_text.encode()), files)
+        return Outcome(patch.name, commit, old_text, new_text), new_patch
+
+    def _old_applied(self, old_files: dict, name: str) -> tuple[dict, dict]:
+        """The patch on disk, applied to the files as the patches on disk before it left them: each of its
+        files before and after it (_UNKNOWN where it does not apply)."""
         old_before, old_after = {}, {}
         for path, fp in old_files.items():
-            if path not in old_state:
-                old_state[path] = reader.pristine(base, path)
-            old_before[path] = old_state[path]
+            if path not in self.old_state:
+                self.old_state[path] = self.reader.pristine(self.base, path)
+            old_before[path] = self.old_state[path]
             try:
-                old_state[path] = apply_file_patch(old_state[path], fp, patch.name)
+                self.old_state[path] = apply_file_patch(self.old_state[path], fp, name)
             except PatchError:
-                old_state[path] = _UNKNOWN
-            old_after[path] = old_state[path]
-        order = [p for p in old_sections if p in touched] + [p for p in touched if p not in old_sections]
+                self.old_state[path] = _UNKNOWN
+            old_after[path] = self.old_state[path]
+        return old_before, old_after
+
+    def _sections(
+        self, step: _Step, mp: mailpatch.MailPatch, old_files: dict, old_before: dict, old_after: dict
+    ) -> list[mailpatch.Section]:
+        """Each touched file's part of the patch: the one on disk kept, carried over the edit, or a git diff."""
+        old_sections = {s.path: s for s in mp.sections}
+        order = [p for p in old_sections if p in step.touched] + [p for p in step.touched if p not in old_sections]
+        before, after = step.before, step.after
         fresh: dict[str, mailpatch.Section] | None = None
         sections = []
         for path in order:
             keep = path in old_sections and (
                 (old_before.get(path) == before[path] and old_after.get(path) == after[path])
-                or _applies_as_stated(old_files[path], before[path], after[path], patch.name)
+                or _applies_as_stated(old_files[path], before[path], after[path], step.name)
             )
             if keep:
                 sections.append(old_sections[path])
                 continue
             carried = None
             if path in old_sections and _UNKNOWN not in (old_before[path], old_after[path]):
-                carried = _carried(old_sections[path], old_before[path], before[path], after[path], patch.name)
+                carried = _carried(old_sections[path], old_before[path], before[path], after[path], step.name)
             if carried is None:
                 if fresh is None:
-                    fresh = _fresh_sections(tree, parent, commit, patch.name)
+                    fresh = _fresh_sections(self.tree, step.parent, step.commit, step.name)
                 carried = fresh[path]
             sections.append(carried)
-        message, author = _message(tree, commit)
-        new_text = mp.with_message(message, author).with_sections(sections).render()
-        # the new patch, applied as the build applies it, must give the commit's files
-        files = parse_patch(new_text, patch.name)
+        return sections
+
+    def _check_new(self, step: _Step, new_text: str) -> tuple[FilePatch, ...]:
+        """The new patch, applied as the build applies it, must give the commit's files: its files."""
+        files = parse_patch(new_text, step.name)
         for fp in files:
-            if fp.path not in new_state:
-                new_state[fp.path] = reader.pristine(base, fp.path)
-            new_state[fp.path] = apply_file_patch(new_state[fp.path], fp, patch.name)
-            if new_state[fp.path] != after[fp.path]:
+            if fp.path not in self.new_state:
+                self.new_state[fp.path] = self.reader.pristine(self.base, fp.path)
+            self.new_state[fp.path] = apply_file_patch(self.new_state[fp.path], fp, step.name)
+            if self.new_state[fp.path] != step.after[fp.path]:
                 raise DevelopError(
-                    f"{tree}: the patch written for commit {commit[:12]} ({patch.name}) does not give its "
+                    f"{self.tree}: the patch written for commit {step.commit[:12]} ({step.name}) does not give its "
                     f"{fp.path} (a bug in write-back); nothing was written"
                 )
-        outcomes.append(Outcome(patch.name, commit, old_text, new_text))
-        new_patches[patch.name] = Patch(patch.name, patch.variant, sha256_bytes(new_text.encode()), files)
-        parent = commit
-
-    broken = _broken_variants(series, new_patches, reader, base)
-    if broken and not force:
-        raise DevelopError(
-            f"{tree}: with these patches, {'; '.join(broken)}. Develop the variant that carries them all "
-            f"(pyllama-dflash develop {series.variants[-1]}) and make the change there, or pass --force; "
-            "nothing was written"
-        )
-    for line in broken:
-        log(f"write-back: warning: {line}")
-    if not dry_run:
-        for out in outcomes:
-            if out.changed:
-                _write(target / out.name, out.new)
-        if target.resolve() == Path(meta["patches_dir"]).resolve():
-            shas = {o.name: sha256_bytes(o.new.encode("utf-8")) for o in outcomes}
-            meta["patches"] = [{**p, "sha256": shas[p["name"]]} for p in meta["patches"]]
-            write_meta(tree, meta)
-    return outcomes
+        return files
 
 
 _UNKNOWN = "\0unknown"  # a file the patches on disk did not apply to: never equal to a real one
