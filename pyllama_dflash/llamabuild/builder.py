@@ -219,6 +219,8 @@ def stage(variant: str, opts: BuildOptions | None = None) -> Staged:
 
 
 def _build_one(p: Plan, variant: str, opts: BuildOptions, publish: bool = True) -> manifests.Manifest | None:
+    """Stage, configure and compile ``variant`` in the shared build folder, under its lock, then publish
+    it (unless ``publish`` is false: the folder is then left holding it); its manifest."""
     progress = Progress(variant, quiet=opts.quiet)
     work = p.work_dir
     with file_lock(work / "lock", on_wait=lambda: progress.say("waiting for another build of this folder")) as lock_fd:
@@ -226,108 +228,146 @@ def _build_one(p: Plan, variant: str, opts: BuildOptions, publish: bool = True) 
         if existing is not None:
             progress.say(f"up to date ({existing.lib_dir}), built by another process")
             return existing
-
-        progress.stage("stage", f"{len(p.series.prefix(variant))} patch(es)")
-        stage = Stage(work / "llama.cpp", p.src.path, p.src.record)
-        stage.ensure(progress.say)
-        contents = apply_series(tree_reader(p.src.path), p.series.prefix(variant))
-        changed = stage.sync(contents, p.series.touched)
-        changed += _sync_native(work / "native")
-        progress.say(f"files rewritten: {', '.join(changed) if changed else 'none'}")
-
-        build_dir = work / "build"
-        log_path = work / "build.log"
-        args = toolchain.cmake_configure_args(
-            p.tc,
-            stage.root,
-            pinned.BUILD_NUMBER if p.src.pinned else None,
-            pinned.COMMIT if p.src.pinned else None,
-        )
-        if _needs_configure(build_dir, args):
-            progress.stage("configure")
-            (build_dir / "CMakeCache.txt").unlink(missing_ok=True)
-            run_logged(
-                ["cmake", "-S", str(work / "native"), "-B", str(build_dir), *args],
-                log_path,
-                progress,
-                "configure",
-                keep_fds=(lock_fd,),
-            )
-            atomic_write_json(build_dir / "pyllama-dflash-configure.json", args)
-
-        progress.stage("compile")
-        jobs = opts.jobs or os.cpu_count() or 2
-        with_test = ctest.built_with(p.series, variant)
-        targets = (*TARGETS, *((SERVER,) if opts.server else ()), *((ctest.TEST,) if with_test else ()))
-        # the compilers inherit the lock: if this process is killed alone, the next build
-        # waits for them instead of running a second ninja in the same folder
-        run_logged(
-            ["cmake", "--build", str(build_dir), "--target", *targets, "-j", str(jobs)],
-            log_path,
-            progress,
-            "compile",
-            keep_fds=(lock_fd,),
-        )
+        built = _Built(variant, *_stage_tree(p, variant, progress))
+        built.configure_args = _configure(p, built.stage, progress, lock_fd)
+        built.with_test = _compile(p, variant, opts, progress, lock_fd)
         if not publish:
             progress.finish()
             return None
+        return _publish(p, built, opts, progress)
 
-        progress.stage("publish")
-        final = p.variant_dir(variant)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        for pattern in (f".{final.name}-*", f".{final.name}.old-*"):
-            for dead in final.parent.glob(pattern):
-                shutil.rmtree(dead, ignore_errors=True)  # a killed publish's; only a lock holder makes them
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
-        try:
-            files = _collect_outputs(build_dir / "bin", tmp, server=opts.server)
-            test = ctest.publish(build_dir, tmp) if with_test else None
-            if test:
-                files["binaries"][ctest.TEST] = test["binary"]
-            progress.stage("bindings")
-            from ..bindings import ffibuild
 
-            module = ffibuild.compile_module(tmp, include_dirs(stage.root), tmp, work / "ffi-tmp")
-            if _native_hash_now() != p.inputs(variant)["native"]:
-                # the manifest would pair the hash read at the start with binaries of later sources
-                raise BuildError(
-                    f"the native sources or bindings ({NATIVE_DIR}) changed while {variant} was building; "
-                    "nothing was published: run the build again"
-                )
-            timings = progress.finish()
-            data = {
-                "schema": manifests.SCHEMA,
-                "variant": variant,
-                "build_key": p.build_key,
-                "inputs": p.inputs(variant),
-                "source": p.src.to_json(),
-                "patches_dir": str(p.series.directory),
-                "series_tag": series_tag(p.series),
-                "patches": [{"name": x.name, "sha256": x.sha256, "files": x.touched} for x in p.series.prefix(variant)],
-                "backend": p.tc.backend,
-                "cuda_arch": p.tc.cuda_arch,
-                "cpu": {"mode": p.tc.cpu, "features": list(p.tc.cpu_features)},
-                "cmake_args": list(p.tc.cmake_args),
-                "configure_args": args,
-                "libraries": files["libraries"],
-                "binaries": files["binaries"],
-                "ctest": test,
-                "bindings": module.name,
-                "include_dirs": [str(d) for d in include_dirs(stage.root)],
-                "files_rewritten": changed,
-                "timings": timings,
-                "built_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                "host": {"machine": platform.machine(), "system": platform.system(), "cpus": os.cpu_count()},
-            }
-            atomic_write_json(tmp / manifests.MANIFEST, data)  # last: its presence means "complete"
-            replace_dir(tmp, final)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        progress.say(f"built in {timings['total']:.1f}s -> {final}")
-        m = manifests.read(final / manifests.MANIFEST)
-        assert m is not None
-        return m
+@dataclass
+class _Built:
+    """What a build of one variant did, for its manifest."""
+
+    variant: str
+    stage: Stage
+    files_rewritten: list[str]
+    configure_args: list[str] = field(default_factory=list)
+    with_test: bool = False
+
+
+def _stage_tree(p: Plan, variant: str, progress: Progress) -> tuple[Stage, list[str]]:
+    """The staged tree made the variant's, file by file: the stage and the files rewritten."""
+    progress.stage("stage", f"{len(p.series.prefix(variant))} patch(es)")
+    stage = Stage(p.work_dir / "llama.cpp", p.src.path, p.src.record)
+    stage.ensure(progress.say)
+    contents = apply_series(tree_reader(p.src.path), p.series.prefix(variant))
+    changed = stage.sync(contents, p.series.touched)
+    changed += _sync_native(p.work_dir / "native")
+    progress.say(f"files rewritten: {', '.join(changed) if changed else 'none'}")
+    return stage, changed
+
+
+def _configure(p: Plan, stage: Stage, progress: Progress, lock_fd: int) -> list[str]:
+    """cmake's configure, when its arguments changed since the last (or never ran); the arguments."""
+    work = p.work_dir
+    build_dir = work / "build"
+    args = toolchain.cmake_configure_args(
+        p.tc,
+        stage.root,
+        pinned.BUILD_NUMBER if p.src.pinned else None,
+        pinned.COMMIT if p.src.pinned else None,
+    )
+    if _needs_configure(build_dir, args):
+        progress.stage("configure")
+        (build_dir / "CMakeCache.txt").unlink(missing_ok=True)
+        run_logged(
+            ["cmake", "-S", str(work / "native"), "-B", str(build_dir), *args],
+            work / "build.log",
+            progress,
+            "configure",
+            keep_fds=(lock_fd,),
+        )
+        atomic_write_json(build_dir / "pyllama-dflash-configure.json", args)
+    return args
+
+
+def _compile(p: Plan, variant: str, opts: BuildOptions, progress: Progress, lock_fd: int) -> bool:
+    """The libraries (and llama-server, and the series' C++ test where the variant has it); whether the
+    test was built."""
+    progress.stage("compile")
+    jobs = opts.jobs or os.cpu_count() or 2
+    with_test = ctest.built_with(p.series, variant)
+    targets = (*TARGETS, *((SERVER,) if opts.server else ()), *((ctest.TEST,) if with_test else ()))
+    # the compilers inherit the lock: if this process is killed alone, the next build
+    # waits for them instead of running a second ninja in the same folder
+    run_logged(
+        ["cmake", "--build", str(p.work_dir / "build"), "--target", *targets, "-j", str(jobs)],
+        p.work_dir / "build.log",
+        progress,
+        "compile",
+        keep_fds=(lock_fd,),
+    )
+    return with_test
+
+
+def _publish(p: Plan, built: _Built, opts: BuildOptions, progress: Progress) -> manifests.Manifest:
+    """The outputs, the C++ test and the bindings in a folder of the variant's own, its manifest last,
+    swapped in for the previous build at once."""
+    progress.stage("publish")
+    variant, build_dir = built.variant, p.work_dir / "build"
+    final = p.variant_dir(variant)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    for pattern in (f".{final.name}-*", f".{final.name}.old-*"):
+        for dead in final.parent.glob(pattern):
+            shutil.rmtree(dead, ignore_errors=True)  # a killed publish's; only a lock holder makes them
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    try:
+        files = _collect_outputs(build_dir / "bin", tmp, server=opts.server)
+        test = ctest.publish(build_dir, tmp) if built.with_test else None
+        if test:
+            files["binaries"][ctest.TEST] = test["binary"]
+        progress.stage("bindings")
+        from ..bindings import ffibuild
+
+        module = ffibuild.compile_module(tmp, include_dirs(built.stage.root), tmp, p.work_dir / "ffi-tmp")
+        if _native_hash_now() != p.inputs(variant)["native"]:
+            # the manifest would pair the hash read at the start with binaries of later sources
+            raise BuildError(
+                f"the native sources or bindings ({NATIVE_DIR}) changed while {variant} was building; "
+                "nothing was published: run the build again"
+            )
+        timings = progress.finish()
+        data = _manifest_data(p, built, files, test, module.name, timings)
+        atomic_write_json(tmp / manifests.MANIFEST, data)  # last: its presence means "complete"
+        replace_dir(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    progress.say(f"built in {timings['total']:.1f}s -> {final}")
+    m = manifests.read(final / manifests.MANIFEST)
+    assert m is not None
+    return m
+
+
+def _manifest_data(p: Plan, built: _Built, files: dict, test: dict | None, bindings: str, timings: dict) -> dict:
+    variant = built.variant
+    return {
+        "schema": manifests.SCHEMA,
+        "variant": variant,
+        "build_key": p.build_key,
+        "inputs": p.inputs(variant),
+        "source": p.src.to_json(),
+        "patches_dir": str(p.series.directory),
+        "series_tag": series_tag(p.series),
+        "patches": [{"name": x.name, "sha256": x.sha256, "files": x.touched} for x in p.series.prefix(variant)],
+        "backend": p.tc.backend,
+        "cuda_arch": p.tc.cuda_arch,
+        "cpu": {"mode": p.tc.cpu, "features": list(p.tc.cpu_features)},
+        "cmake_args": list(p.tc.cmake_args),
+        "configure_args": built.configure_args,
+        "libraries": files["libraries"],
+        "binaries": files["binaries"],
+        "ctest": test,
+        "bindings": bindings,
+        "include_dirs": [str(d) for d in include_dirs(built.stage.root)],
+        "files_rewritten": built.files_rewritten,
+        "timings": timings,
+        "built_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "host": {"machine": platform.machine(), "system": platform.system(), "cpus": os.cpu_count()},
+    }
 
 
 def include_dirs(tree: Path) -> list[Path]:
