@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pyllama_dflash.bench.job import TASKS, BenchJob, BindingsFill, FillCurve, SpecLoop
 from pyllama_dflash.engine import schedule, schedule_job, search
 from pyllama_dflash.engine.schedule import Schedule
 from pyllama_dflash.engine.schedule_job import ReplayJob, SearchJob
@@ -47,6 +48,18 @@ def test_each_job_comes_back_from_its_json_as_itself(job):
         assert schedule_job.from_json(d) == back
     assert back == job
     assert isinstance(back.config, SessionConfig)
+
+
+@pytest.mark.parametrize(
+    "task", [SpecLoop(), SpecLoop(n_tokens=8, repeats=1), FillCurve((3, 6), draft="swa"), BindingsFill(n_embd=(64,))]
+)
+def test_a_bench_job_comes_back_from_its_json_as_itself(task):
+    job = BenchJob("full", task)
+    d = _through_a_file(job)
+    assert d["task"] == task.TASK and TASKS[d["task"]] is type(task)
+    assert BenchJob.from_json(d) == job
+    # what a job file leaves out is the task's own default, written once in the dataclass
+    assert BenchJob.from_json({"variant": "full", "task": "spec_loop"}) == BenchJob("full", SpecLoop())
 
 
 def test_the_session_config_refuses_a_field_it_does_not_know():

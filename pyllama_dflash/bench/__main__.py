@@ -48,6 +48,7 @@ from ..llamabuild import BuildError, BuildOptions, build, find_built
 from ..llamabuild.patchset import load_series
 from ..paths import cache_root, default_patches_dir
 from . import stats
+from .job import BenchJob, BindingsFill, FillCurve, SpecLoop, Task
 from .report import markdown
 
 
@@ -59,21 +60,21 @@ SECTIONS = ("build", "matrix", "overhead", "instructions", "portable", "fill", "
 HOLES = (3, 6, 12, 24, 48, 96, 192, 384, 768, 1024)
 
 
-def worker(variant: str, task: str, args: dict, timeout: float = 1800, cpu: str | None = None) -> dict:
+def worker(variant: str, task: Task, timeout: float = 1800, cpu: str | None = None) -> dict:
     """One measurement in a child process of its own, for one variant (see worker.py); ``cpu``
     picks that variant's native or portable build."""
     with tempfile.TemporaryDirectory(prefix="pyllama-dflash-bench-") as tmp:
         result = child.run_job(
             "pyllama_dflash.bench.worker",
-            {"variant": variant, "task": task, "args": args},
+            BenchJob(variant, task).to_json(),
             Path(tmp),
-            f"{variant}-{task}",
+            f"{variant}-{task.TASK}",
             timeout=timeout,
             env={CPU_ENV: cpu} if cpu else None,
         )
     if result.get("status") != "OK":
         tail = "\n".join(result.get("log_tail", []))
-        raise RuntimeError(f"bench worker {variant} {task}: {result.get('first_failure')}\n{tail}")
+        raise RuntimeError(f"bench worker {variant} {task.TASK}: {result.get('first_failure')}\n{tail}")
     return result["result"]
 
 
@@ -160,19 +161,19 @@ def _ab_ratio(sides: dict[str, Callable[[], list[float]]], rounds: int) -> dict:
     }
 
 
-LOOP = {"n_tokens": 128, "repeats": 7}  # the text-only speculative loop both ratios time
+LOOP = SpecLoop(n_tokens=128, repeats=7)  # the text-only speculative loop both ratios time
 
 
 def bench_overhead(rounds: int) -> dict:
     """full vs baseline on a loop with no image: interleaved child processes."""
-    return _ab_ratio({v: (lambda v=v: worker(v, "spec_loop", LOOP)["tok_per_s"]) for v in ("baseline", "full")}, rounds)
+    return _ab_ratio({v: (lambda v=v: worker(v, LOOP)["tok_per_s"]) for v in ("baseline", "full")}, rounds)
 
 
 def bench_portable(rounds: int) -> dict:
     """The fix variant's portable build against its native one, same loop, interleaved."""
     _require_built(["full"], "portable", "build it first: pyllama-dflash build --variant full --cpu portable")
     return _ab_ratio(
-        {m: (lambda m=m: worker("full", "spec_loop", LOOP, cpu=m)["tok_per_s"]) for m in ("native", "portable")},
+        {m: (lambda m=m: worker("full", LOOP, cpu=m)["tok_per_s"]) for m in ("native", "portable")},
         rounds,
     )
 
@@ -198,7 +199,7 @@ def _callgrind_ir(variant: str, n_tokens: int, out_dir: Path, cpu: str = "native
     """Instructions executed by one spec_loop child under callgrind (a count, not a time)."""
     out = out_dir / f"callgrind.{variant}.{n_tokens}"
     job = out_dir / f"{variant}-{n_tokens}.job.json"
-    atomic_write_json(job, {"variant": variant, "task": "spec_loop", "args": {"n_tokens": n_tokens, "repeats": 1}})
+    atomic_write_json(job, BenchJob(variant, SpecLoop(n_tokens=n_tokens, repeats=1)).to_json())
     done = child.run(
         [
             "valgrind",
@@ -251,8 +252,8 @@ def bench_overhead_instructions(short: int = 32, long: int = 288) -> dict:
 
 def bench_fill(repeats: int) -> dict:
     out = {
-        "plain_draft": worker("full", "fill_curve", {"holes": list(HOLES), "repeats": repeats}),
-        "swa_draft": worker("full", "fill_curve", {"holes": list(HOLES), "repeats": repeats, "draft": "swa"}),
+        "plain_draft": worker("full", FillCurve(HOLES, repeats=repeats)),
+        "swa_draft": worker("full", FillCurve(HOLES, repeats=repeats, draft="swa")),
     }
     for curve in out.values():
         # the per-position cost as the slope of a least-squares line: steadier than any one point
@@ -264,7 +265,7 @@ def bench_fill(repeats: int) -> dict:
 
 
 def bench_bindings() -> dict:
-    return worker("baseline", "bindings_fill", {"rows": 4096, "n_embd": [64, 2048]})
+    return worker("baseline", BindingsFill(rows=4096, n_embd=(64, 2048)))
 
 
 def bench_acceptance(conversations: int) -> dict:

@@ -1,7 +1,7 @@
 """Measurements that need native code, each run in a child process for one variant.
 
 ``python -m pyllama_dflash.bench.worker JOB OUT`` (``pyllama_dflash.child``'s job protocol: the
-job names the variant, the task and its arguments). The parent (bench/__main__.py) interleaves
+job is a job.BenchJob, a variant and its task). The parent (bench/__main__.py) interleaves
 children of different variants, so both sides of a ratio see the same machine weather.
 """
 
@@ -20,15 +20,16 @@ from ..scenarios.models import ModelSet, tiny_models
 from ..scenarios.record import Record
 from ..scenarios.session import Session, SessionConfig
 from ..tiny.image import rgb
+from .job import BenchJob, BindingsFill, FillCurve, SpecLoop
 
 TEXT = "hello world and more text here to read"
 
 
-def spec_loop(args: dict) -> dict:
+def spec_loop(args: SpecLoop) -> dict:
     """Tokens per second of a text-only speculative loop: target decode, process, draft, verify."""
     os.environ.setdefault(api.THREADS_ENV, "1")  # steadier: one spinning pool per core, not two
     models = tiny_models()
-    n_tokens, repeats = args.get("n_tokens", 64), args.get("repeats", 5)
+    n_tokens, repeats = args.n_tokens, args.repeats
     cfg = SessionConfig(n_ctx=512, n_batch=64, n_ubatch=64)
     rates = []
     for r in range(repeats + 1):  # the first one warms caches and is dropped
@@ -51,79 +52,22 @@ def _contexts(models: ModelSet, draft_path, n_ctx: int, n_batch: int):
     return tm, dm, target, draft, spec
 
 
-def fill_curve(args: dict) -> dict:
+def fill_curve(args: FillCurve) -> dict:
     """Time of the draft fill and the removal of the filled positions for holes of h positions,
     against the target's decode of the image chunk that makes such a hole (an h x 3 grid), on the
     patched variant."""
-    models = tiny_models()
-    draft_path = models.draft_swa if args.get("draft") == "swa" else models.draft
-    holes, repeats = args["holes"], args.get("repeats", 5)
-    n_batch = 512
-    n_ctx = 4 * max(holes) + 256
-    tm, dm, target, draft, spec = _contexts(models, draft_path, n_ctx, n_batch)
-    projector = api.Projector(models.mmproj, tm)
-    prefix = tm.tokenize(TEXT)
-    text = tm.tokenize("in a few words")
+    repeats = args.repeats
+    bench = _FillBench(args.draft, 4 * max(args.holes) + 256)
     out = []
-
-    def process_after(hole: int) -> float:
-        """spec.process of a text batch that starts `hole` positions past the draft's memory."""
-        target.clear(), draft.clear()
-        b0 = api.Batch.tokens(prefix, pos0=0)
-        assert target.process(b0) == 0 and spec.process(b0)
-        b1 = api.Batch.tokens(text, pos0=len(prefix) + hole)  # an M-RoPE target accepts the jump
-        assert target.process(b1) == 0
-        t0 = time.perf_counter()
-        ok = spec.process(b1)
-        dt = time.perf_counter() - t0
-        assert ok and draft.pos_max(0) == target.pos_max(0)
-        return dt
-
-    def image_decode(hole: int) -> tuple[float, float]:
-        """(encode, encode + decode) seconds of an image chunk whose hole is `hole` positions."""
-        with projector.tokenize(projector.marker, [rgb(28 * hole, 84, 0)]) as chunks:
-            chunk = next(c for c in chunks if c.type != "text")
-            assert chunk.n_pos == hole, (chunk.nx, chunk.ny)
-            t0 = time.perf_counter()
-            projector.encode(chunk)
-            t_enc = time.perf_counter() - t0
-            target.clear(), draft.clear()
-            t0 = time.perf_counter()
-            res = projector.decode_image(target, chunk, 0, n_batch=n_batch)
-            t_all = time.perf_counter() - t0
-            assert res.rc == 0
-            return t_enc, t_all
-
-    width = draft.decode_embd_width  # target layers x n_embd: the fused feature rows DFlash injects
-    n_ubatch = draft.n_ubatch
-
-    def fill_direct(hole: int) -> tuple[float, float]:
-        """What the patch's prepare_draft/remove_filled do around the rows after a hole, timed
-        alone: llama_process on the draft with rows of zero features at the missing positions,
-        n_ubatch rows at a time, then llama_memory_seq_rm of them. Returns (fill, removal)."""
-        draft.clear()
-        k = len(prefix)
-        assert draft.process(api.Batch.embeddings(np.zeros((k, width), np.float32), np.arange(k)[None])) == 0
-        t0 = time.perf_counter()
-        for off in range(0, hole, n_ubatch):
-            n = min(n_ubatch, hole - off)
-            rows = api.Batch.embeddings(np.zeros((n, width), np.float32), np.arange(k + off, k + off + n)[None])
-            assert draft.process(rows) == 0
-        t1 = time.perf_counter()
-        assert draft.seq_rm(0, k, k + hole)
-        t2 = time.perf_counter()
-        assert draft.pos_max(0) == k - 1
-        return t1 - t0, t2 - t1
-
-    base = _median(lambda: process_after(0), repeats)
-    for h in holes:
-        fills, removals = zip(*(fill_direct(h) for _ in range(repeats)), strict=True)
+    base = _median(lambda: bench.process_after(0), repeats)
+    for h in args.holes:
+        fills, removals = zip(*(bench.fill_direct(h) for _ in range(repeats)), strict=True)
         fill, removal = float(np.median(fills)), float(np.median(removals))
         both = fill + removal
         # cross-check: fill, injection and removal seen from outside, as the extra time of
         # process() after a hole
-        delta = _median(lambda h=h: process_after(h), repeats) - base
-        encs, alls = zip(*(image_decode(h) for _ in range(max(1, repeats // 2))), strict=True)
+        delta = _median(lambda h=h: bench.process_after(h), repeats) - base
+        encs, alls = zip(*(bench.image_decode(h) for _ in range(max(1, repeats // 2))), strict=True)
         enc, total = float(np.median(encs)), float(np.median(alls))
         out.append(
             {
@@ -140,17 +84,85 @@ def fill_curve(args: dict) -> dict:
                 "fill_over_total": both / total,
             }
         )
-    for obj in (projector, spec, draft, target, dm, tm):
-        obj.close()
+    bench.close()
     return {"no_hole_process_s": base, "points": out}
 
 
-def bindings_fill(args: dict) -> dict:
+class _FillBench:
+    """The tiny target, the draft (plain or ``swa``) and the projector, loaded once for every hole."""
+
+    N_BATCH = 512
+
+    def __init__(self, draft: str, n_ctx: int) -> None:
+        models = tiny_models()
+        draft_path = models.draft_swa if draft == "swa" else models.draft
+        self.tm, self.dm, self.target, self.draft, self.spec = _contexts(models, draft_path, n_ctx, self.N_BATCH)
+        self.projector = api.Projector(models.mmproj, self.tm)
+        self.prefix = self.tm.tokenize(TEXT)
+        self.text = self.tm.tokenize("in a few words")
+
+    def process_after(self, hole: int) -> float:
+        """spec.process of a text batch that starts `hole` positions past the draft's memory."""
+        target, draft, spec = self.target, self.draft, self.spec
+        target.clear(), draft.clear()
+        b0 = api.Batch.tokens(self.prefix, pos0=0)
+        assert target.process(b0) == 0 and spec.process(b0)
+        b1 = api.Batch.tokens(self.text, pos0=len(self.prefix) + hole)  # an M-RoPE target accepts the jump
+        assert target.process(b1) == 0
+        t0 = time.perf_counter()
+        ok = spec.process(b1)
+        dt = time.perf_counter() - t0
+        assert ok and draft.pos_max(0) == target.pos_max(0)
+        return dt
+
+    def image_decode(self, hole: int) -> tuple[float, float]:
+        """(encode, encode + decode) seconds of an image chunk whose hole is `hole` positions."""
+        projector = self.projector
+        with projector.tokenize(projector.marker, [rgb(28 * hole, 84, 0)]) as chunks:
+            chunk = next(c for c in chunks if c.type != "text")
+            assert chunk.n_pos == hole, (chunk.nx, chunk.ny)
+            t0 = time.perf_counter()
+            projector.encode(chunk)
+            t_enc = time.perf_counter() - t0
+            self.target.clear(), self.draft.clear()
+            t0 = time.perf_counter()
+            res = projector.decode_image(self.target, chunk, 0, n_batch=self.N_BATCH)
+            t_all = time.perf_counter() - t0
+            assert res.rc == 0
+            return t_enc, t_all
+
+    def fill_direct(self, hole: int) -> tuple[float, float]:
+        """What the patch's prepare_draft/remove_filled do around the rows after a hole, timed
+        alone: llama_process on the draft with rows of zero features at the missing positions,
+        n_ubatch rows at a time, then llama_memory_seq_rm of them. Returns (fill, removal)."""
+        draft = self.draft
+        width = draft.decode_embd_width  # target layers x n_embd: the fused feature rows DFlash injects
+        n_ubatch = draft.n_ubatch
+        draft.clear()
+        k = len(self.prefix)
+        assert draft.process(api.Batch.embeddings(np.zeros((k, width), np.float32), np.arange(k)[None])) == 0
+        t0 = time.perf_counter()
+        for off in range(0, hole, n_ubatch):
+            n = min(n_ubatch, hole - off)
+            rows = api.Batch.embeddings(np.zeros((n, width), np.float32), np.arange(k + off, k + off + n)[None])
+            assert draft.process(rows) == 0
+        t1 = time.perf_counter()
+        assert draft.seq_rm(0, k, k + hole)
+        t2 = time.perf_counter()
+        assert draft.pos_max(0) == k - 1
+        return t1 - t0, t2 - t1
+
+    def close(self) -> None:
+        for obj in (self.projector, self.spec, self.draft, self.target, self.dm, self.tm):
+            obj.close()
+
+
+def bindings_fill(args: BindingsFill) -> dict:
     from .bindings_fill import measure_embd_batch_fill
 
     res = []
-    for n_embd in args.get("n_embd", [64, 2048]):
-        t = measure_embd_batch_fill(args.get("rows", 4096), n_embd, 4, args.get("repeats", 7))
+    for n_embd in args.n_embd:
+        t = measure_embd_batch_fill(args.rows, n_embd, 4, args.repeats)
         res.append({"rows": t.n_rows, "n_embd": t.n_embd, "numpy_s": t.numpy_s, "loop_s": t.loop_s, "ratio": t.ratio})
     return {"points": res}
 
@@ -159,12 +171,13 @@ def _median(fn: Callable[[], float], repeats: int) -> float:
     return float(np.median([fn() for _ in range(repeats)]))
 
 
-TASKS = {"spec_loop": spec_loop, "fill_curve": fill_curve, "bindings_fill": bindings_fill}
+TASKS = {SpecLoop.TASK: spec_loop, FillCurve.TASK: fill_curve, BindingsFill.TASK: bindings_fill}
 
 
-def run_one(job: dict) -> dict:
-    load(job["variant"])
-    return {"status": "OK", "result": TASKS[job["task"]](job.get("args", {}))}
+def run_one(raw: dict) -> dict:
+    job = BenchJob.from_json(raw)
+    load(job.variant)
+    return {"status": "OK", "result": TASKS[job.task.TASK](job.task)}
 
 
 def main(argv: list[str]) -> int:
