@@ -10,7 +10,8 @@ from pathlib import Path
 from .. import command
 from ..files import atomic_write_bytes, default_file_mode
 from ..flags import tool_prog
-from . import DRAFTERS, TARGET_KINDS, drafter, write_models
+from . import DRAFTERS, TARGET_KINDS, TinyModels, drafter, write_models
+from .config import TinyConfig
 from .image import png_bytes, rgb
 from .mmproj import image_grid
 
@@ -20,7 +21,7 @@ def _size(text: str) -> tuple[int, int]:
     return int(w), int(h)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog=tool_prog("python -m pyllama_dflash.tiny"), description="Write the tiny target/draft/mmproj GGUFs."
     )
@@ -52,8 +53,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="WxH",
         help="also write a synthetic PNG of this size (repeatable)",
     )
-    args = ap.parse_args(argv)
+    return ap
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     m = write_models(
         args.out_dir,
         seed=args.seed,
@@ -63,35 +67,40 @@ def main(argv: list[str] | None = None) -> int:
         target_kind=args.target,
         gguf_tree=args.gguf_tree,
     )
+    images = _write_images(args.out_dir, args.image, args.seed, m.config)
+    print(json.dumps(_summary(m, images), indent=2))
+    return 0
+
+
+def _write_images(out_dir: Path, sizes: list[tuple[int, int]], seed: int, config: TinyConfig) -> dict[str, dict]:
+    """The synthetic PNGs asked for, and what the projector makes of each."""
     images = {}
-    for w, h in args.image:
-        p = args.out_dir / f"tiny-{w}x{h}-s{args.seed}.png"
-        data = png_bytes(rgb(w, h, args.seed))
+    for w, h in sizes:
+        p = out_dir / f"tiny-{w}x{h}-s{seed}.png"
+        data = png_bytes(rgb(w, h, seed))
         if not (p.is_file() and p.read_bytes() == data):  # an identical image is left as it is
             atomic_write_bytes(p, data, mode=default_file_mode())
-        nx, ny = image_grid(w, h, m.config)
+        nx, ny = image_grid(w, h, config)
         images[str(p)] = {"nx": nx, "ny": ny, "n_tokens": nx * ny, "n_pos": max(nx, ny)}
-    print(
-        json.dumps(
-            {
-                "target": str(m.target),
-                "draft": str(m.draft),
-                "mmproj": str(m.mmproj),
-                "written": list(m.written),
-                "n_embd": m.n_embd,
-                "n_vocab": m.n_vocab,
-                "bos_id": m.bos_id,
-                "eos_id": m.eos_id,
-                "mask_id": m.mask_id,
-                "drafter": m.form.name,
-                "spec_type": m.form.spec_type,
-                "block_size": m.block_size,
-                "images": images,
-            },
-            indent=2,
-        )
-    )
-    return 0
+    return images
+
+
+def _summary(m: TinyModels, images: dict[str, dict]) -> dict:
+    return {
+        "target": str(m.target),
+        "draft": str(m.draft),
+        "mmproj": str(m.mmproj),
+        "written": list(m.written),
+        "n_embd": m.n_embd,
+        "n_vocab": m.n_vocab,
+        "bos_id": m.bos_id,
+        "eos_id": m.eos_id,
+        "mask_id": m.mask_id,
+        "drafter": m.form.name,
+        "spec_type": m.form.spec_type,
+        "block_size": m.block_size,
+        "images": images,
+    }
 
 
 if __name__ == "__main__":

@@ -44,6 +44,27 @@ def build_target(w: Any, cfg: TinyConfig, seed: int, kind: str = "dense", mtp: b
     _check_kind(kind)
     moe = kind == "moe"
     w.add_name("pyllama-dflash tiny target" + (" (moe)" if moe else "") + (" with an MTP head" if mtp else ""))
+    _add_target_hparams(w, cfg, moe, mtp)
+    add_test_vocab(w, cfg, chat_template=True)
+
+    rng = Weights(seed, STREAM)
+    moe_rng = Weights(seed, MOE_STREAM)
+    E = cfg.n_embd
+    _tensor(w, rng, "token_embd.weight", (E, cfg.n_vocab), cfg.embd_std)
+    # Own output head: a head tied to token_embd makes the model copy its last
+    # token forever. Zero rows give the EOG tokens logit 0, below the max of ~120
+    # random logits, so greedy decoding never stops early.
+    out = rng.normal((cfg.n_vocab, E), cfg.out_std)
+    out[list(cfg.eog_ids)] = 0.0
+    w.add_tensor("output.weight", out)
+    w.add_tensor("output_norm.weight", rng.norm(E))
+    for il in range(cfg.n_layer):
+        _add_block(w, rng, moe_rng if moe else None, cfg, il)
+    if mtp:
+        _add_mtp_block(w, Weights(seed, MTP_STREAM), cfg, f"blk.{cfg.n_layer}.", moe)
+
+
+def _add_target_hparams(w: Any, cfg: TinyConfig, moe: bool, mtp: bool) -> None:
     # an MTP head is one more block, the last, counted in block_count (nextn_predict_layers of them)
     add_text_hparams(w, cfg, cfg.n_layer + (1 if mtp else 0))
     if mtp:
@@ -60,66 +81,54 @@ def build_target(w: Any, cfg: TinyConfig, seed: int, kind: str = "dense", mtp: b
     w.add_ssm_time_step_rank(cfg.ssm_time_step_rank)
     w.add_ssm_group_count(cfg.ssm_group_count)
     w.add_full_attention_interval(cfg.full_attention_interval)
-    add_test_vocab(w, cfg, chat_template=True)
 
-    rng = Weights(seed, STREAM)
-    moe_rng = Weights(seed, MOE_STREAM)
-    E, F = cfg.n_embd, cfg.n_ff
 
-    def t(name: str, ne: tuple[int, ...], std: float = cfg.w_std) -> None:
-        # ggml ne order is the reverse of numpy's shape
-        w.add_tensor(name, rng.normal(tuple(reversed(ne)), std))
+def _tensor(w: Any, rng: Weights, name: str, ne: tuple[int, ...], std: float) -> None:
+    # ggml ne order is the reverse of numpy's shape
+    w.add_tensor(name, rng.normal(tuple(reversed(ne)), std))
 
-    t("token_embd.weight", (E, cfg.n_vocab), cfg.embd_std)
-    # Own output head: a head tied to token_embd makes the model copy its last
-    # token forever. Zero rows give the EOG tokens logit 0, below the max of ~120
-    # random logits, so greedy decoding never stops early.
-    out = rng.normal((cfg.n_vocab, E), cfg.out_std)
-    out[list(cfg.eog_ids)] = 0.0
-    w.add_tensor("output.weight", out)
-    w.add_tensor("output_norm.weight", rng.norm(E))
 
+def _add_block(w: Any, rng: Weights, moe_rng: Weights | None, cfg: TinyConfig, il: int) -> None:
+    """Layer ``il`` of the trunk: a recurrent (gated delta net) or a full-attention layer, and its FFN
+    (the MoE one from ``moe_rng`` when given)."""
+    E, F, std = cfg.n_embd, cfg.n_ff, cfg.w_std
     key_dim = cfg.ssm_state_size * cfg.ssm_group_count
     val_dim = cfg.ssm_state_size * cfg.ssm_time_step_rank
     conv_dim = 2 * key_dim + val_dim
     q_dim = cfg.n_head * cfg.head_dim
     kv_dim = cfg.n_head_kv * cfg.head_dim
-    for il in range(cfg.n_layer):
-        p = f"blk.{il}."
-        w.add_tensor(p + "attn_norm.weight", rng.norm(E))
-        w.add_tensor(p + "post_attention_norm.weight", rng.norm(E))
-        recurrent = (il + 1) % cfg.full_attention_interval != 0
-        if recurrent:
-            t(p + "attn_qkv.weight", (E, conv_dim))
-            t(p + "attn_gate.weight", (E, val_dim))
-            t(p + "ssm_conv1d.weight", (cfg.ssm_conv_kernel, conv_dim), 0.3)
-            t(p + "ssm_dt.bias", (cfg.ssm_time_step_rank,), 0.1)
-            # A must be negative (decay); stored as is, not as A_log
-            w.add_tensor(p + "ssm_a", -rng.uniform((cfg.ssm_time_step_rank,), 0.5, 1.5))
-            t(p + "ssm_beta.weight", (E, cfg.ssm_time_step_rank))
-            t(p + "ssm_alpha.weight", (E, cfg.ssm_time_step_rank))
-            w.add_tensor(p + "ssm_norm.weight", rng.norm(cfg.ssm_state_size))
-            t(p + "ssm_out.weight", (val_dim, E))
-        else:
-            t(p + "attn_q.weight", (E, 2 * q_dim))  # query and output gate interleaved
-            t(p + "attn_k.weight", (E, kv_dim))
-            t(p + "attn_v.weight", (E, kv_dim))
-            t(p + "attn_output.weight", (q_dim, E))
-            w.add_tensor(p + "attn_q_norm.weight", rng.norm(cfg.head_dim))
-            w.add_tensor(p + "attn_k_norm.weight", rng.norm(cfg.head_dim))
-        # the dense FFN is drawn either way, so every later tensor of the MoE target equals the dense one's
-        dense_ffn = {
-            name: rng.normal(tuple(reversed(ne)), cfg.w_std)
-            for name, ne in (("ffn_gate", (E, F)), ("ffn_up", (E, F)), ("ffn_down", (F, E)))
-        }
-        if moe:
-            _add_moe_ffn(w, moe_rng, cfg, p)
-        else:
-            for name, data in dense_ffn.items():
-                w.add_tensor(p + name + ".weight", data)
-
-    if mtp:
-        _add_mtp_block(w, Weights(seed, MTP_STREAM), cfg, f"blk.{cfg.n_layer}.", moe)
+    p = f"blk.{il}."
+    w.add_tensor(p + "attn_norm.weight", rng.norm(E))
+    w.add_tensor(p + "post_attention_norm.weight", rng.norm(E))
+    recurrent = (il + 1) % cfg.full_attention_interval != 0
+    if recurrent:
+        _tensor(w, rng, p + "attn_qkv.weight", (E, conv_dim), std)
+        _tensor(w, rng, p + "attn_gate.weight", (E, val_dim), std)
+        _tensor(w, rng, p + "ssm_conv1d.weight", (cfg.ssm_conv_kernel, conv_dim), 0.3)
+        _tensor(w, rng, p + "ssm_dt.bias", (cfg.ssm_time_step_rank,), 0.1)
+        # A must be negative (decay); stored as is, not as A_log
+        w.add_tensor(p + "ssm_a", -rng.uniform((cfg.ssm_time_step_rank,), 0.5, 1.5))
+        _tensor(w, rng, p + "ssm_beta.weight", (E, cfg.ssm_time_step_rank), std)
+        _tensor(w, rng, p + "ssm_alpha.weight", (E, cfg.ssm_time_step_rank), std)
+        w.add_tensor(p + "ssm_norm.weight", rng.norm(cfg.ssm_state_size))
+        _tensor(w, rng, p + "ssm_out.weight", (val_dim, E), std)
+    else:
+        _tensor(w, rng, p + "attn_q.weight", (E, 2 * q_dim), std)  # query and output gate interleaved
+        _tensor(w, rng, p + "attn_k.weight", (E, kv_dim), std)
+        _tensor(w, rng, p + "attn_v.weight", (E, kv_dim), std)
+        _tensor(w, rng, p + "attn_output.weight", (q_dim, E), std)
+        w.add_tensor(p + "attn_q_norm.weight", rng.norm(cfg.head_dim))
+        w.add_tensor(p + "attn_k_norm.weight", rng.norm(cfg.head_dim))
+    # the dense FFN is drawn either way, so every later tensor of the MoE target equals the dense one's
+    dense_ffn = {
+        name: rng.normal(tuple(reversed(ne)), std)
+        for name, ne in (("ffn_gate", (E, F)), ("ffn_up", (E, F)), ("ffn_down", (F, E)))
+    }
+    if moe_rng is not None:
+        _add_moe_ffn(w, moe_rng, cfg, p)
+    else:
+        for name, data in dense_ffn.items():
+            w.add_tensor(p + name + ".weight", data)
 
 
 def _add_mtp_block(w: Any, rng: Weights, cfg: TinyConfig, p: str, moe: bool) -> None:
