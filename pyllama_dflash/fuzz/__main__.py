@@ -51,6 +51,12 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog=tool_prog("python -m pyllama_dflash.fuzz"), description=__doc__.split("\n\n")[0], parents=[shared]
     )
+    _search_flags(ap)
+    _output_flags(ap)
+    return ap
+
+
+def _search_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--examples",
         type=int,
@@ -87,6 +93,9 @@ def parser() -> argparse.ArgumentParser:
         help="draw schedules as before the weighting (no restore-then-draft requests, no boundary grids, "
         "the draft sized as the target): to measure what the weighting buys",
     )
+
+
+def _output_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--out", type=Path, help="folder for the shrunk schedules (default: a new temporary folder)")
     ap.add_argument(
         "--json",
@@ -102,7 +111,6 @@ def parser() -> argparse.ArgumentParser:
         help="run nothing: add these --json reports of the slices of one run (--shard 1/N ... N/N) into the "
         "whole run's, print it, and exit as the whole run would",
     )
-    return ap
 
 
 def _print_seed(results: dict[str, dict], variants: list[str], fix: str, seed: int, out: Path | None) -> bool:
@@ -208,28 +216,21 @@ def main(argv: list[str] | None = None) -> int:
         )
     out = args.out or Path(tempfile.mkdtemp(prefix="pyllama-dflash-schedules-"))
     out.mkdir(parents=True, exist_ok=True)
-    drafters = tuple(pick(args.drafters, tuple(DRAFTERS), "--drafters"))
-    targets = tuple(pick(args.targets, TARGET_KINDS, "--targets"))
-    ignore = tuple(k for k in args.ignore.split(",") if k)
+    selection = {
+        "seeds": every_seed,  # before the slicing: what the slices together must search
+        "examples": examples,
+        "max_steps": args.max_steps,
+        "exact": args.exact,
+        "drift": not args.no_drift,
+        "weighted": not args.unweighted,
+        "ignore": [k for k in args.ignore.split(",") if k],
+        "drafters": pick(args.drafters, tuple(DRAFTERS), "--drafters"),
+        "targets": pick(args.targets, TARGET_KINDS, "--targets"),
+    }
     t0 = time.monotonic()
     broken, by_seed = False, {}
     for seed in seeds:
-        results = search_variants(
-            variants,
-            tiny_models(),
-            examples=examples,
-            seed=seed,
-            max_steps=args.max_steps,
-            exact=args.exact,
-            ignore=ignore,
-            backend=backend,
-            parallel=args.jobs,
-            timeout_s=args.timeout,
-            drift=not args.no_drift,
-            weighted=not args.unweighted,
-            drafters=drafters,
-            targets=targets,
-        )
+        results = _search(variants, seed, selection, args, backend)
         if len(every_seed) > 1:
             print(f"== seed {seed} ==")
         # each seed's shrunk schedules in a folder of their own when there are several
@@ -239,22 +240,31 @@ def main(argv: list[str] | None = None) -> int:
         by_seed[str(seed)] = results
     wall = time.monotonic() - t0
     if args.json:
-        selection = {
-            "seeds": every_seed,  # before the slicing: what the slices together must search
-            "examples": examples,
-            "max_steps": args.max_steps,
-            "exact": args.exact,
-            "drift": not args.no_drift,
-            "weighted": not args.unweighted,
-            "ignore": list(ignore),
-            "drafters": list(drafters),
-            "targets": list(targets),
-        }
         report = {"fix": fix, "variants": variants, "selection": selection, "shard": shard_json(args.shard)}
         atomic_write_json(args.json, {**report, "seeds": by_seed, "broken": broken, "wall_s": round(wall, 1)})
     sliced = f" (seeds {', '.join(map(str, seeds))}: slice {args.shard})" if args.shard else ""
     print(f"fuzz: {wall:.1f}s{sliced}; fix variant {fix!r}: {'NOT OK' if broken else 'OK'}")
     return 1 if broken else 0
+
+
+def _search(variants: list[str], seed: int, selection: dict, args: argparse.Namespace, backend: str | None) -> dict:
+    """One seed's search on every variant, as the selection (the report's) has it."""
+    return search_variants(
+        variants,
+        tiny_models(),
+        examples=selection["examples"],
+        seed=seed,
+        max_steps=selection["max_steps"],
+        exact=selection["exact"],
+        ignore=tuple(selection["ignore"]),
+        backend=backend,
+        parallel=args.jobs,
+        timeout_s=args.timeout,
+        drift=selection["drift"],
+        weighted=selection["weighted"],
+        drafters=tuple(selection["drafters"]),
+        targets=tuple(selection["targets"]),
+    )
 
 
 if __name__ == "__main__":

@@ -32,6 +32,13 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog=tool_prog("python -m pyllama_dflash.repro"), description=__doc__.split("\n\n")[0], parents=[shared]
     )
+    _run_flags(ap)  # what runs, what is required of it, what is written
+    _check_flags(ap)  # the checks beside the scenarios, each skipped or added by its flag
+    _real_model_flags(ap)
+    return ap
+
+
+def _run_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--scenarios", help="comma-separated scenario ids (default: all)")
     ap.add_argument(
         "--expect-baseline-fail",
@@ -52,6 +59,9 @@ def parser() -> argparse.ArgumentParser:
         "first in full, then every drafter of a target side by side)",
     )
     ap.add_argument("--no-build", action="store_true", help="use what is built; fail for a variant that is not")
+
+
+def _check_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--no-exact", action="store_true", help="skip the greedy-reference comparison of the output")
     ap.add_argument(
         "--no-drift",
@@ -82,6 +92,9 @@ def parser() -> argparse.ArgumentParser:
         "target's own MTP head) and draft-eagle3, on the image scenarios: a table of measurements, under "
         '"siblings" (with --server, their llama-server checks too, under "server_siblings")',
     )
+
+
+def _real_model_flags(ap: argparse.ArgumentParser) -> None:
     real = ap.add_argument_group("real models (instead of the tiny generated ones)")
     real.add_argument("--target", type=Path, help="target GGUF (an M-RoPE model with an mmproj, Qwen3.5-style)")
     real.add_argument(
@@ -98,7 +111,6 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--draft-n-ubatch", type=int, help="the draft context's n_ubatch (default: its n_batch, else the target's)"
     )
-    return ap
 
 
 def main(argv: list[str] | None = None) -> int:
