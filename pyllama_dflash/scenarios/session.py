@@ -130,11 +130,25 @@ class Session:
         self.spec: api.Speculative | None = None
         self.draft: api.Context | None = None
         self.own_positions = False
-        if self.speculative and mtp:
+        if self.speculative:
+            self._open_draft(loaded, mtp)
+            self._open_speculative()
+        self.projector = (
+            loaded.projector(
+                m.mmproj, self.target_model, use_gpu=cfg.n_gpu_layers != 0, image_min_tokens=cfg.image_min_tokens
+            )
+            if m.mmproj
+            else None
+        )
+
+    def _open_draft(self, loaded: Loaded, mtp: bool) -> None:
+        """The draft context: the target's own MTP head (draft-mtp), or the draft model's."""
+        cfg, enter = self.cfg, self._stack.enter_context
+        if mtp:
             self.draft_model = self.target_model
             self.draft = enter(api.Context.mtp(self.target))
-        elif self.speculative:
-            self.draft_model = loaded.model(m.draft, cfg.n_gpu_layers)
+        else:
+            self.draft_model = loaded.model(self.models.draft, cfg.n_gpu_layers)
             self.draft = enter(
                 api.Context.draft(
                     self.draft_model,
@@ -143,36 +157,32 @@ class Session:
                     n_ubatch=cfg.draft_n_ubatch or cfg.draft_n_batch or cfg.n_ubatch,
                 )
             )
-        if self.speculative:
-            # before the target decodes anything: the driver turns on layer-input extraction
-            self.spec = enter(
-                api.Speculative(
-                    self.target,
-                    self.draft,
-                    n_seq=cfg.n_seq,
-                    n_max=cfg.n_max,
-                    n_min=cfg.n_min,
-                    p_min=cfg.p_min,
-                    backend_sampling=cfg.backend_sampling,
-                    spec_type=m.spec_type,
-                )
+
+    def _open_speculative(self) -> None:
+        """libcommon's driver over the target and the draft."""
+        cfg, m, enter = self.cfg, self.models, self._stack.enter_context
+        # before the target decodes anything: the driver turns on layer-input extraction
+        self.spec = enter(
+            api.Speculative(
+                self.target,
+                self.draft,
+                n_seq=cfg.n_seq,
+                n_max=cfg.n_max,
+                n_min=cfg.n_min,
+                p_min=cfg.p_min,
+                backend_sampling=cfg.backend_sampling,
+                spec_type=m.spec_type,
             )
-            # patch 0005: libcommon says the draft keeps positions of its own, row k of a sequence's
-            # expanded token list at draft position k; the slot loop then trims and restores the draft by
-            # the sequence's row count, as that variant's llama-server does (server_tokens::size()), and
-            # a target-only restore is followed by the trim of the next request's common prefix. The
-            # definition reference feeds a draft of its own and trims nothing.
-            self.own_positions = self.spec.own_positions and not cfg.definition_reference
-            # with a cut-off, a round that drafts nothing is the drafter's answer, judged by the drift
-            # oracle against the twin's, not a starved round
-            self.record.empty_rounds_allowed |= cfg.cuts_drafts
-        self.projector = (
-            loaded.projector(
-                m.mmproj, self.target_model, use_gpu=cfg.n_gpu_layers != 0, image_min_tokens=cfg.image_min_tokens
-            )
-            if m.mmproj
-            else None
         )
+        # patch 0005: libcommon says the draft keeps positions of its own, row k of a sequence's
+        # expanded token list at draft position k; the slot loop then trims and restores the draft by
+        # the sequence's row count, as that variant's llama-server does (server_tokens::size()), and
+        # a target-only restore is followed by the trim of the next request's common prefix. The
+        # definition reference feeds a draft of its own and trims nothing.
+        self.own_positions = self.spec.own_positions and not cfg.definition_reference
+        # with a cut-off, a round that drafts nothing is the drafter's answer, judged by the drift
+        # oracle against the twin's, not a starved round
+        self.record.empty_rounds_allowed |= cfg.cuts_drafts
 
     def close(self) -> None:
         self._stack.close()
@@ -439,6 +449,8 @@ class Session:
         return out
 
     def _round(self, seq: int, step: str, n_left: int) -> list[int]:
+        """One round as llama-server's slot makes it: draft, verify on the target, keep the accepted
+        tokens and trim the rejected ones from both memories; the tokens the round yields."""
         st = self.seqs[seq]
         pos0, id_last = st.n_past, st.id_last
         drafted: list[int] = []
@@ -447,36 +459,7 @@ class Session:
         n_draft = min(self.cfg.n_max, n_left - 1)
         behind = refused = False
         if self.spec is not None and n_draft > 0:
-            if self.own_positions:
-                behind = st.draft_ids != st.row_ids
-            else:
-                behind = 0 <= self.draft.pos_max(seq) < pos0 - 1
-            # the tie check's twin is filled as 0002's draft() fills a legacy draft that is behind: for
-            # the noise block's decode only (its rows attend to the zero rows too), removed right after
-            filled = self._fill_hole(seq, pos0) if behind and self.cfg.twin_fill_layout else []
-            if self.cfg.definition_reference:
-                drafted = self._draft_by_definition(seq, id_last, n_draft, step)
-            else:  # trims the noise block like llama-server
-                # 0005: back to where the draft ended (the row count, llama-server's checkpoint n_tokens,
-                # unless a target-only restore left the draft behind)
-                trim_at = self.draft.pos_max(seq) + 1 if self.own_positions else None
-                drafted = self.spec.draft(seq, id_last, pos0, n_max=n_draft, trim_at=trim_at)
-            for s, p0, p1 in filled:
-                self.draft.seq_rm(s, p0, p1)
-            lines = [str(x) for x in self.spec.last_log]
-            refused = any(DRAFT_REFUSED in line for line in lines)
-            self.record.add(
-                Call(
-                    step,
-                    "spec",
-                    "common_speculative_draft",
-                    seq,
-                    True,
-                    pos=(pos0, pos0 + n_draft),
-                    n=len(drafted),
-                    log=lines,
-                )
-            )
+            drafted, behind, refused = self._draft(seq, step, n_draft)
         verify = api.Batch.tokens([id_last, *drafted], pos0=pos0, seq_id=seq, logits="all")
         self._decode_target(verify, step, seq)
         picks = [self.target.argmax(i) for i in range(len(drafted) + 1)]
@@ -490,22 +473,53 @@ class Session:
         st.n_past = pos0 + 1 + accepted
         st.id_last = picks[accepted]
         if self.spec is not None:
-            # llama-server's slot.mem.seq_rm(pos_next, -1): the rejected tail leaves both memories; a draft
-            # with positions of its own loses its rows past the accepted ones (the row count, where the
-            # draft is not behind: llama-server's slot.prompt.n_tokens())
-            rejected = len(drafted) - accepted
-            draft_end = len(st.draft_ids) - rejected if self.own_positions else st.n_past
-            self._draft_trimmed(seq, draft_end)
-            if not self.target.seq_rm(seq, st.n_past, -1) or not self.draft.seq_rm(seq, draft_end, -1):
-                self.record.add(Call(step, "target", "llama_memory_seq_rm", seq, False, pos=(st.n_past, -1)))
-            if drafted and self.definition_drafter is None:  # libcommon drafted them
-                self.spec.accept(seq, accepted)
+            self._after_verify(seq, step, drafted, accepted)
             if n_draft > 0:
                 self.record.rounds.append(
                     Round(seq, pos0, len(drafted), accepted, st.image_pending, list(drafted), behind, refused)
                 )
                 st.image_pending = False
         return new_tokens
+
+    def _draft(self, seq: int, step: str, n_draft: int) -> tuple[list[int], bool, bool]:
+        """The round's drafts (libcommon's, or the definition's): (drafted, the draft was behind, libcommon
+        refused to draft)."""
+        st = self.seqs[seq]
+        pos0, id_last = st.n_past, st.id_last
+        if self.own_positions:
+            behind = st.draft_ids != st.row_ids
+        else:
+            behind = 0 <= self.draft.pos_max(seq) < pos0 - 1
+        # the tie check's twin is filled as 0002's draft() fills a legacy draft that is behind: for
+        # the noise block's decode only (its rows attend to the zero rows too), removed right after
+        filled = self._fill_hole(seq, pos0) if behind and self.cfg.twin_fill_layout else []
+        if self.cfg.definition_reference:
+            drafted = self._draft_by_definition(seq, id_last, n_draft, step)
+        else:  # trims the noise block like llama-server
+            # 0005: back to where the draft ended (the row count, llama-server's checkpoint n_tokens,
+            # unless a target-only restore left the draft behind)
+            trim_at = self.draft.pos_max(seq) + 1 if self.own_positions else None
+            drafted = self.spec.draft(seq, id_last, pos0, n_max=n_draft, trim_at=trim_at)
+        for s, p0, p1 in filled:
+            self.draft.seq_rm(s, p0, p1)
+        lines = [str(x) for x in self.spec.last_log]
+        refused = any(DRAFT_REFUSED in line for line in lines)
+        span = (pos0, pos0 + n_draft)
+        self.record.add(Call(step, "spec", "common_speculative_draft", seq, True, pos=span, n=len(drafted), log=lines))
+        return drafted, behind, refused
+
+    def _after_verify(self, seq: int, step: str, drafted: list[int], accepted: int) -> None:
+        """llama-server's slot.mem.seq_rm(pos_next, -1): the rejected tail leaves both memories; a draft
+        with positions of its own loses its rows past the accepted ones (the row count, where the draft
+        is not behind: llama-server's slot.prompt.n_tokens())."""
+        st = self.seqs[seq]
+        rejected = len(drafted) - accepted
+        draft_end = len(st.draft_ids) - rejected if self.own_positions else st.n_past
+        self._draft_trimmed(seq, draft_end)
+        if not self.target.seq_rm(seq, st.n_past, -1) or not self.draft.seq_rm(seq, draft_end, -1):
+            self.record.add(Call(step, "target", "llama_memory_seq_rm", seq, False, pos=(st.n_past, -1)))
+        if drafted and self.definition_drafter is None:  # libcommon drafted them
+            self.spec.accept(seq, accepted)
 
     # -- request boundaries ----------------------------------------------------------------------
 
