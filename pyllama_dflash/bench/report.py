@@ -10,21 +10,36 @@ def _s(x: float | None) -> str:
 
 
 def _figures(r: dict) -> list[tuple[str, str]]:
+    """The table's rows, section by section: (figure, value)."""
+    return [*_build_rows(r), *_matrix_rows(r), *_loop_rows(r), *_fill_rows(r)]
+
+
+def _build_rows(r: dict) -> list[tuple[str, str]]:
+    if "build" not in r:
+        return []
+    b = r["build"]
+    rows = [("build: first variant (cold)", _s(b["first_s"]))]
+    rows += [(f"build: + variant `{v}`", _s(t)) for v, t in b["extra_s"].items()]
+    rows.append(("build: no-op rebuild of all variants", _s(b["noop_s"])))
+    if b.get("ratio_second_to_first") is not None:
+        rows.append(("build: second variant / first (aim < 0.25)", f"{b['ratio_second_to_first']:.3f}"))
+    return rows
+
+
+def _matrix_rows(r: dict) -> list[tuple[str, str]]:
+    if "matrix" not in r:
+        return []
+    x = r["matrix"]
+    refs = f", {x['references']} of them drift references" if x.get("references") else ""
+    return [
+        (f"repro matrix on the tiny models: {x['runs']} runs{refs}, wall time (aim < 30 s)", _s(x["wall_s"])),
+        ("repro matrix: share of child time spent starting up", f"{100 * x['startup_share']:.0f}%"),
+    ]
+
+
+def _loop_rows(r: dict) -> list[tuple[str, str]]:
+    """The text-only loop's ratios (and, after the first, the sections that were not measured)."""
     rows: list[tuple[str, str]] = []
-    if "build" in r:
-        b = r["build"]
-        rows.append(("build: first variant (cold)", _s(b["first_s"])))
-        rows += [(f"build: + variant `{v}`", _s(t)) for v, t in b["extra_s"].items()]
-        rows.append(("build: no-op rebuild of all variants", _s(b["noop_s"])))
-        if b.get("ratio_second_to_first") is not None:
-            rows.append(("build: second variant / first (aim < 0.25)", f"{b['ratio_second_to_first']:.3f}"))
-    if "matrix" in r:
-        x = r["matrix"]
-        refs = f", {x['references']} of them drift references" if x.get("references") else ""
-        rows.append(
-            (f"repro matrix on the tiny models: {x['runs']} runs{refs}, wall time (aim < 30 s)", _s(x["wall_s"]))
-        )
-        rows.append(("repro matrix: share of child time spent starting up", f"{100 * x['startup_share']:.0f}%"))
     if "overhead" in r:
         o = r["overhead"]
         lo, hi = o["ratio_ci95"]
@@ -57,6 +72,11 @@ def _figures(r: dict) -> list[tuple[str, str]]:
                 f"{x['ratio']:.4f}",
             )
         )
+    return rows
+
+
+def _fill_rows(r: dict) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
     if "fill" in r and "plain_draft" in r["fill"]:
         fit, fit_swa = r["fill"]["plain_draft"]["fit"], r["fill"]["swa_draft"]["fit"]
         rows.append(

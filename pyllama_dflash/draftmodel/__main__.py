@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import time
 from pathlib import Path
 
-from .. import load
+from .. import command, load
 from ..files import atomic_write_json, sha256_file
 from ..flags import tool_prog
 from ..tiny._write import stored_fingerprint
@@ -31,7 +32,7 @@ N_TURNS, N_GENERATE, P_IMAGE = 2, 32, 1.0
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog=tool_prog("pyllama_dflash.draftmodel"), description=__doc__)
+    ap = argparse.ArgumentParser(prog=tool_prog("python -m pyllama_dflash.draftmodel"), description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
     tr = sub.add_parser("train", help="train a draft for a tiny target and commit it to tests/data/trained")
     tr.add_argument("--target", choices=trained.TARGET_KINDS, default="dense")
@@ -92,4 +93,4 @@ def _train(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(command.run(main))

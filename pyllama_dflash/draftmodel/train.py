@@ -113,33 +113,9 @@ def train(
     hp = init.hp
     if init.d2t is not None or "markov_w1.weight" in init.params:
         raise ValueError("training covers the plain DFlash draft (and its causal form), not DSpark's heads")
-    block = hp.block_size
-    data = prepare(convs, block)
-    feats, tokens = jnp.asarray(data.feats), jnp.asarray(data.tokens)
-    tok_embd, output = jnp.asarray(init.tok_embd), jnp.asarray(init.output)
+    data = prepare(convs, hp.block_size)
     params = {k: jnp.asarray(v) for k, v in init.params.items()}
-    length = data.feats.shape[1]
-    weights = jnp.asarray([recipe.decay**k for k in range(block - 1)], dtype=jnp.float32)
-
-    def loss_fn(p, conv_idx, anchor):
-        f = feats[conv_idx]  # [S, L, F]
-        ctx = forward.context_kv(jnp, p, hp, f, jnp.arange(length)[None, :])
-        ctx = [(k[:, None], v[:, None]) for k, v in ctx]  # one context per sequence, shared by its anchors
-        offs = jnp.arange(block)
-        rows = anchor[..., None] + offs  # [S, A, B]
-        seq_tokens = tokens[conv_idx]  # [S, L + B]
-        labels = jnp.take_along_axis(seq_tokens[:, None, :], rows[..., 1:], axis=-1)
-        block_tokens = jnp.concatenate(
-            [jnp.take_along_axis(seq_tokens[:, None, :], rows[..., :1], axis=-1), jnp.full(labels.shape, hp.mask_id)],
-            axis=-1,
-        )
-        visible = jnp.arange(length)[None, None, :] < anchor[..., None]
-        hidden = forward.block_hidden(jnp, p, hp, tok_embd, ctx, visible, block_tokens, rows)
-        logits = forward.head_logits(jnp, hidden[..., 1:, :], output)
-        logp = jax.nn.log_softmax(logits, axis=-1)
-        nll = -jnp.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]  # [S, A, B-1]
-        hit = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
-        return jnp.mean(nll * weights) / jnp.mean(weights), jnp.mean(hit, axis=(0, 1))
+    loss_fn = _loss(jax, jnp, init, data, recipe)
 
     def lr_at(t):
         frac = jnp.minimum(t / recipe.steps, 1.0)
@@ -169,3 +145,36 @@ def train(
             log(line)
     out = {k: np.asarray(v, dtype=np.float32) for k, v in params.items()}
     return out, {"seconds": round(time.perf_counter() - t0, 1), "history": history}
+
+
+def _loss(jax: Any, jnp: Any, init: DraftWeights, data: Batches, recipe: Recipe) -> Callable:
+    """The training loss of a batch of anchors (``conv_idx``, ``anchor``): each block's labels' negative
+    log-likelihood, slot k weighted decay^(k-1), and the hit rate per slot beside it."""
+    hp = init.hp
+    block = hp.block_size
+    feats, tokens = jnp.asarray(data.feats), jnp.asarray(data.tokens)
+    tok_embd, output = jnp.asarray(init.tok_embd), jnp.asarray(init.output)
+    length = data.feats.shape[1]
+    weights = jnp.asarray([recipe.decay**k for k in range(block - 1)], dtype=jnp.float32)
+
+    def loss_fn(p, conv_idx, anchor):
+        f = feats[conv_idx]  # [S, L, F]
+        ctx = forward.context_kv(jnp, p, hp, f, jnp.arange(length)[None, :])
+        ctx = [(k[:, None], v[:, None]) for k, v in ctx]  # one context per sequence, shared by its anchors
+        offs = jnp.arange(block)
+        rows = anchor[..., None] + offs  # [S, A, B]
+        seq_tokens = tokens[conv_idx]  # [S, L + B]
+        labels = jnp.take_along_axis(seq_tokens[:, None, :], rows[..., 1:], axis=-1)
+        block_tokens = jnp.concatenate(
+            [jnp.take_along_axis(seq_tokens[:, None, :], rows[..., :1], axis=-1), jnp.full(labels.shape, hp.mask_id)],
+            axis=-1,
+        )
+        visible = jnp.arange(length)[None, None, :] < anchor[..., None]
+        hidden = forward.block_hidden(jnp, p, hp, tok_embd, ctx, visible, block_tokens, rows)
+        logits = forward.head_logits(jnp, hidden[..., 1:, :], output)
+        logp = jax.nn.log_softmax(logits, axis=-1)
+        nll = -jnp.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]  # [S, A, B-1]
+        hit = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+        return jnp.mean(nll * weights) / jnp.mean(weights), jnp.mean(hit, axis=(0, 1))
+
+    return loss_fn

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from .. import command
@@ -104,4 +105,4 @@ def _summary(m: TinyModels, images: dict[str, dict]) -> dict:
 
 
 if __name__ == "__main__":
-    raise SystemExit(command.run(main))
+    sys.exit(command.run(main))
