@@ -207,3 +207,41 @@ def test_every_folder_of_python_code_is_a_package():
 def test_the_api_modules_stay_small():
     sizes = {p.name: len(p.read_text().splitlines()) for p in (PACKAGE_DIR / "api").glob("*.py")}
     assert max(sizes.values()) <= 350, sizes
+
+
+# ---- functions short enough to read, commands run one way -----------------------------------------
+
+MAX_LINES = 80  # no function over this
+LONG_LINES = 60  # over this, its docstring says why it is in one piece
+REASON = "in one piece because"
+
+
+def _functions():
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                where = f"{path.relative_to(PACKAGE_DIR.parent)}:{node.lineno} {node.name}"
+                yield where, node.end_lineno - node.lineno + 1, ast.get_docstring(node) or ""
+
+
+def test_no_function_is_too_long_to_read():
+    """A function over 80 lines is split by idea (parse, run, verdict, report); one over 60 says in its
+    docstring why it is not ("... in one piece because ...")."""
+    found = list(_functions())
+    assert len(found) > 500, len(found)  # the walk saw the package
+    too_long = sorted(f"{where}: {n} lines" for where, n, _ in found if n > MAX_LINES)
+    assert too_long == [], too_long
+    unexplained = sorted(f"{where}: {n} lines" for where, n, doc in found if n > LONG_LINES and REASON not in doc)
+    assert unexplained == [], f"over {LONG_LINES} lines without '{REASON} ...' in the docstring: {unexplained}"
+
+
+def test_every_command_runs_through_the_one_runner():
+    """Each __main__.py ends in ``sys.exit(command.run(main))``: its prog, its error line and its exit
+    codes are command.py's (tests/test_cli.py runs each with a missing file and with Ctrl-C)."""
+    mains = sorted(PACKAGE_DIR.rglob("__main__.py"))
+    assert len(mains) >= 10, mains
+    for path in mains:
+        tree = ast.parse(path.read_text(), str(path))
+        (block,) = [n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
+        assert [ast.unparse(n) for n in block.body] == ["sys.exit(command.run(main))"], path
+        assert "def main(" in path.read_text(), path

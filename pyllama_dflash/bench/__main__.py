@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import child
+from .. import child, command
 from ..env import CACHE_ENV, CPU_ENV, THREADS_ENV
 from ..errors import PyllamaError
 from ..files import atomic_write_bytes, atomic_write_json
@@ -335,6 +335,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from .. import command
-
     sys.exit(command.run(main))
