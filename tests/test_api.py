@@ -35,7 +35,7 @@ def test_text_decode_on_target_returns_zero(target: api.Context, target_model: a
 
     # the llama_batch_ext / llama_process route continues the same sequence
     more = api.Batch.tokens(toks[:3], pos0=toks.size)
-    assert target.process(more) == 0
+    assert target.process_rc(more) == 0
     assert target.pos_max(0) == toks.size + 2
 
 
@@ -59,7 +59,7 @@ def test_embedding_batch_from_numpy_decodes(target: api.Context, target_model: a
     assert target.pos_max(0) == 0
 
     # and through llama_process, continuing after the pinned rows
-    assert target.process(api.Batch.embeddings(embd, pos + np.array([[1], [1], [1], [0]], dtype=np.int32))) == 0
+    assert target.process_rc(api.Batch.embeddings(embd, pos + np.array([[1], [1], [1], [0]], dtype=np.int32))) == 0
     assert target.pos_max(0) == 1
 
 
@@ -79,12 +79,12 @@ def test_draft_batch_skipping_ahead_returns_minus_one_and_logs_both_positions(
     toks = _prompt(target_model)
     batch = api.Batch.tokens(toks, pos0=0)
     assert target.decode(batch) == 0
-    assert spec.process(batch) is True
+    assert spec.process_ok(batch) is True
     x = draft.pos_max(0)
     assert x == toks.size - 1
     y = x + 3  # what the target's next text looks like after an M-RoPE image
 
-    for route in (draft.decode, draft.process):
+    for route in (draft.decode, draft.process_rc):
         rc = route(api.Batch.tokens([9, 10], pos0=y, logits="none"))
         assert rc == -1
         text = "\n".join(ln.text for ln in draft.last_log)
@@ -101,7 +101,7 @@ def test_speculative_process_text_batch_returns_true(
     toks = _prompt(target_model)
     batch = api.Batch.tokens(toks, pos0=0)
     assert target.decode(batch) == 0
-    assert spec.process(batch) is True
+    assert spec.process_ok(batch) is True
     assert draft.pos_max(0) == toks.size - 1  # the target's features were injected at the same positions
 
     spec.begin(0, toks)
@@ -114,7 +114,7 @@ def test_speculative_process_text_batch_returns_true(
     # the next target batch (the accepted token) lines up with the draft again
     nxt = api.Batch.tokens([drafted[0]], pos0=toks.size)
     assert target.decode(nxt) == 0
-    assert spec.process(nxt) is True
+    assert spec.process_ok(nxt) is True
     assert draft.pos_max(0) == toks.size
 
 
@@ -128,7 +128,7 @@ def test_speculative_must_exist_before_the_target_decodes(
 
 def test_speculative_refuses_rows_the_target_never_decoded(spec: api.Speculative) -> None:
     with pytest.raises(api.NativeCallError, match="the batch the target just decoded"):
-        spec.process_tokens([9, 10], [0, 1])
+        spec.process_tokens_ok([9, 10], [0, 1])
 
 
 def test_accept_without_a_draft_raises_instead_of_aborting(spec: api.Speculative) -> None:
@@ -151,7 +151,7 @@ def test_image_chunk_decode_sees_four_position_rows_with_one_temporal_position(
 
     b0 = api.Batch.tokens(text0.tokens, pos0=0)
     assert target.decode(b0) == 0
-    assert spec.process(b0)
+    assert spec.process_ok(b0)
 
     n_past = text0.n_tokens
     seen: list[api.ImageBatch] = []
@@ -249,9 +249,9 @@ def test_a_sequence_split_by_another_in_one_batch_is_refused(spec: api.Speculati
     # libcommon's driver keeps each sequence's first and last row of a batch and reads the rows
     # between as that sequence's: [0, 1, 0] would hand sequence 1's row to sequence 0
     with pytest.raises(ValueError, match=r"rows of sequence 0 are not contiguous in the batch \(row 2 follows"):
-        spec.process_tokens([1, 2, 3], [0, 0, 1], seq_id=[0, 1, 0])
-    with pytest.raises(ValueError, match="process_embd: the rows of sequence 0 are not contiguous"):
-        spec.process_embd(np.zeros((3, 8), np.float32), np.array([0, 0, 1]), seq_id=[0, 1, 0])
+        spec.process_tokens_ok([1, 2, 3], [0, 0, 1], seq_id=[0, 1, 0])
+    with pytest.raises(ValueError, match="process_embd_ok: the rows of sequence 0 are not contiguous"):
+        spec.process_embd_ok(np.zeros((3, 8), np.float32), np.array([0, 0, 1]), seq_id=[0, 1, 0])
 
 
 # ---- the drafters of the family -------------------------------------------------------------------
@@ -272,7 +272,7 @@ def test_each_drafter_gets_the_type_llama_server_detects_from_its_file(lib_dir, 
             assert spec.spec_type == form.spec_type
             toks = tm.tokenize("hello world, this is a prompt")
             batch = api.Batch.tokens(toks, pos0=0)
-            assert target.process(batch) == 0 and spec.process(batch)
+            assert target.process_rc(batch) == 0 and spec.process_ok(batch)
             drafted = spec.draft(0, target.argmax(), int(toks.size), n_max=3)
             assert 1 <= len(drafted) <= 3 and all(0 <= t < tm.n_vocab for t in drafted)
 

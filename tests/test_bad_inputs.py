@@ -248,7 +248,7 @@ def test_a_draft_n_ubatch_smaller_than_its_block(target: api.Context, models: ti
 @pytest.mark.parametrize("route", ["decode", "process"])
 def test_a_batch_with_bad_positions(target: api.Context, pos: list[int], seq: int, message: str, route: str) -> None:
     # llama.cpp stores the first two without complaint (and misreports the third)
-    call = target.decode if route == "decode" else target.process
+    call = target.decode if route == "decode" else target.process_rc
     via = "llama_decode" if route == "decode" else "llama_process"
     with pytest.raises(ValueError) as info:
         call(api.Batch.tokens([9, 10, 11], pos, seq_id=seq))

@@ -37,19 +37,19 @@ with api.Model(models.target) as tm, api.Model(models.draft_for("plain")) as dm:
         out["own_positions"] = spec.own_positions
         toks = tm.tokenize("tree blue moon rock fish lamp wind gold ship ", add_special=False)
         jump = api.Batch.tokens(toks, [0, 1, 2, 3, 8, 9, 10, 11, 12])  # the target (M-RoPE) takes it
-        assert target.process(jump) == 0
-        out["jump"] = spec.process(jump)
+        assert target.process_rc(jump) == 0
+        out["jump"] = spec.process_ok(jump)
         out["jump_pos_max"] = draft.pos_max(0)
         # an image's rows pinned to the position after the text, as mtmd hands them to the driver
         rows = np.random.default_rng(0).normal(size=(4, tm.n_embd)).astype(np.float32)
         pinned = api.Batch.embeddings(rows, np.array([[13] * 4, [13, 13, 14, 14], [13, 14, 13, 14], [0] * 4]))
-        assert target.process(pinned) == 0
-        out["pinned"] = spec.process(pinned)
+        assert target.process_rc(pinned) == 0
+        out["pinned"] = spec.process_ok(pinned)
         out["pinned_pos_max"] = draft.pos_max(0)
         # positions that go back within a sequence: the target decodes the rows in order, the driver
         # gets them out of order; nothing of them may reach the draft
-        assert target.process(api.Batch.tokens(toks[:3], [15, 16, 17])) == 0
-        out["back"] = spec.process_tokens(toks[:3], [15, 17, 16])
+        assert target.process_rc(api.Batch.tokens(toks[:3], [15, 16, 17])) == 0
+        out["back"] = spec.process_tokens_ok(toks[:3], [15, 17, 16])
         out["back_log"] = [str(x) for x in spec.last_log if "ERROR" in str(x)]
         out["back_pos_max"] = draft.pos_max(0)
 # a drafter without positions of its own (EAGLE3) on the same libcommon: trimmed at the target's positions

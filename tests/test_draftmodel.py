@@ -43,8 +43,8 @@ def _llamacpp_block_logits(target_path, draft_path, feats, tokens, mrope):
             for p0 in range(0, n, 16):
                 pos = np.arange(p0, min(n, p0 + 16))
                 positions = np.stack([pos, pos, pos, np.zeros_like(pos)]) if mrope else pos[None]
-                assert draft.process(api.Batch.embeddings(feats[p0 : p0 + 16], positions)) == 0
-            assert draft.process(api.Batch.tokens(tokens, pos0=n, logits="all")) == 0
+                assert draft.process_rc(api.Batch.embeddings(feats[p0 : p0 + 16], positions)) == 0
+            assert draft.process_rc(api.Batch.tokens(tokens, pos0=n, logits="all")) == 0
             return np.stack([draft.logits(i) for i in range(len(tokens))])
 
 

@@ -33,8 +33,8 @@ with api.Model(models.target) as tm, api.Model(models.draft_for("plain", twin=tw
          api.Speculative(target, draft, n_max=3) as spec:
         toks = tm.tokenize("tree blue moon rock fish lamp wind gold ship ", add_special=False)
         jump = api.Batch.tokens(toks, [0, 1, 2, 3, 8, 9, 10, 11, 12])  # the target (M-RoPE) takes it
-        assert target.process(jump) == 0
-        out["jump"] = spec.process(jump)
+        assert target.process_rc(jump) == 0
+        out["jump"] = spec.process_ok(jump)
         out["jump_log"] = [str(x) for x in spec.last_log]
         out["draft_pos_max"] = draft.pos_max(0)
         if out["jump"]:
@@ -48,11 +48,11 @@ with api.Model(models.target) as tm, api.Model(models.draft_for("plain", twin=tw
             # from the same state on every variant and draft: positions 0..12 without a jump
             target.clear(), draft.clear()
             plain = api.Batch.tokens(list(toks) + list(toks[:4]), pos0=0)
-            assert target.process(plain) == 0 and spec.process(plain) and draft.pos_max(0) == 12
+            assert target.process_rc(plain) == 0 and spec.process_ok(plain) and draft.pos_max(0) == 12
             # the Python API refuses such positions for a decode, but libcommon's driver takes any
             # batch: the target decodes the rows in order, the driver gets them out of order
-            assert target.process(api.Batch.tokens(toks[:3], decoded)) == 0
-            out[name] = spec.process_tokens(toks[:3], pos)
+            assert target.process_rc(api.Batch.tokens(toks[:3], decoded)) == 0
+            out[name] = spec.process_tokens_ok(toks[:3], pos)
             out[name + "_log"] = [str(x) for x in spec.last_log if "ERROR" in str(x) or "WARN" in str(x)]
             out[name + "_pos_max"] = draft.pos_max(0)
     # a hole larger than the draft's free cells (the draft sized apart; llama-server gives it the
@@ -62,8 +62,8 @@ with api.Model(models.target) as tm, api.Model(models.draft_for("plain", twin=tw
          api.Speculative(target, draft, n_max=3) as spec:
         toks = tm.tokenize("tree blue moon rock fish lamp ", add_special=False)
         far = api.Batch.tokens(toks, [0, 1, 2, 3, 400, 401])
-        assert target.process(far) == 0
-        out["far"] = spec.process(far)
+        assert target.process_rc(far) == 0
+        out["far"] = spec.process_ok(far)
         out["far_log"] = [str(x) for x in spec.last_log if "ERROR" in str(x)]
         out["far_pos_max"] = draft.pos_max(0)
         # two jumps in one batch, the second one's fill past the free cells: the first one's fill,
@@ -71,8 +71,8 @@ with api.Model(models.target) as tm, api.Model(models.draft_for("plain", twin=tw
         target.clear(), draft.clear()
         toks = tm.tokenize("tree blue moon rock fish lamp wind gold ship milk ", add_special=False)[:10]
         two = api.Batch.tokens(toks, [0, 1, 2, 3, 100, 101, 102, 103, 400, 401])
-        assert target.process(two) == 0
-        out["two_jumps"] = spec.process(two)
+        assert target.process_rc(two) == 0
+        out["two_jumps"] = spec.process_ok(two)
         out["two_jumps_pos_max"] = draft.pos_max(0)
         draft.seq_rm(0, 100, -1)
         out["two_jumps_below_rows"] = draft.pos_max(0)  # 3 unless a filled row is left
@@ -83,8 +83,8 @@ with api.Model(models.target) as tm, api.Model(models.draft_for("plain", twin=tw
          api.Speculative(target, draft, n_max=3) as spec:
         toks = tm.tokenize("tree blue moon rock fish lamp wind gold ship " * 10, add_special=False)[:68]
         tight = api.Batch.tokens(toks, [0, 1, 2, 3, *range(200, 264)])  # chunks of 32: 0..3 and 200..227, ...
-        assert target.process(tight) == 0
-        out["tight"] = spec.process(tight)
+        assert target.process_rc(tight) == 0
+        out["tight"] = spec.process_ok(tight)
         out["tight_log"] = [str(x) for x in spec.last_log if "ERROR" in str(x)]
         out["tight_pos_max"] = draft.pos_max(0)
         draft.seq_rm(0, 200, -1)
@@ -96,13 +96,14 @@ with api.Model(models.target) as tm, api.Model(models.draft_for("plain", twin=tw
          api.Context.draft(dm, target, n_batch=32, n_ubatch=32) as draft, \
          api.Speculative(target, draft, n_max=3) as spec:
         toks = tm.tokenize("tree blue moon rock fish lamp wind gold ship sun sea sky cat ", add_special=False)[:13]
-        assert target.process(api.Batch.tokens(toks, pos0=0)) == 0 and spec.process(api.Batch.tokens(toks, pos0=0))
+        whole = api.Batch.tokens(toks, pos0=0)
+        assert target.process_rc(whole) == 0 and spec.process_ok(whole)
         target.clear()
-        assert target.process(api.Batch.tokens(toks[:10], pos0=0)) == 0  # the draft still holds 0..12
+        assert target.process_rc(api.Batch.tokens(toks[:10], pos0=0)) == 0  # the draft still holds 0..12
         row = np.random.default_rng(0).normal(size=(1, tm.n_embd)).astype(np.float32)
         image = api.Batch.embeddings(row, np.array([[10], [10], [10], [0]], dtype=np.int32))
-        assert target.process(image) == 0
-        out["ahead_image"] = spec.process(image)
+        assert target.process_rc(image) == 0
+        out["ahead_image"] = spec.process_ok(image)
         out["ahead_image_pos_max"] = draft.pos_max(0)
         sizes = [len(draft.state_seq_get(0))]  # cells at 0..10, position 10 once or twice
         for p in (10, 9):
@@ -112,12 +113,13 @@ with api.Model(models.target) as tm, api.Model(models.draft_for("plain", twin=tw
         out["ahead_image_rows_at_10"] = (sizes[0] - sizes[1]) // cell if cell else None
         # a draft one position ahead of its target (the target restored alone, one token shorter)
         target.clear(), draft.clear()
-        assert target.process(api.Batch.tokens(toks, pos0=0)) == 0 and spec.process(api.Batch.tokens(toks, pos0=0))
+        whole = api.Batch.tokens(toks, pos0=0)
+        assert target.process_rc(whole) == 0 and spec.process_ok(whole)
         target.clear()
-        assert target.process(api.Batch.tokens(toks[:12], pos0=0)) == 0  # the draft holds 0..12
+        assert target.process_rc(api.Batch.tokens(toks[:12], pos0=0)) == 0  # the draft holds 0..12
         one = api.Batch.tokens(toks[12:13], pos0=12)
-        assert target.process(one) == 0
-        out["one_ahead"] = spec.process(one)
+        assert target.process_rc(one) == 0
+        out["one_ahead"] = spec.process_ok(one)
         out["one_ahead_log"] = [str(x) for x in spec.last_log if "WARN" in str(x) or "ERROR" in str(x)]
         out["one_ahead_pos_max"] = draft.pos_max(0)
         # where the unpatched tree takes the rows (an empty memory; a jump on an M-RoPE draft), the
@@ -126,29 +128,30 @@ with api.Model(models.target) as tm, api.Model(models.draft_for("plain", twin=tw
         toks14 = list(toks) + [toks[0]]
         for name, first in (("cells_empty", [10, 11, 12]), ("cells_jump", [8, 9, 10, 11, 12])):
             target.clear(), draft.clear()
-            assert target.process(api.Batch.tokens(toks14, pos0=0)) == 0
+            assert target.process_rc(api.Batch.tokens(toks14, pos0=0)) == 0
             if name == "cells_jump":
-                spec.process_tokens(toks14[:4], [0, 1, 2, 3])
-            out[name] = spec.process_tokens(toks14[: len(first)], first) and spec.process_tokens(toks14[13:], [13])
+                spec.process_tokens_ok(toks14[:4], [0, 1, 2, 3])
+            took = spec.process_tokens_ok(toks14[: len(first)], first)
+            out[name] = took and spec.process_tokens_ok(toks14[13:], [13])
             out[name + "_state"] = hashlib.sha256(draft.state_seq_get(0)).hexdigest()
         # the target restored alone to the end of an image's hole: the draft, which holds the text
         # on both sides of the hole (a hole the fix filled and emptied again), is trimmed to the
         # hole's start and must then be filled across it again
         target.clear(), draft.clear()
-        assert target.process(api.Batch.tokens(toks14, pos0=0)) == 0
-        spec.process_tokens(toks14[:9], list(range(9)))
-        out["refill_jump"] = spec.process_tokens(toks14[9:11], [12, 13])  # [9, 12) is the hole
+        assert target.process_rc(api.Batch.tokens(toks14, pos0=0)) == 0
+        spec.process_tokens_ok(toks14[:9], list(range(9)))
+        out["refill_jump"] = spec.process_tokens_ok(toks14[9:11], [12, 13])  # [9, 12) is the hole
         target.clear()
-        assert target.process(api.Batch.tokens(toks14[:12], pos0=0)) == 0  # restored: 0..11
+        assert target.process_rc(api.Batch.tokens(toks14[:12], pos0=0)) == 0  # restored: 0..11
         again = api.Batch.tokens(toks14[12:13], pos0=12)
-        assert target.process(again) == 0
-        out["refill"] = spec.process(again)
+        assert target.process_rc(again) == 0
+        out["refill"] = spec.process_ok(again)
         out["refill_pos_max"] = draft.pos_max(0)
         # draft() meeting a draft behind the target (the target restored alone, further on): the
         # fill exists for the noise block's decode only, and the draft is left where it ended
         target.clear(), draft.clear()
-        assert target.process(api.Batch.tokens(toks14, pos0=0)) == 0
-        spec.process_tokens(toks14[:6], list(range(6)))  # the draft holds 0..5, the target 0..13
+        assert target.process_rc(api.Batch.tokens(toks14, pos0=0)) == 0
+        spec.process_tokens_ok(toks14[:6], list(range(6)))  # the draft holds 0..5, the target 0..13
         out["behind_drafts"] = spec.draft(0, int(toks14[13]), 14)
         out["behind_pos_max"] = draft.pos_max(0)
 print(json.dumps(out))
@@ -305,7 +308,7 @@ def laid_out_like_the_fix(self, batch, step, seq):
         return spec_process(self, batch, step, seq)
     pos = np.array([[p, p, p, 0] for p in range(x + 1, y)], dtype=np.int32).T
     rows = np.zeros((y - x - 1, self.draft.decode_embd_width), np.float32)
-    assert self.draft.process(api.Batch.embeddings(rows, pos, seq_id=seq)) == 0
+    assert self.draft.process_rc(api.Batch.embeddings(rows, pos, seq_id=seq)) == 0
     spec_process(self, batch, step, seq)
     assert self.draft.seq_rm(seq, x + 1, y)
 

@@ -18,7 +18,7 @@ Typical use::
         spec = Speculative(target, draft)          # before the target decodes anything
         batch = Batch.tokens(tgt_model.tokenize("hello"), pos0=0)
         assert target.decode(batch) == 0
-        assert spec.process(batch)
+        assert spec.process_ok(batch)
 
 Objects free their native side on ``close()``/``with``; closing a model or a target first
 closes whatever depends on it (drafts, the speculative driver, projectors).

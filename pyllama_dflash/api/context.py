@@ -259,9 +259,9 @@ class Context(_Owner):
         self.n_decode_calls += 1
         return rc
 
-    def process(self, batch: Batch) -> int:
+    def process_rc(self, batch: Batch) -> int:
         """``llama_process(DECODE)`` with a ``llama_batch_ext`` (the route llama-server, libcommon and
-        mtmd take); same return codes as :meth:`decode`."""
+        mtmd take); its return code, as :meth:`decode` returns llama_decode's (0: done)."""
         ptr = self._ptr()
         self._check_batch(batch, "llama_process")
         if self._batch_ext is None or self._batch_ext.closed:

@@ -32,7 +32,7 @@ class Speculative(_Owner):
     Context.draft) and ``draft-mtp`` (Context.mtp, over the target's own MTP head). Without it, the
     type is what llama-server detects from the draft file (:func:`detect_spec_type`).
     Create it before the target decodes anything: its constructor turns on layer-input
-    extraction on the target and non-causal attention on the draft. ``process*`` return what
+    extraction on the target and non-causal attention on the draft. ``process*_ok`` return what
     ``common_speculative_process`` answered (False is what makes llama-server answer HTTP 500);
     the log lines of the last call are in ``last_log``.
     """
@@ -94,13 +94,14 @@ class Speculative(_Owner):
         rc, cap = self._logged(lambda: int(fn()), poll_common=True)
         return self._handle.check(call, rc, cap)
 
-    def process(self, batch: Batch) -> bool:
-        """Hand the batch the target just decoded to the driver (token or embedding rows)."""
+    def process_ok(self, batch: Batch) -> bool:
+        """Hand the batch the target just decoded to the driver (token or embedding rows): whether
+        ``common_speculative_process`` took it."""
         if batch.kind == "tokens":
-            return self.process_tokens(batch.token_ids, batch.pos[0], batch.seq_id, batch.logits)
-        return self.process_embd(batch.embd, batch.pos, batch.seq_id)
+            return self.process_tokens_ok(batch.token_ids, batch.pos[0], batch.seq_id, batch.logits)
+        return self.process_embd_ok(batch.embd, batch.pos, batch.seq_id)
 
-    def process_tokens(
+    def process_tokens_ok(
         self,
         tokens: np.ndarray | Sequence[int],
         pos: np.ndarray | Sequence[int],
@@ -111,8 +112,8 @@ class Speculative(_Owner):
         n = tok.shape[0]
         positions = np.ascontiguousarray(pos, dtype=np.int32).reshape(-1)
         if positions.shape != (n,):
-            raise ValueError(f"process_tokens: {positions.shape[0]} positions for {n} tokens")
-        seqs = _contiguous_seqs(_seq_ids(seq_id, n), "process_tokens")
+            raise ValueError(f"process_tokens_ok: {positions.shape[0]} positions for {n} tokens")
+        seqs = _contiguous_seqs(_seq_ids(seq_id, n), "process_tokens_ok")
         out = np.zeros(n, dtype=np.int8) if output is None else np.ascontiguousarray(output, dtype=np.int8)
         ffi, lib = self._rt.ffi, self._rt.lib
         rc = self._run(
@@ -128,16 +129,16 @@ class Speculative(_Owner):
         )
         return rc == lib.PYLLAMA_DFLASH_TRUE
 
-    def process_embd(
+    def process_embd_ok(
         self,
         embd: np.ndarray,
         pos: np.ndarray,
         seq_id: int | Sequence[int] | np.ndarray = 0,
     ) -> bool:
-        rows, positions = embd_rows(embd, pos, "process_embd: ")
+        rows, positions = embd_rows(embd, pos, "process_embd_ok: ")
         rows, positions = np.ascontiguousarray(rows), np.ascontiguousarray(positions)  # handed to C as they are
         n, n_embd = rows.shape
-        seqs = _contiguous_seqs(_seq_ids(seq_id, n), "process_embd")
+        seqs = _contiguous_seqs(_seq_ids(seq_id, n), "process_embd_ok")
         ffi, lib = self._rt.ffi, self._rt.lib
         rc = self._run(
             "pyllama_dflash_spec_process_embd",
@@ -177,7 +178,7 @@ class Speculative(_Owner):
 
         DFlash decodes its noise block [id_last, mask...] into the draft's memory and leaves it
         there; with trim_draft (llama-server does the same after drafting) the draft's memory is cut
-        back from ``trim_at`` on: by default the target's next position, so the next process() lines
+        back from ``trim_at`` on: by default the target's next position, so the next process_ok() lines
         up. A draft that keeps positions of its own (patch 0005) is cut back at the sequence's row
         count instead, which the caller knows (llama-server: the checkpoint's n_tokens).
         """

@@ -102,15 +102,15 @@ class _FillBench:
         self.text = self.tm.tokenize("in a few words")
 
     def process_after(self, hole: int) -> float:
-        """spec.process of a text batch that starts `hole` positions past the draft's memory."""
+        """spec.process_ok of a text batch that starts `hole` positions past the draft's memory."""
         target, draft, spec = self.target, self.draft, self.spec
         target.clear(), draft.clear()
         b0 = api.Batch.tokens(self.prefix, pos0=0)
-        assert target.process(b0) == 0 and spec.process(b0)
+        assert target.process_rc(b0) == 0 and spec.process_ok(b0)
         b1 = api.Batch.tokens(self.text, pos0=len(self.prefix) + hole)  # an M-RoPE target accepts the jump
-        assert target.process(b1) == 0
+        assert target.process_rc(b1) == 0
         t0 = time.perf_counter()
-        ok = spec.process(b1)
+        ok = spec.process_ok(b1)
         dt = time.perf_counter() - t0
         assert ok and draft.pos_max(0) == target.pos_max(0)
         return dt
@@ -140,12 +140,12 @@ class _FillBench:
         n_ubatch = draft.n_ubatch
         draft.clear()
         k = len(self.prefix)
-        assert draft.process(api.Batch.embeddings(np.zeros((k, width), np.float32), np.arange(k)[None])) == 0
+        assert draft.process_rc(api.Batch.embeddings(np.zeros((k, width), np.float32), np.arange(k)[None])) == 0
         t0 = time.perf_counter()
         for off in range(0, hole, n_ubatch):
             n = min(n_ubatch, hole - off)
             rows = api.Batch.embeddings(np.zeros((n, width), np.float32), np.arange(k + off, k + off + n)[None])
-            assert draft.process(rows) == 0
+            assert draft.process_rc(rows) == 0
         t1 = time.perf_counter()
         assert draft.seq_rm(0, k, k + hole)
         t2 = time.perf_counter()

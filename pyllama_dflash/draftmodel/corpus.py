@@ -125,7 +125,7 @@ class Collector:
     def _text(self, toks: Sequence[int], n_past: int, feats: list[np.ndarray]) -> int:
         for off in range(0, len(toks), N_BATCH):
             part = np.asarray(toks[off : off + N_BATCH], dtype=np.int32)
-            rc = self.target.process(api.Batch.tokens(part, pos0=n_past, logits="last"))
+            rc = self.target.process_rc(api.Batch.tokens(part, pos0=n_past, logits="last"))
             if rc != 0:
                 raise RuntimeError(f"corpus: the target's decode returned {rc} at position {n_past}")
             feats.append(self.spec.target_features(len(part)))

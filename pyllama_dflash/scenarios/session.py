@@ -306,7 +306,7 @@ class Session:
         st.image_pending = True
 
     def _decode_target(self, batch: api.Batch, step: str, seq: int) -> None:
-        rc = self.target.process(batch)
+        rc = self.target.process_rc(batch)
         self.record.add(
             Call(
                 step,
@@ -328,7 +328,7 @@ class Session:
             self._keep_features(batch.seq_id)
             return
         filled = self._fill_like_the_fix(batch) if self.cfg.twin_fill_layout else []
-        ok = self.spec.process(batch)
+        ok = self.spec.process_ok(batch)
         if ok:
             for s, k in zip(*np.unique(batch.seq_id, return_counts=True), strict=True):
                 self._draft_took(self.seqs[int(s)], int(k))
@@ -390,7 +390,7 @@ class Session:
         for p0 in range(0, n, step_rows):
             p1 = min(n, p0 + step_rows)
             pos = np.array([[p, p, p, 0] for p in range(p0, p1)], dtype=np.int32).T
-            rc = self.draft.process(api.Batch.embeddings(np.stack(st.features[p0:p1]), pos, seq_id=seq))
+            rc = self.draft.process_rc(api.Batch.embeddings(np.stack(st.features[p0:p1]), pos, seq_id=seq))
             if rc != 0:
                 self.record.add(Call(step, "draft", "llama_process", seq, False, rc=rc, pos=(p0, p1 - 1), n=p1 - p0))
                 self.draft.clear()
@@ -425,7 +425,7 @@ class Session:
             p1 = min(y, p0 + step)
             pos = np.array([[p, p, p, 0] for p in range(p0, p1)], dtype=np.int32).T
             rows = np.zeros((p1 - p0, self.draft.decode_embd_width), np.float32)
-            if self.draft.process(api.Batch.embeddings(rows, pos, seq_id=s)) != 0:
+            if self.draft.process_rc(api.Batch.embeddings(rows, pos, seq_id=s)) != 0:
                 self.draft.seq_rm(s, x + 1, y)
                 return []
         return [(s, x + 1, y)]
