@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import DEFINED
-from pyllama_dflash.acceptance.run import MODEL, TEXT_ONLY, columns, measure
+from pyllama_dflash.acceptance.measure import MODEL, TEXT_ONLY, columns, measure
 from pyllama_dflash.draftmodel.trained import trained_models
 from pyllama_dflash.engine.matrix import DEFINITION, REFERENCE
 

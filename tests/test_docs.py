@@ -67,3 +67,38 @@ def test_regression_md_counts_and_lists_every_marker():
     listed = re.findall(r"`([a-z]+)`", bullets.group(0))
     assert _number(said.group(1)) == len(markers), f"docs/regression.md says {said.group(1)}; pyproject has {markers}"
     assert sorted(listed) == sorted(markers), f"docs/regression.md lists {listed}; pyproject has {markers}"
+
+
+def _layout_rows() -> list[tuple[list[Path], str]]:
+    """docs/architecture.md's layout table: per row, the paths of its first cell (a bare name is beside
+    the first path's) and the text of its second."""
+    rows = []
+    for line in _section(DOCS / "architecture.md", "## Layout").splitlines():
+        if not line.startswith("| `"):
+            continue
+        first, what = line[2:].split(" | ", 1)
+        names = re.findall(r"`([^`]+)`", first)
+        paths = [REPO / names[0]]
+        beside = paths[0] if paths[0].is_dir() else paths[0].parent
+        paths += [REPO / n if (REPO / n).exists() else beside / n for n in names[1:]]
+        rows.append((paths, what))
+    return rows
+
+
+def test_architecture_md_names_files_that_exist():
+    """A module renamed or removed is renamed or removed in the layout too."""
+    rows = _layout_rows()
+    assert len(rows) > 20
+    missing = [str(p.relative_to(REPO)) for paths, _ in rows for p in paths if not p.exists()]
+    for paths, what in rows:
+        folders = [p if p.is_dir() else p.parent for p in paths]
+        for name in re.findall(r"`([A-Za-z_][\w/.-]*\.(?:py|json|h))`", what):
+            if not ((REPO / name).exists() or any((f / name).exists() or any(f.rglob(name)) for f in folders)):
+                missing.append(f"{name} (in the row of {paths[0].relative_to(REPO)})")
+    assert missing == [], f"docs/architecture.md names what is not there: {missing}"
+
+
+def test_architecture_md_has_a_row_for_every_package():
+    named = {p for paths, _ in _layout_rows() for p in paths}
+    packages = sorted(d for d in (REPO / "pyllama_dflash").iterdir() if (d / "__init__.py").is_file())
+    assert [str(d.relative_to(REPO)) for d in packages if d not in named] == []

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from pyllama_dflash import api
-from pyllama_dflash.acceptance.run import SESSION
+from pyllama_dflash.acceptance.measure import SESSION
 from pyllama_dflash.acceptance.script import run_conversation
 from pyllama_dflash.draftmodel import forward
 from pyllama_dflash.draftmodel.trained import StaleTrainedDraft, read_manifest, trained_models

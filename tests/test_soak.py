@@ -13,7 +13,7 @@ from conftest import FIX
 from pyllama_dflash.env import SOAK_TEST_ENV
 from pyllama_dflash.scenarios.models import tiny_models
 from pyllama_dflash.soak import soak, workload
-from pyllama_dflash.soak.run import KINDS
+from pyllama_dflash.soak.workload import KINDS
 
 pytestmark = pytest.mark.server
 

@@ -269,7 +269,7 @@ def bench_bindings() -> dict:
 
 
 def bench_acceptance(conversations: int) -> dict:
-    from ..acceptance.run import measure
+    from ..acceptance.measure import measure
     from ..draftmodel.trained import trained_models
 
     # held-out seeds: the committed drafts trained on conversations 0..999 at most

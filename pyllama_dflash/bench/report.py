@@ -130,7 +130,7 @@ def markdown(r: dict) -> str:
     if "fill" in r and "plain_draft" in r["fill"]:
         out += ["", *_fill_table(r["fill"])]
     if "acceptance" in r and "table" in r["acceptance"]:
-        from ..acceptance.run import markdown as acceptance_table
+        from ..acceptance.measure import markdown as acceptance_table
 
         a = r["acceptance"]
         out += [

@@ -89,7 +89,7 @@ def run_server(args: argparse.Namespace, plan: Plan, cases: list[tuple[ModelSet,
     """The llama-server checks on every variant with the plan's models, and the image and restore
     checks (FAMILY) for every other drafter and target of the tables: ``(server, family)``."""
     from ..server import FAMILY
-    from ..server.run import run_on_each
+    from ..server.run_checks import run_on_each
 
     base = find_built([BASELINE], backend=args.backend, server=True)[0]
 
@@ -141,6 +141,6 @@ def run_siblings(args: argparse.Namespace, plan: Plan) -> Siblings:
 def run_siblings_server(plan: Plan, siblings: Siblings) -> dict[str, dict]:
     """The sibling drafters' own llama-server checks, per sibling and variant (measured)."""
     from ..server import SIBLINGS_CHECKS
-    from ..server.run import run_on_each
+    from ..server.run_checks import run_on_each
 
     return {m.drafter: run_on_each(plan.manifests, m, checks=SIBLINGS_CHECKS[m.drafter]) for m in siblings.models}

@@ -1,16 +1,17 @@
 """llama-server over loopback: run a built variant's server, and the end-to-end checks on it.
 
-- :mod:`.process`: :class:`ServerProcess` starts a variant's ``llama-server`` on the models
+- :mod:`.server_process`: :class:`ServerProcess` starts a variant's ``llama-server`` on the models
   (with or without the DFlash draft), waits for ``/health``, talks HTTP (``requests``) and
   stops it; :func:`serve` is the short way in.
 - :mod:`.checks`: the checks, each one function registered with what it must see per kind of
   variant (:mod:`.expect` holds the one rule that judges them, :mod:`.bodies` what they send);
-  :func:`run_server_checks` (:mod:`.run`) runs them on one variant.
+  :func:`run_server_checks` (:mod:`.run_checks`) runs them on one variant.
 """
 
 from .checks import CHECKS, FAMILY, REGISTRY, SIBLINGS_CHECKS, Check, check
 from .expect import SPEC_BATCH_ERROR, Expect, Result, Seen
-from .process import (
+from .run_checks import run_server_checks
+from .server_process import (
     HOST,
     Response,
     ServerError,
@@ -23,7 +24,6 @@ from .process import (
     serve,
     server_command,
 )
-from .run import run_server_checks
 
 __all__ = [
     "CHECKS",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .process import Response
+from .server_process import Response
 
 SPEC_BATCH_ERROR = "failed to process speculative batch"
 

@@ -12,6 +12,6 @@ by kind, throughput with and without the draft, and the server's resident memory
 
 from __future__ import annotations
 
-from .run import Request, SoakReport, soak, workload
+from .workload import Request, SoakReport, soak, workload
 
 __all__ = ["Request", "SoakReport", "soak", "workload"]

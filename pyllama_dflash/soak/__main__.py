@@ -19,7 +19,7 @@ from ..flags import common_parser, export, pick, tool_prog
 from ..llamabuild import find_built, variant
 from ..llamabuild.patchset import BASELINE
 from ..scenarios.models import tiny_models
-from .run import KINDS, soak
+from .workload import KINDS, soak
 
 
 def parser() -> argparse.ArgumentParser:

@@ -30,7 +30,7 @@ from typing import Any
 from ...llamabuild.variants import BASELINE_ROLE, SEED_ROLE, Variant
 from ..drafts import LOGS_NO_DRAFTS
 from ..expect import Expect, Result
-from ..process import Response, ServerProcess
+from ..server_process import Response, ServerProcess
 
 # the kinds a check's expectations name; a definition variant (0005, on top of 0003) takes slots' expectations
 # where it has none of its own

@@ -56,7 +56,7 @@ from ...errors import PyllamaError
 from .. import bodies
 from ..drafts import DEBUG_VERBOSITY, LOGS_NO_DRAFTS, drafted_candidates, request_logs, rounds_with_history
 from ..expect import Expect, Result, Seen, judged
-from ..process import Response
+from ..server_process import Response
 from . import check, server_facts
 
 # the conversations' text; the image goes between BEFORE and the ids of TAIL

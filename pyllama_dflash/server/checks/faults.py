@@ -19,7 +19,7 @@ from typing import NamedTuple
 from .. import bodies
 from ..drafts import DEBUG_VERBOSITY, LOGS_NO_DRAFTS, read_drafted_rounds
 from ..expect import Expect, Result, Seen, judged
-from ..process import Response
+from ..server_process import Response
 from . import check, server_facts
 
 SHORT = "Tell me about the small robot that paints"

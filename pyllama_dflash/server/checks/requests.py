@@ -7,7 +7,7 @@ from typing import Any
 
 from .. import bodies
 from ..expect import Expect, Result, Seen, judged
-from ..process import Response
+from ..server_process import Response
 from . import check, server_facts, stats
 
 # -- one request, and exactness ------------------------------------------------------------

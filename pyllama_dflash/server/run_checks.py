@@ -22,7 +22,7 @@ from ..llamabuild.variants import variant as lookup_variant
 from . import bodies
 from .checks import CHECKS, REGISTRY
 from .expect import Expect
-from .process import ServerModels, ServerOptions, ServerProcess, resolve_binary
+from .server_process import ServerModels, ServerOptions, ServerProcess, resolve_binary
 
 
 class Ctx:

@@ -16,7 +16,7 @@ import requests as http
 
 from ..server import bodies
 from ..server.expect import SPEC_BATCH_ERROR
-from ..server.process import ServerModels, ServerOptions, ServerProcess
+from ..server.server_process import ServerModels, ServerOptions, ServerProcess
 
 N_SLOTS = 4
 N_PREDICT = 8
