@@ -13,6 +13,7 @@ import random
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -71,44 +72,84 @@ _EXACT_OR_REFUSED = dict(
 )
 
 
-def _swapped_parts(ctx, name: str, *, same_length: bool) -> Result:
-    """Save A as a.bin and B as b.bin, copy b.bin over a.bin (B's target part beside A's draft part), run
-    something else, restore a.bin and continue B. ``same_length``: B's prompt cut to A's token count, so the
-    two parts hold as many tokens, and only the tokens themselves tell them apart."""
+class _Tampered(NamedTuple):
+    """What a restore of a tampered slot file saw (:func:`_two_saved_one_tampered`)."""
+
+    a: list[int]  # SHORT's tokens
+    b: list[int]  # LONG's (cut to A's count, with b_as_long_as_a)
+    ra: Response  # A answered
+    rb: Response  # B answered
+    saves_ok: bool  # both saves succeeded
+    saved: list[int | None]  # each save's n_saved (None where it failed)
+    parts: list[int | None]  # each draft part's token count before the tamper (None: no draft part)
+    other: Response  # something else run on the slot
+    restore: Response  # the restore of a.bin
+    last: Response  # the conversation continued
+    ref: list[int] | None  # what the target alone continues it with
+    facts: dict
+
+
+def _two_saved_one_tampered(
+    ctx, name: str, tamper: Callable[[Path], None], *, continues: str, b_as_long_as_a: bool = False
+) -> _Tampered:
+    """The skeleton of a restore of a tampered file: save conversation A (short) as a.bin and B (long) as
+    b.bin, ``tamper`` with the slot folder, run something else, restore a.bin and continue ``continues``
+    ("A" or "B"), beside what the target alone continues it with. ``b_as_long_as_a``: B's prompt cut to
+    A's token count, so the two parts hold as many tokens."""
     srv, folder = _session(ctx, name)
     with srv:
         a, b = _tokens(srv, SHORT), _tokens(srv, LONG)
-        if same_length:
+        if b_as_long_as_a:
             b = b[: len(a)]  # SHORT and LONG differ from their first word on: other tokens, as many
         ra = srv.completion(a, n_predict=bodies.N_PREDICT)
         saves = [_save(srv, "a.bin")]
         rb = srv.completion(b, n_predict=bodies.N_PREDICT)
         saves.append(_save(srv, "b.bin"))
         parts = [_draft_count(folder / f"{x}.bin.draft") for x in "ab"]  # None without 0003: no draft part
-        shutil.copyfile(folder / "b.bin", folder / "a.bin")
+        tamper(folder)
         other = srv.completion(_tokens(srv, OTHER), n_predict=bodies.N_PREDICT)
         restore = _restore(srv, "a.bin")
-        last = _continue(srv, b + (rb.tokens or []))
+        prompt, ref_prompt, first = (a, SHORT, ra) if continues == "A" else (b, b, rb)
+        last = _continue(srv, prompt + (first.tokens or []))
         facts = server_facts(srv)
-    ref = _reference(ctx, name, b, rb.tokens or [])
-    cache_n = last.timings.get("cache_n")
+    ref = _reference(ctx, name, ref_prompt, first.tokens or [])
     saved = [s.body.get("n_saved") if s.ok and isinstance(s.body, dict) else None for s in saves]
-    # the setup as meant, with same_length: A's tokens other than B's, and as many of them in both parts
-    foreign = a + (ra.tokens or []) != b + (rb.tokens or [])
-    equal = saved[0] is not None and saved[0] == saved[1] and (parts[0] is None or parts[0] == parts[1])
+    return _Tampered(a, b, ra, rb, all(s.ok for s in saves), saved, parts, other, restore, last, ref, facts)
+
+
+def _judged_restore(ctx, name: str, t: _Tampered, *, holds: bool, **details) -> Result:
+    """The judgement of a tampered restore: exact, or refused with the slot left empty (_EXACT_OR_REFUSED)."""
+    cache_n = t.last.timings.get("cache_n")
     seen = Seen(
-        [ra, rb, other, last],
-        same_tokens=last.ok and last.tokens == ref,
+        [t.ra, t.rb, t.other, t.last],
+        same_tokens=t.last.ok and t.last.tokens == t.ref,
         cached=bool(cache_n),
-        restore_status=restore.status,
+        restore_status=t.restore.status,
         empty_after_restore=not cache_n,
-        holds=all(s.ok for s in saves) and (foreign and equal if same_length else True),
+        holds=holds,
     )
-    out = judged(ctx.expect(name), seen, cache_n_after_restore=cache_n, n_saved=saved, draft_part_tokens=parts, **facts)
-    out.details["restore_status"] = restore.status
-    if not restore.ok:
-        out.details["restore_error"] = restore.error_message
+    out = judged(ctx.expect(name), seen, cache_n_after_restore=cache_n, **details, **t.facts)
+    out.details["restore_status"] = t.restore.status
+    if not t.restore.ok:
+        out.details["restore_error"] = t.restore.error_message
     return out
+
+
+def _swapped_parts(ctx, name: str, *, same_length: bool) -> Result:
+    """Save A as a.bin and B as b.bin, copy b.bin over a.bin (B's target part beside A's draft part), run
+    something else, restore a.bin and continue B. ``same_length``: B's prompt cut to A's token count, so the
+    two parts hold as many tokens, and only the tokens themselves tell them apart."""
+
+    def swap(folder: Path) -> None:
+        shutil.copyfile(folder / "b.bin", folder / "a.bin")
+
+    t = _two_saved_one_tampered(ctx, name, swap, continues="B", b_as_long_as_a=same_length)
+    # the setup as meant, with same_length: A's tokens other than B's, and as many of them in both parts
+    foreign = t.a + (t.ra.tokens or []) != t.b + (t.rb.tokens or [])
+    saved, parts = t.saved, t.parts
+    equal = saved[0] is not None and saved[0] == saved[1] and (parts[0] is None or parts[0] == parts[1])
+    holds = t.saves_ok and (foreign and equal if same_length else True)
+    return _judged_restore(ctx, name, t, holds=holds, n_saved=saved, draft_part_tokens=parts)
 
 
 @check("restore_swapped_parts", **_EXACT_OR_REFUSED)
@@ -150,36 +191,15 @@ def restore_draft_runs_past(ctx) -> Result:
     0003 refuses a draft that comes back past its target, whatever the tokens say, and 0005 one that holds
     another row count than its target part's tokens; the refusal must name what it found (B's rows, A's
     tokens). Without 0003 there is no draft part to forge."""
-    srv, folder = _session(ctx, "restore_draft_runs_past")
-    with srv:
-        a, b = _tokens(srv, SHORT), _tokens(srv, LONG)
-        ra = srv.completion(a, n_predict=bodies.N_PREDICT)
-        saves = [_save(srv, "a.bin")]
-        rb = srv.completion(b, n_predict=bodies.N_PREDICT)
-        saves.append(_save(srv, "b.bin"))
+
+    def forge(folder: Path) -> None:
         part_a, part_b = folder / "a.bin.draft", folder / "b.bin.draft"
         if part_a.exists() and part_b.exists():
             part_a.write_bytes(_draft_prefix(part_a.read_bytes()) + _draft_state(part_b.read_bytes()))
-        other = srv.completion(_tokens(srv, OTHER), n_predict=bodies.N_PREDICT)
-        restore = _restore(srv, "a.bin")
-        last = _continue(srv, a + (ra.tokens or []))
-        facts = server_facts(srv)
-    ref = _reference(ctx, "restore_draft_runs_past", SHORT, ra.tokens or [])
-    cache_n = last.timings.get("cache_n")
-    saved = [s.body.get("n_saved") if s.ok and isinstance(s.body, dict) else None for s in saves]
-    seen = Seen(
-        [ra, rb, other, last],
-        same_tokens=last.ok and last.tokens == ref,
-        cached=bool(cache_n),
-        restore_status=restore.status,
-        empty_after_restore=not cache_n,
-        holds=all(s.ok for s in saves) and _names_the_counts(ctx, restore, saved),
-    )
-    out = judged(ctx.expect("restore_draft_runs_past"), seen, cache_n_after_restore=cache_n, n_saved=saved, **facts)
-    out.details["restore_status"] = restore.status
-    if not restore.ok:
-        out.details["restore_error"] = restore.error_message
-    return out
+
+    t = _two_saved_one_tampered(ctx, "restore_draft_runs_past", forge, continues="A")
+    holds = t.saves_ok and _names_the_counts(ctx, t.restore, t.saved)
+    return _judged_restore(ctx, "restore_draft_runs_past", t, holds=holds, n_saved=t.saved)
 
 
 def _names_the_counts(ctx, restore, saved: list[int | None]) -> bool:
@@ -263,24 +283,66 @@ class _BlockedSave(NamedTuple):
     more: Response  # the conversation continued
     blocked: Response  # the save of the continuation, with the blocker in place
     after: dict[str, bytes]  # the slot folder's files after that save, the blocker gone
+    other: Response  # something else run on the slot
+    restore: Response  # the restore of the file the first save wrote
+    last: Response  # the conversation continued from it
+    left: list[str]  # the slot folder's names at the end
+    facts: dict
+    ref: list[int] | None  # what the target alone continues the conversation with
 
 
 def _files(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
 
 
-def _save_blocked(srv, folder: Path, filename: str, blocker: str) -> _BlockedSave:
-    """Save LONG's conversation as filename, continue it, and save it again while a directory stands at
-    ``blocker`` (a temporary name of one part of the file), which the save cannot write."""
-    a = _tokens(srv, LONG)
-    first = srv.completion(a, n_predict=bodies.N_PREDICT)
-    saved = _save(srv, filename)
-    before = _files(folder)
-    (folder / blocker).mkdir()
-    more = srv.completion(a + (first.tokens or []) + _tokens(srv, MORE, bos=False), n_predict=bodies.N_PREDICT)
-    blocked = _save(srv, filename)
-    (folder / blocker).rmdir()
-    return _BlockedSave(a, first, saved, before, more, blocked, _files(folder))
+def _save_blocked(
+    ctx, name: str, filename: str, blocker: str, then: Callable[[object, Path], None] = lambda srv, folder: None
+) -> _BlockedSave:
+    """The skeleton of a save that cannot write one part: save LONG's conversation as filename, continue it,
+    save it again while a directory stands at ``blocker`` (a temporary name of one part of the file), which
+    the save cannot write; ``then``, run something else, restore the file and continue the conversation,
+    beside what the target alone continues it with."""
+    srv, folder = _session(ctx, name)
+    with srv:
+        a = _tokens(srv, LONG)
+        first = srv.completion(a, n_predict=bodies.N_PREDICT)
+        saved = _save(srv, filename)
+        before = _files(folder)
+        (folder / blocker).mkdir()
+        more = srv.completion(a + (first.tokens or []) + _tokens(srv, MORE, bos=False), n_predict=bodies.N_PREDICT)
+        blocked = _save(srv, filename)
+        (folder / blocker).rmdir()
+        after = _files(folder)
+        then(srv, folder)
+        other = srv.completion(_tokens(srv, OTHER), n_predict=bodies.N_PREDICT)
+        restore = _restore(srv, filename)
+        last = _continue(srv, a + (first.tokens or []))
+        left = sorted(p.name for p in folder.iterdir())
+        facts = server_facts(srv)
+    ref = _reference(ctx, name, LONG, first.tokens or [])
+    return _BlockedSave(a, first, saved, before, more, blocked, after, other, restore, last, left, facts, ref)
+
+
+def _judged_blocked(ctx, name: str, r: _BlockedSave, *, refused_well: bool, accepted: bool, **details) -> Result:
+    """With 0003 (the server writes a draft part) the blocked save must be refused well, else accepted; the
+    first save restores either way, and the continuation is exact."""
+    writes_draft = bool(ctx.variant and ctx.variant.saves_draft)  # 0003: the server writes a draft part
+    cache_n = r.last.timings.get("cache_n")
+    seen = Seen(
+        [r.first, r.more, r.other, r.last],
+        same_tokens=r.last.ok and r.last.tokens == r.ref,
+        cached=bool(cache_n),
+        holds=r.saved.ok and r.restore.ok and (refused_well if writes_draft else accepted),
+    )
+    return judged(
+        ctx.expect(name),
+        seen,
+        blocked_save=[r.blocked.status, r.blocked.error_message or None],
+        **details,
+        files_left=r.left,
+        cache_n_after_restore=cache_n,
+        **r.facts,
+    )
 
 
 @check(
@@ -295,44 +357,31 @@ def save_draft_part_unwritable(ctx) -> Result:
     error that names the draft part, leaves the previous pair as it was and restorable, and leaves no
     temporary file; a directory at ``<file>.draft`` itself fails the same way on a fresh name. Without
     0003 the server writes no draft part, and both saves succeed."""
-    srv, folder = _session(ctx, "save_draft_part_unwritable")
-    with srv:
-        a, first, saved, before, more, blocked, after = _save_blocked(srv, folder, "e.bin", "e.bin.draft.tmp")
+    fresh: list[Response] = []
+
+    def fresh_save(srv, folder: Path) -> None:
         (folder / "fresh.bin.draft").mkdir()
-        fresh = _save(srv, "fresh.bin")
+        fresh.append(_save(srv, "fresh.bin"))
         (folder / "fresh.bin.draft").rmdir()
-        other = srv.completion(_tokens(srv, OTHER), n_predict=bodies.N_PREDICT)
-        restore = _restore(srv, "e.bin")
-        last = _continue(srv, a + (first.tokens or []))
-        left = sorted(p.name for p in folder.iterdir())
-        facts = server_facts(srv)
-    ref = _reference(ctx, "save_draft_part_unwritable", LONG, first.tokens or [])
-    writes_draft = bool(ctx.variant and ctx.variant.saves_draft)  # 0003: the server writes a draft part
+
+    r = _save_blocked(ctx, "save_draft_part_unwritable", "e.bin", "e.bin.draft.tmp", fresh_save)
+    (fresh_r,) = fresh
     refused_well = (
-        not blocked.ok
-        and "draft" in blocked.error_message
-        and after == before  # the previous pair, byte for byte
-        and not fresh.ok
-        and "draft" in fresh.error_message
-        and "fresh.bin" not in left
-        and not any(n.endswith(".tmp") for n in left)
+        not r.blocked.ok
+        and "draft" in r.blocked.error_message
+        and r.after == r.before  # the previous pair, byte for byte
+        and not fresh_r.ok
+        and "draft" in fresh_r.error_message
+        and "fresh.bin" not in r.left
+        and not any(n.endswith(".tmp") for n in r.left)
     )
-    accepted = blocked.ok and fresh.ok
-    cache_n = last.timings.get("cache_n")
-    seen = Seen(
-        [first, more, other, last],
-        same_tokens=last.ok and last.tokens == ref,
-        cached=bool(cache_n),
-        holds=saved.ok and restore.ok and (refused_well if writes_draft else accepted),
-    )
-    return judged(
-        ctx.expect("save_draft_part_unwritable"),
-        seen,
-        blocked_save=[blocked.status, blocked.error_message or None],
-        fresh_save=[fresh.status, fresh.error_message or None],
-        files_left=left,
-        cache_n_after_restore=cache_n,
-        **facts,
+    return _judged_blocked(
+        ctx,
+        "save_draft_part_unwritable",
+        r,
+        refused_well=refused_well,
+        accepted=r.blocked.ok and fresh_r.ok,
+        fresh_save=[fresh_r.status, fresh_r.error_message or None],
     )
 
 
@@ -348,38 +397,15 @@ def save_target_part_unwritable(ctx) -> Result:
     error that names the target part, not the draft's, leaves the previous pair as it was and
     restorable, and leaves no temporary file. Without 0003 the server writes no temporary file, and
     the save succeeds."""
-    srv, folder = _session(ctx, "save_target_part_unwritable")
-    with srv:
-        a, first, saved, before, more, blocked, after = _save_blocked(srv, folder, "t.bin", "t.bin.tmp")
-        other = srv.completion(_tokens(srv, OTHER), n_predict=bodies.N_PREDICT)
-        restore = _restore(srv, "t.bin")
-        last = _continue(srv, a + (first.tokens or []))
-        left = sorted(p.name for p in folder.iterdir())
-        facts = server_facts(srv)
-    ref = _reference(ctx, "save_target_part_unwritable", LONG, first.tokens or [])
-    writes_draft = bool(ctx.variant and ctx.variant.saves_draft)  # 0003: the server writes a draft part
+    r = _save_blocked(ctx, "save_target_part_unwritable", "t.bin", "t.bin.tmp")
     refused_well = (
-        not blocked.ok
-        and "Unable to save slot" in blocked.error_message
-        and "draft" not in blocked.error_message  # the part that failed is named, not the other one
-        and after == before  # the previous pair, byte for byte
-        and not any(n.endswith(".tmp") for n in left)
+        not r.blocked.ok
+        and "Unable to save slot" in r.blocked.error_message
+        and "draft" not in r.blocked.error_message  # the part that failed is named, not the other one
+        and r.after == r.before  # the previous pair, byte for byte
+        and not any(n.endswith(".tmp") for n in r.left)
     )
-    cache_n = last.timings.get("cache_n")
-    seen = Seen(
-        [first, more, other, last],
-        same_tokens=last.ok and last.tokens == ref,
-        cached=bool(cache_n),
-        holds=saved.ok and restore.ok and (refused_well if writes_draft else blocked.ok),
-    )
-    return judged(
-        ctx.expect("save_target_part_unwritable"),
-        seen,
-        blocked_save=[blocked.status, blocked.error_message or None],
-        files_left=left,
-        cache_n_after_restore=cache_n,
-        **facts,
-    )
+    return _judged_blocked(ctx, "save_target_part_unwritable", r, refused_well=refused_well, accepted=r.blocked.ok)
 
 
 @check(
