@@ -24,25 +24,6 @@ MUTATION_TEST_ENV = "PYLLAMA_DFLASH_TEST_MUTATION"  # 1: the test suite runs the
 FUZZ_BUDGET_TEST_ENV = "PYLLAMA_DFLASH_TEST_FUZZ_BUDGET"  # 1: the test suite fuzzes the fix at 5 seeds x 1000
 SOAK_TEST_ENV = "PYLLAMA_DFLASH_TEST_SOAK"  # 1: the test suite runs the full soak (600 requests)
 
-ALL = (
-    CACHE_ENV,
-    PATCHES_ENV,
-    BACKEND_ENV,
-    CPU_ENV,
-    LIB_DIR_ENV,
-    THREADS_ENV,
-    GGUF_PY_ENV,
-    FUZZ_EXAMPLES_ENV,
-    FUZZ_SEED_ENV,
-    JOBS_ENV,
-    SKIP_BUILD_ENV,
-    CUDA_BUILD_TEST_ENV,
-    CUDA_ARCH_ENV,
-    MUTATION_TEST_ENV,
-    FUZZ_BUDGET_TEST_ENV,
-    SOAK_TEST_ENV,
-)
-
 
 def get(name: str) -> str | None:
     """The variable's value, None when unset or empty."""

@@ -9,15 +9,14 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-from ..child import CRASH, ERROR
+from ..child import CRASH, ERROR  # noqa: F401 (every status of a run is importable from here)
 
+# from best to worst (SKIP beside PASS, then child.CRASH and child.ERROR): TIE = the drafts differ from the
+# reference's only as a tie broken by the KV cells' order (proven by replaying the reference with the fix's
+# cell layout, see drift.py); DRIFT = every call succeeded and the output is exact, but the draft drafted
+# otherwise than its reference; DEGRADED = a round drafted nothing where it should
 PASS, TIE, DRIFT, DEGRADED, FAIL = "PASS", "TIE", "DRIFT", "DEGRADED", "FAIL"
 SKIP = "SKIP"
-# from best to worst: TIE = the drafts differ from the reference's only as a tie broken by the KV
-# cells' order (proven by replaying the reference with the fix's cell layout, see drift.py);
-# DRIFT = every call succeeded and the output is exact, but the draft drafted otherwise than its
-# reference; DEGRADED = a round drafted nothing where it should
-RANK = {PASS: 0, SKIP: 0, TIE: 1, DRIFT: 2, DEGRADED: 3, FAIL: 4, CRASH: 5, ERROR: 6}
 
 # the log lines worth quoting next to a failing rc (the batch check, the driver's own report)
 _POSITION = re.compile(r"\b[XY] = \d+")

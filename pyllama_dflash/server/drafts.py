@@ -100,12 +100,6 @@ def drafted_candidates(log_text: str, seq: int | None = None) -> list[Candidates
     return rounds
 
 
-def added_per_round(log_text: str) -> list[int]:
-    """Per verified round, in order, how many tokens it added to the sequence (llama-server's ids.size:
-    the accepted drafts and the target's next token)."""
-    return [int(m["n"]) for m in _ACCEPTED.finditer(log_text)]
-
-
 def request_logs(log_text: str) -> list[str]:
     """The log cut where each request's prompt starts (llama-server's ``new prompt`` line): one piece per
     request that ran a prompt, in order, without what came before the first."""
