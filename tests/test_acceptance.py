@@ -2,8 +2,11 @@
 
 The definition variant drafts through libcommon exactly what baseline drafts when fed every row as the
 definition has it, so their accepted counts are equal round for round; the reference model drafts the
-same within the F16 cache's rounding (a tie in the argmax may go either way). The figures themselves
-are the bench's (``pyllama-dflash bench --only acceptance``), not asserted here.
+same within the F16 cache's rounding (a tie in the argmax may go either way). Through llama-server,
+the same conversations as a chat client sends them: baseline answers 500 at the image with the legacy
+draft, every other column answers every turn with the replies of a server without the draft, and the
+trained draft is accepted after images. The figures themselves are the bench's
+(``pyllama-dflash bench --only acceptance``), not asserted here.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import pytest
 
 from conftest import DEFINED
 from pyllama_dflash.acceptance.measure import MODEL, TEXT_ONLY, columns, measure
+from pyllama_dflash.acceptance.served import measure_server
 from pyllama_dflash.draftmodel.trained import trained_models
 from pyllama_dflash.engine.matrix import DEFINITION, REFERENCE
 
@@ -54,3 +58,47 @@ def test_the_definition_variant_accepts_what_the_definition_reference_accepts(ta
 def test_the_trained_draft_drafts_something_the_target_accepts_after_images(table):
     for name in (REFERENCE, DEFINITION, MODEL, TEXT_ONLY):
         assert table["table"][name]["phases"]["all after images"]["mean_accepted"] > 0.2, name
+
+
+# -- the same conversations through each variant's llama-server ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def served(variants):
+    return measure_server(trained_models("dense"), SEEDS, log=lambda line: None)
+
+
+@pytest.mark.slow
+def test_baseline_llama_server_answers_500_at_the_image_with_a_legacy_draft(served):
+    failed = served["table"]["baseline"]["failed"]
+    assert [f["seed"] for f in failed] == list(SEEDS)
+    assert all("500" in f["reason"] and "failed to process speculative batch" in f["reason"] for f in failed)
+
+
+@pytest.mark.slow
+def test_every_other_server_column_answers_every_turn_and_drafts_what_the_target_accepts(served):
+    for name, entry in served["table"].items():
+        if name == "baseline":
+            continue
+        assert entry["failed"] == [], name
+        assert entry["phases"]["all after images"]["turns"] == 3 * len(SEEDS), name
+        # random drafts are never accepted; the trained one is, through llama-server too
+        assert entry["phases"]["all after images"]["accepted"] > 0, name
+
+
+@pytest.mark.slow
+def test_the_server_answers_with_the_draft_what_it_answers_without(served):
+    """The tokens/s ratio compares like with like: the same replies, turn for turn, after images and a
+    slot restore too (speculative decoding changes the speed, never the text)."""
+    for name, entry in served["table"].items():
+        drafted = [(t["seed"], t["phase"], t["reply"]) for t in entry["turns"]["drafted"]]
+        plain = [(t["seed"], t["phase"], t["reply"]) for t in entry["turns"]["plain"]]
+        done = {f["seed"] for f in entry["failed"]}
+        assert [d for d in drafted if d[0] not in done] == plain, name
+        assert entry["throughput"] is None if len(done) == len(SEEDS) else entry["throughput"]["ratio"] > 0, name
+
+
+@pytest.mark.slow
+def test_the_first_turn_has_no_image_and_drafts_alike_on_every_server_column(served):
+    text = {name: entry["phases"]["text"] for name, entry in served["table"].items()}
+    assert len({(t["drafted"], t["accepted"]) for t in text.values()}) == 1, text

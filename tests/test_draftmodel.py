@@ -28,7 +28,7 @@ from pyllama_dflash.scenarios.session import Session
 NMSE_MAX = 1e-5
 IMPLEMENTED = ("dflash", "dflash-causal", "dspark", "dspark-bonus", "dspark-vocab")
 # the trained draft's text-only mean accepted tokens per round (of 3) through the library must stay
-# above this: 0.598 over these 132 rounds on 2026-12-02, where the random draft it was trained from
+# above this: 0.568 over these 132 rounds on 2026-12-02, where the random draft it was trained from
 # accepts about 0.01; a broken training, export or load drafts near 0
 ACCEPTANCE_FLOOR = 0.35
 

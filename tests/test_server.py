@@ -409,3 +409,15 @@ def test_b11434_aborts_on_a_target_part_cut_short_in_its_state(llama_server, tmp
         time.sleep(0.1)
     assert r.status is None and not srv.alive, r.describe()
     assert "GGML_ASSERT(nread <= state_size) failed" in srv.log_text()
+
+
+def test_a_draft_part_of_another_format_version_or_magic_is_refused(variants, models, tmp_path):
+    """Issue 31: the header's version changed with its magic intact (a later format's part), and the magic
+    changed with its version intact, are each refused: the mutant that turns the header check's || into &&
+    survived while every damage changed both or neither."""
+    name = "restore_damaged_draft_part"
+    r = run_server_checks(variants[FIX], models, checks=[name], work_dir=tmp_path)[name]
+    by_damage = {d["damage"]: d for d in r["damages"]}
+    for damage in ("another version, its magic intact", "another magic, its version intact"):
+        assert by_damage[damage]["restore"] == 400 and by_damage[damage]["cache_n"] == 0, (damage, _explain(r))
+    assert r["ok"], _explain(r)

@@ -15,8 +15,6 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
-
 from .. import child
 from ..engine.matrix import DEFINITION, REFERENCE, reference_of
 from ..llamabuild.patchset import BASELINE, load_series
@@ -25,6 +23,7 @@ from ..scenarios.config import SessionConfig
 from ..scenarios.models import ModelSet
 from .job import AcceptanceJob, Column
 from .script import PHASES
+from .stats import bootstrap_mean, paired_difference
 
 MODEL = "reference model"
 AFTER_IMAGES = {"after image", "later", "after second image", "after restore"}
@@ -62,33 +61,6 @@ def run_column(job: AcceptanceJob, work_dir: Path, timeout: float = 1800) -> dic
         tail = "\n".join(result.get("log_tail", []))
         raise RuntimeError(f"acceptance column {job.column.name}: {result.get('first_failure')}\n{tail}")
     return result
-
-
-def _resampled_means(per_conv: list[tuple[int, int]], idx: np.ndarray) -> np.ndarray:
-    """Pooled mean accepted (sum accepted / rounds) of each resample of conversations."""
-    acc = np.array([a for a, _ in per_conv], dtype=float)[idx].sum(axis=1)
-    n = np.array([k for _, k in per_conv], dtype=float)[idx].sum(axis=1)
-    return np.where(n > 0, acc / np.maximum(n, 1), 0.0)
-
-
-def _resample(n_conv: int, n_boot: int = 2000, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, n_conv, size=(n_boot, n_conv))
-
-
-def bootstrap_mean(per_conv: list[tuple[int, int]]) -> tuple[float, float]:
-    """95% percentile interval of the pooled mean accepted, resampling conversations."""
-    lo, hi = np.quantile(_resampled_means(per_conv, _resample(len(per_conv))), [0.025, 0.975])
-    return float(lo), float(hi)
-
-
-def paired_difference(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> dict:
-    """Mean accepted of a minus b on the same conversations, with a 95% interval from resampling the
-    conversations once for both (each conversation is its own pair)."""
-    idx = _resample(len(a))
-    d = _resampled_means(a, idx) - _resampled_means(b, idx)
-    point = _resampled_means(a, np.arange(len(a))[None])[0] - _resampled_means(b, np.arange(len(b))[None])[0]
-    lo, hi = np.quantile(d, [0.025, 0.975])
-    return {"difference": float(point), "ci95": [float(lo), float(hi)], "told_apart": bool(lo > 0 or hi < 0)}
 
 
 def summarise(rounds: list[dict], seeds: Sequence[int]) -> dict[str, dict]:

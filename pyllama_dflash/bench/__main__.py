@@ -18,7 +18,9 @@ Sections (``--only``):
             3..1024 positions vs the image chunk's decode
   bindings  a 4096-row numpy embedding batch through the bindings vs a per-row Python loop
   acceptance  the trained draft's accepted tokens per round, by phase of a conversation with images,
-            for every variant and reference (pyllama_dflash.acceptance), with bootstrap intervals
+            for every variant and reference (pyllama_dflash.acceptance), with bootstrap intervals;
+            then the same conversations through each variant's llama-server: the acceptance rate
+            from its timings, and tokens/s with the draft over without, side by side
 """
 
 from __future__ import annotations
@@ -270,10 +272,14 @@ def bench_bindings() -> dict:
 
 def bench_acceptance(conversations: int) -> dict:
     from ..acceptance.measure import measure
+    from ..acceptance.served import measure_server
     from ..draftmodel.trained import trained_models
 
     # held-out seeds: the committed drafts trained on conversations 0..999 at most
-    return measure(trained_models("dense"), range(1000, 1000 + conversations))
+    models, seeds = trained_models("dense"), range(1000, 1000 + conversations)
+    result = measure(models, seeds)
+    result["server"] = measure_server(models, seeds)  # the same conversations, as a chat client sends them
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:

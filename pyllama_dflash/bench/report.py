@@ -131,13 +131,22 @@ def markdown(r: dict) -> str:
         out += ["", *_fill_table(r["fill"])]
     if "acceptance" in r and "table" in r["acceptance"]:
         from ..acceptance.measure import markdown as acceptance_table
+        from ..acceptance.served import server_markdown
 
         a = r["acceptance"]
         out += [
             "",
             f"Mean accepted tokens per round (of {a['session']['n_max']}) [95% interval], "
-            f"{a['conversations']} conversations:",
+            f"{a['conversations']} conversations, through the library:",
             "",
             acceptance_table(a),
         ]
+        if "server" in a:
+            out += [
+                "",
+                f"Acceptance rate (accepted / drafted) per turn [95% interval], and tokens/s with the draft over "
+                f"without, {a['server']['conversations']} conversations, through llama-server:",
+                "",
+                server_markdown(a["server"]),
+            ]
     return "\n".join(out) + "\n"

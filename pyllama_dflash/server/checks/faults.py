@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import shutil
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -218,13 +219,22 @@ def _names_the_counts(ctx, restore, saved: list[int | None]) -> bool:
 STATE_CUT = "cut where its state begins"  # header and tokens whole: only the frame's length tells
 
 
+def _with_u32(data: bytes, offset: int, change: int) -> bytes:
+    (value,) = struct.unpack_from("<I", data, offset)
+    return data[:offset] + struct.pack("<I", (value + change) & 0xFFFFFFFF) + data[offset + 4 :]
+
+
 def _truncations(data: bytes) -> list[tuple[str, bytes]]:
-    """The draft part cut at several points, and random bytes of its length (a seeded draw)."""
+    """The draft part cut at several points, its header's magic or version alone changed (each must be
+    refused on its own), and random bytes of its length (a seeded draw)."""
     rng = random.Random(len(data))
     points = sorted({0, 8, 12, len(data) // 2, len(data) - 1})
     return (
         [(f"cut at {n} of {len(data)} bytes", data[:n]) for n in points]
         + [(STATE_CUT, data[: len(_draft_prefix(data)) + 8])]  # the state's u64 length kept, the state gone
+        # the header is u32 magic, u32 version, u32 token count: a later format's part, or another file's
+        + [("another version, its magic intact", _with_u32(data, 4, 1))]
+        + [("another magic, its version intact", _with_u32(data, 0, 1))]
         + [("random bytes", bytes(rng.getrandbits(8) for _ in range(len(data))))]
     )
 

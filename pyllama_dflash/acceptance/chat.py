@@ -1,0 +1,101 @@
+"""The acceptance conversation as a chat client drives llama-server, and what the server reports of it.
+
+The same seeded turns as the library's (``script.turns_for``), sent to ``/v1/chat/completions`` with the
+whole history each time, as a chat client does: a text turn, a turn with an image, a turn with a second
+image, then the slot saved, another conversation on it, the slot restored and a text turn. Each answer's
+``timings`` give what the server drafted and had accepted (``draft_n``, ``draft_n_accepted``) and how
+fast it generated (``predicted_n``, ``predicted_ms``). The server counts per request, not per drafting
+round, so a turn is one phase here: the whole turn, not its first rounds.
+
+The prompts are the library's up to the chat template: the server renders the assistant's reply as text
+closed by ``<|im_end|>``, where the library's slot holds the generated tokens themselves.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import PyllamaError
+from ..server import ServerProcess
+from ..server.bodies import image_part
+from ..tiny.image import png_bytes
+from .script import turns_for
+
+# a turn's phase, by its place in the conversation (the library's names, for the whole turn)
+TURN_PHASES = ("text", "after image", "after second image", "after restore")
+SLOT_FILE = "acceptance.bin"
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    seed: int
+    phase: str
+    status: int | None
+    drafted: int
+    accepted: int
+    predicted_n: int
+    predicted_ms: float
+    reply: str  # the answer's text: with the draft and without, it must be the same
+
+
+class ChatFailed(PyllamaError, RuntimeError):
+    """A request of the conversation was not answered with 200 (b11434 answers 500 after an image)."""
+
+
+def _user(turn) -> dict:
+    parts = [image_part(png_bytes(img)) for img in turn.images]
+    return {"role": "user", "content": [*parts, {"type": "text", "text": turn.text}]}
+
+
+def _ask(srv: ServerProcess, messages: list[dict], n_predict: int) -> dict:
+    r = srv.chat(messages, max_tokens=n_predict, ignore_eos=True, cache_prompt=True, timeout=300.0)
+    if not r.ok:
+        raise ChatFailed(f"{srv.binary.parent.name}: {r.describe()}")
+    return r
+
+
+def run_chat(srv: ServerProcess, seed: int, out: list[TurnResult], images: bool = True) -> None:
+    """One conversation on slot 0 of ``srv`` (started with one slot and ``--slot-save-path``); its turns
+    are added to ``out`` as they are answered. Raises :class:`ChatFailed` at the first request not
+    answered with 200."""
+    turns = turns_for(seed, images)
+    history: list[dict] = []
+
+    def turn(t, phase: str) -> None:
+        history.append(_user(t))
+        r = _ask(srv, history, t.n_generate)
+        history.append({"role": "assistant", "content": r.content or ""})
+        tm = r.timings
+        out.append(
+            TurnResult(
+                seed,
+                phase,
+                r.status,
+                int(tm.get("draft_n", 0)),
+                int(tm.get("draft_n_accepted", 0)),
+                int(tm.get("predicted_n", 0)),
+                float(tm.get("predicted_ms", 0.0)),
+                r.content or "",
+            )
+        )
+
+    turn(turns[0], "text")
+    turn(turns[1], "after image")
+    turn(turns[2], "after second image")
+    for action in ("save", None, "restore"):
+        if action is None:  # another conversation on the slot in between, not counted
+            _ask(srv, [_user(turns[4])], 8)
+            continue
+        r = srv.post(f"/slots/0?action={action}", {"filename": SLOT_FILE})
+        if not r.ok:
+            raise ChatFailed(f"POST /slots/0?action={action}: {r.describe()}")
+    turn(turns[3], "after restore")
+
+
+def fresh_slot_dir(work: Path, name: str) -> Path:
+    d = work / name.replace(" ", "_")
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    return d

@@ -1,0 +1,164 @@
+"""The acceptance table through llama-server: the variant columns' conversations as a chat client sends
+them (``chat.run_chat``), each beside a server of the same variant without the draft.
+
+Figures per turn from the answers' ``timings``: the acceptance rate (``draft_n_accepted / draft_n``) with
+a 95% interval over conversations, and tokens per second with the draft over without, pooled over the
+conversations both servers completed, with its interval.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from ..llamabuild.builder import BuildOptions, build
+from ..scenarios.models import ModelSet
+from ..server import ServerOptions, serve
+from .chat import TURN_PHASES, ChatFailed, TurnResult, fresh_slot_dir, run_chat
+from .job import Column
+from .measure import AFTER_IMAGES, SESSION, columns
+from .stats import bootstrap_mean, resample
+
+
+def server_columns(cols: Sequence[Column]) -> list[Column]:
+    """The columns a llama-server can run: a variant's libcommon, legacy draft or twin, images or not
+    (the definition's references run in the library only)."""
+    return [c for c in cols if c.mode == "variant"]
+
+
+def _server_options(slot_dir: Path, draft: bool) -> ServerOptions:
+    return ServerOptions(
+        draft=draft,
+        n_parallel=1,
+        n_ctx=SESSION.n_ctx,
+        n_batch=SESSION.n_batch,
+        n_ubatch=SESSION.n_ubatch,
+        n_draft_max=SESSION.n_max,
+        cache_ram_mib=0,  # the restored slot, not the prompt cache, must hold the conversation
+        slot_save_path=slot_dir,
+    )
+
+
+def serve_column(col: Column, models: ModelSet, seeds: Sequence[int], work: Path) -> dict:
+    """One column through llama-server: each conversation on a server with the draft, then on one without
+    (the same variant, started beside it), so that the tokens/s ratio is measured side by side."""
+    drafted_models = models.with_draft(models.draft_mrope) if col.twin else models
+    turns: list[TurnResult] = []
+    plain: list[TurnResult] = []
+    failed = []
+    slots = fresh_slot_dir(work, col.name)
+    plain_slots = fresh_slot_dir(work, col.name + "_no_draft")
+    with (
+        serve(col.variant, drafted_models, _server_options(slots, True), log_path=slots / "server.log") as srv,
+        serve(
+            col.variant, drafted_models, _server_options(plain_slots, False), log_path=plain_slots / "server.log"
+        ) as ref,
+    ):
+        for seed in seeds:
+            mine: list[TurnResult] = []
+            try:
+                run_chat(srv, seed, mine, images=col.images)
+            except ChatFailed as e:  # what an operator's client gets back: the server goes on
+                failed.append({"seed": seed, "reason": str(e)[:800]})
+                turns += mine
+                continue
+            theirs: list[TurnResult] = []
+            run_chat(ref, seed, theirs, images=col.images)
+            turns += mine
+            plain += theirs
+    return {"turns": [asdict(t) for t in turns], "plain": [asdict(t) for t in plain], "failed": failed}
+
+
+def summarise_turns(turns: list[dict], seeds: Sequence[int]) -> dict[str, dict]:
+    """Per phase: the acceptance rate (accepted / drafted) with a 95% interval over conversations."""
+    out = {}
+    for phase in (*TURN_PHASES, "all after images"):
+        want = AFTER_IMAGES if phase == "all after images" else {phase}
+        ts = [t for t in turns if t["phase"] in want]
+        if not ts:
+            continue
+        per_conv = [
+            (sum(t["accepted"] for t in ts if t["seed"] == s), sum(t["drafted"] for t in ts if t["seed"] == s))
+            for s in seeds
+        ]
+        per_conv = [pc for pc in per_conv if pc[1]]
+        drafted = sum(t["drafted"] for t in ts)
+        accepted = sum(t["accepted"] for t in ts)
+        lo, hi = bootstrap_mean(per_conv) if per_conv else (0.0, 0.0)
+        out[phase] = {
+            "turns": len(ts),
+            "drafted": drafted,
+            "accepted": accepted,
+            "rate": accepted / drafted if drafted else 0.0,
+            "ci95": [lo, hi],
+        }
+    return out
+
+
+def throughput_ratio(turns: list[dict], plain: list[dict], seeds: Sequence[int]) -> dict | None:
+    """Tokens per second with the draft over without, pooled over the conversations both servers ran,
+    with a 95% interval from resampling those conversations."""
+
+    def per_seed(ts: list[dict]) -> dict[int, tuple[float, float]]:
+        out: dict[int, tuple[float, float]] = {}
+        for t in ts:
+            n, ms = out.get(t["seed"], (0.0, 0.0))
+            out[t["seed"]] = (n + t["predicted_n"], ms + t["predicted_ms"])
+        return out
+
+    a, b = per_seed(turns), per_seed(plain)
+    both = [s for s in seeds if s in a and s in b and a[s][1] > 0 and b[s][1] > 0]
+    if not both:
+        return None
+    an, ams, bn, bms = (np.array([src[s][k] for s in both]) for src in (a, b) for k in (0, 1))
+    idx = resample(len(both))
+    ratios = (an[idx].sum(1) / ams[idx].sum(1)) / (bn[idx].sum(1) / bms[idx].sum(1))
+    lo, hi = np.quantile(ratios, [0.025, 0.975])
+    return {
+        "conversations": len(both),
+        "with_draft_tok_s": float(an.sum() / ams.sum() * 1000),
+        "without_draft_tok_s": float(bn.sum() / bms.sum() * 1000),
+        "ratio": float((an.sum() / ams.sum()) / (bn.sum() / bms.sum())),
+        "ci95": [float(lo), float(hi)],
+    }
+
+
+def measure_server(models: ModelSet, seeds: Sequence[int], cols: Sequence[Column] | None = None, log=print) -> dict:
+    cols = server_columns(cols or columns())
+    build(sorted({c.variant for c in cols}), BuildOptions(server=True, quiet=True))
+    table = {}
+    with tempfile.TemporaryDirectory(prefix="pyllama-dflash-acceptance-server-") as tmp:
+        for col in cols:
+            result = serve_column(col, models, seeds, Path(tmp))
+            table[col.name] = {
+                "column": asdict(col),
+                "phases": summarise_turns(result["turns"], seeds),
+                "throughput": throughput_ratio(result["turns"], result["plain"], seeds),
+                "failed": result["failed"],
+                "turns": {"drafted": result["turns"], "plain": result["plain"]},
+            }
+            rate = table[col.name]["phases"].get("all after images", {}).get("rate", 0.0)
+            log(f"  {col.name} (llama-server): acceptance rate after images {rate:.3f}")
+    return {"conversations": len(seeds), "seeds": [min(seeds), max(seeds)], "table": table}
+
+
+def server_markdown(result: dict) -> str:
+    phases = (*TURN_PHASES, "all after images")
+    lines = [
+        "| column | " + " | ".join(phases) + " | tok/s with draft / without |",
+        "|" + "---|" * (len(phases) + 2),
+    ]
+    for name, entry in result["table"].items():
+        cells = []
+        for p in phases:
+            f = entry["phases"].get(p)
+            cells.append("" if f is None else f"{f['rate']:.2f} [{f['ci95'][0]:.2f}, {f['ci95'][1]:.2f}]")
+        t = entry["throughput"]
+        cells.append("" if t is None else f"{t['ratio']:.2f} [{t['ci95'][0]:.2f}, {t['ci95'][1]:.2f}]")
+        failed = f" ({len(entry['failed'])} failed)" if entry["failed"] else ""
+        lines.append(f"| {name}{failed} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
