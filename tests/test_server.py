@@ -421,3 +421,14 @@ def test_a_draft_part_of_another_format_version_or_magic_is_refused(variants, mo
     for damage in ("another version, its magic intact", "another magic, its version intact"):
         assert by_damage[damage]["restore"] == 400 and by_damage[damage]["cache_n"] == 0, (damage, _explain(r))
     assert r["ok"], _explain(r)
+
+
+def test_a_save_cut_short_keeps_the_previous_pair_and_no_temporary_file(checks):
+    """Issue 31: a write that fails partway (a file-size limit on the server) leaves a half-written temporary
+    file that the save must remove; b11434 writes the file in place, so its failed save destroys the last."""
+    for name, cut in (("save_draft_part_short_write", "draft's part"), ("save_target_part_short_write", "save slot")):
+        r = checks[FIX][name]
+        assert r["blocked_save"][0] == 500 and cut in r["blocked_save"][1], _explain(r)
+        assert r["restore"][0] == 200 and not any(f.endswith(".tmp") for f in r["files_left"]), _explain(r)
+        b = checks["baseline"][name]
+        assert b["restore"][0] == 400 and b["server_alive"], _explain(b)  # the previous file cut short

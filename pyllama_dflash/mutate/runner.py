@@ -91,6 +91,8 @@ SERVER_KILLERS = (
     "restore_draft_runs_past",
     "save_draft_part_unwritable",
     "save_target_part_unwritable",
+    "save_draft_part_short_write",  # a failed write that created its file: the half-written part removed
+    "save_target_part_short_write",
     "restore_clears_without_draft_part",
     "save_without_draft_removes_stale_part",
     # 0005 trims by the row count where an image made it differ from the target's position: the checks

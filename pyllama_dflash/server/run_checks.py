@@ -45,11 +45,23 @@ class Ctx:
     def expect(self, check: str) -> Expect:
         return REGISTRY[check].expect(self.variant, drafter=getattr(self.models, "drafter", "dflash"))
 
-    def server(self, name: str, *, binary: Path | None = None, models: ServerModels | None = None, **changes: Any):
-        """A server (not started: use it as a context manager) with the base options changed by ``changes``."""
+    def server(
+        self,
+        name: str,
+        *,
+        binary: Path | None = None,
+        models: ServerModels | None = None,
+        short_writes: bool = False,
+        **changes: Any,
+    ):
+        """A server (not started: use it as a context manager) with the base options changed by ``changes``
+        (``short_writes``: see ServerProcess)."""
         log = self.work_dir / f"{name}.log"
         log.unlink(missing_ok=True)
-        return ServerProcess(binary or self.binary, models or self.models, self.base.with_(**changes), log_path=log)
+        options = self.base.with_(**changes)
+        return ServerProcess(
+            binary or self.binary, models or self.models, options, log_path=log, short_writes=short_writes
+        )
 
     def image(self, i: int = 0) -> bytes:
         return self.images[i % len(self.images)]

@@ -255,6 +255,9 @@ class ServerProcess:
     port: int | None = None  # default: a free one
     start_timeout: float = 60.0
     env: dict[str, str] | None = None  # extra environment variables
+    # SIGXFSZ left ignored (as Python has it), so that a file-size limit set on the server later
+    # (resource.prlimit) fails its writes with EFBIG instead of killing it: a short write, on demand
+    short_writes: bool = False
     proc: subprocess.Popen | None = field(default=None, init=False, repr=False)
     command: list[str] = field(default_factory=list, init=False)
     _log_file: Any = field(default=None, init=False, repr=False)
@@ -322,6 +325,7 @@ class ServerProcess:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
+            restore_signals=not self.short_writes,
         )
         _RUNNING.add(self)
 

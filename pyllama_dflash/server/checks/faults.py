@@ -10,6 +10,7 @@ are no faults to it, and its continuations are exact (b11434's behaviour, the re
 from __future__ import annotations
 
 import random
+import resource
 import shutil
 import struct
 import threading
@@ -305,23 +306,66 @@ def _files(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
 
 
+class _Blocker(NamedTuple):
+    """What makes the second save fail, put in place after the first save and taken away after it."""
+
+    block: Callable[[object, Path], None]
+    unblock: Callable[[object, Path], None]
+    short_writes: bool = False  # the server must survive a failed write (see ServerProcess.short_writes)
+
+
+def _directory_at(name: str) -> _Blocker:
+    """A directory where the save writes one part (a temporary name): it cannot even open the part."""
+    return _Blocker(lambda srv, folder: (folder / name).mkdir(), lambda srv, folder: (folder / name).rmdir())
+
+
+def _file_size_limit(cut: str) -> _Blocker:
+    """A file-size limit on the server that cuts one part's write short (``cut``: "draft" or "target"),
+    measured by saving the same state under another name first: half the draft part's size, or between
+    the draft part's size and the target part's, so that the draft part is written whole and the target
+    part is not. The write fails partway (EFBIG: the server runs with SIGXFSZ ignored), leaving a
+    half-written temporary file for the save to remove. Without a draft part (no 0003), half the target
+    part's size either way."""
+    before: list[int] = []  # the soft limit to put back
+
+    def block(srv, folder: Path) -> None:
+        probe = _save(srv, "probe.bin")
+        target, draft_part = folder / "probe.bin", folder / "probe.bin.draft"
+        if not probe.ok:
+            raise ValueError(f"the probe save failed: {probe.describe()}")
+        full, draft = target.stat().st_size, draft_part.stat().st_size if draft_part.is_file() else 0
+        limit = full // 2 if not draft else draft // 2 if cut == "draft" else (draft + full) // 2
+        if cut == "target" and draft and not draft < limit:
+            raise ValueError(f"{draft_part}: not below the size of the target part {target}")
+        target.unlink()
+        draft_part.unlink(missing_ok=True)
+        soft, hard = resource.prlimit(srv.proc.pid, resource.RLIMIT_FSIZE)
+        before.append(soft)
+        resource.prlimit(srv.proc.pid, resource.RLIMIT_FSIZE, (limit, hard))  # the soft limit only
+
+    def unblock(srv, folder: Path) -> None:
+        _, hard = resource.prlimit(srv.proc.pid, resource.RLIMIT_FSIZE)
+        resource.prlimit(srv.proc.pid, resource.RLIMIT_FSIZE, (before.pop(), hard))
+
+    return _Blocker(block, unblock, short_writes=True)
+
+
 def _save_blocked(
-    ctx, name: str, filename: str, blocker: str, then: Callable[[object, Path], None] = lambda srv, folder: None
+    ctx, name: str, filename: str, blocker: _Blocker, then: Callable[[object, Path], None] = lambda srv, folder: None
 ) -> _BlockedSave:
     """The skeleton of a save that cannot write one part: save LONG's conversation as filename, continue it,
-    save it again while a directory stands at ``blocker`` (a temporary name of one part of the file), which
-    the save cannot write; ``then``, run something else, restore the file and continue the conversation,
-    beside what the target alone continues it with."""
-    srv, folder = _session(ctx, name)
+    save it again while ``blocker`` stands in the way of one part; ``then``, run something else, restore the
+    file and continue the conversation, beside what the target alone continues it with."""
+    srv, folder = _session(ctx, name, short_writes=blocker.short_writes)
     with srv:
         a = _tokens(srv, LONG)
         first = srv.completion(a, n_predict=bodies.N_PREDICT)
         saved = _save(srv, filename)
         before = _files(folder)
-        (folder / blocker).mkdir()
         more = srv.completion(a + (first.tokens or []) + _tokens(srv, MORE, bos=False), n_predict=bodies.N_PREDICT)
+        blocker.block(srv, folder)
         blocked = _save(srv, filename)
-        (folder / blocker).rmdir()
+        blocker.unblock(srv, folder)
         after = _files(folder)
         then(srv, folder)
         other = srv.completion(_tokens(srv, OTHER), n_predict=bodies.N_PREDICT)
@@ -374,11 +418,14 @@ def save_draft_part_unwritable(ctx) -> Result:
         fresh.append(_save(srv, "fresh.bin"))
         (folder / "fresh.bin.draft").rmdir()
 
-    r = _save_blocked(ctx, "save_draft_part_unwritable", "e.bin", "e.bin.draft.tmp", fresh_save)
+    r = _save_blocked(ctx, "save_draft_part_unwritable", "e.bin", _directory_at("e.bin.draft.tmp"), fresh_save)
     (fresh_r,) = fresh
     refused_well = (
         not r.blocked.ok
-        and "draft" in r.blocked.error_message
+        # the part it could not write, by its temporary name (not a later step's failure: issue 31's
+        # drop-1563258a went on to the target part and failed at the draft part's rename instead)
+        and "draft's part of the slot (" in r.blocked.error_message
+        and "e.bin.draft.tmp" in r.blocked.error_message
         and r.after == r.before  # the previous pair, byte for byte
         and not fresh_r.ok
         and "draft" in fresh_r.error_message
@@ -407,7 +454,7 @@ def save_target_part_unwritable(ctx) -> Result:
     error that names the target part, not the draft's, leaves the previous pair as it was and
     restorable, and leaves no temporary file. Without 0003 the server writes no temporary file, and
     the save succeeds."""
-    r = _save_blocked(ctx, "save_target_part_unwritable", "t.bin", "t.bin.tmp")
+    r = _save_blocked(ctx, "save_target_part_unwritable", "t.bin", _directory_at("t.bin.tmp"))
     refused_well = (
         not r.blocked.ok
         and "Unable to save slot" in r.blocked.error_message
@@ -416,6 +463,66 @@ def save_target_part_unwritable(ctx) -> Result:
         and not any(n.endswith(".tmp") for n in r.left)
     )
     return _judged_blocked(ctx, "save_target_part_unwritable", r, refused_well=refused_well, accepted=r.blocked.ok)
+
+
+@check(
+    "save_draft_part_short_write",
+    # without 0003 there is no draft part: the limit cuts the file itself short (see the target's check)
+    fix=Expect(200, "every", same_tokens=True),
+    slots=Expect(200, "every", same_tokens=True, cached=True),
+)
+def save_draft_part_short_write(ctx) -> Result:
+    """A save whose draft part's write fails partway (a file-size limit on the server at half its size)
+    fails naming the draft part, leaves the previous pair as it was and restorable, and removes the
+    half-written temporary draft part (issue 31: drop-2d08cd85, which left it, survived every check whose
+    failed write created no file)."""
+    return _short_write(ctx, "save_draft_part_short_write", "d.bin", "draft", "draft's part of the slot (")
+
+
+@check(
+    "save_target_part_short_write",
+    # without 0003 the server writes the file itself: the limit cuts it short, the save fails, and the
+    # first save's file is gone (a half-written one in its place); the continuation is exact all the same
+    fix=Expect(200, "every", same_tokens=True),
+    slots=Expect(200, "every", same_tokens=True, cached=True),
+)
+def save_target_part_short_write(ctx) -> Result:
+    """A save whose target part's write fails partway (a file-size limit on the server: the draft part fits,
+    the target part does not) fails, leaves the previous pair as it was and restorable, and removes the
+    half-written temporary target part (the draft part's twin of save_draft_part_short_write). Without 0003
+    b11434 writes the file in place: the failed save destroys the previous one, and its restore fails."""
+    return _short_write(ctx, "save_target_part_short_write", "w.bin", "target", "Unable to save slot")
+
+
+def _short_write(ctx, name: str, filename: str, cut: str, message: str) -> Result:
+    """The two short-write checks: with 0003, the save refused with ``message`` and the previous pair kept
+    and restored; without it, only an exact continuation and a live server."""
+    r = _save_blocked(ctx, name, filename, _file_size_limit(cut))
+    refused_well = (
+        r.restore.ok
+        and not r.blocked.ok
+        and message in r.blocked.error_message
+        and r.after == r.before  # the previous pair, byte for byte
+        and not any(n.endswith(".tmp") for n in r.left)
+    )
+    writes_draft = bool(ctx.variant and ctx.variant.saves_draft)
+    cache_n = r.last.timings.get("cache_n")
+    seen = Seen(
+        [r.first, r.more, r.other, r.last],
+        same_tokens=r.last.ok and r.last.tokens == r.ref,
+        cached=bool(cache_n),
+        # without 0003 nothing is promised of the file, only that the server goes on
+        holds=r.saved.ok and (refused_well if writes_draft else r.facts["server_alive"]),
+    )
+    return judged(
+        ctx.expect(name),
+        seen,
+        blocked_save=[r.blocked.status, r.blocked.error_message or None],
+        restore=[r.restore.status, r.restore.error_message or None],
+        files_left=r.left,
+        cache_n_after_restore=cache_n,
+        **r.facts,
+    )
 
 
 @check(
