@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import FIX, REPO, VARIANTS
+from conftest import DEFINED, FIX, REPO, VARIANTS
 from pyllama_dflash.engine import ctest_row
 from pyllama_dflash.llamabuild import BuildOptions, ctest
 from pyllama_dflash.llamabuild.builder import stage
@@ -68,6 +68,24 @@ def test_a_tie_under_the_fix_is_proven_by_the_tests_own_layout_replay(row):
     assert all(c["ok"] for c in ties)
     if row[FIX]["status"] == TIE:
         assert ties and ties[0]["case"] in row[FIX]["first_failure"]
+
+
+def test_the_definition_drafts_what_its_reference_drafts_in_every_case(row):
+    """0005 defines COMMON_SPECULATIVE_OWN_POSITIONS in speculative.h, and the test built with it judges the
+    definition against the definition reference (every row at 0..N-1, the block at N) in every case of every
+    drafter, exactly, where the other variants keep the twin's image-positions check."""
+    if DEFINED is None:
+        pytest.skip("the series has no definition variant")
+    checks = row[DEFINED]["checks"]
+    cases = {c["case"] for c in checks}
+    by_reference = [c for c in checks if "drafts what the definition reference drafts" in c["check"]]
+    assert len(cases) == 6 and {c["case"] for c in by_reference} == cases and len(by_reference) == 2 * len(cases)
+    assert all(c["ok"] for c in checks) and row[DEFINED]["status"] == PASS
+    assert sum(1 for c in checks if "keeps positions of its own" in c["check"]) == len(cases)
+    assert not any("image's positions" in c["check"] for c in checks)
+    for variant in (BASELINE, FIX):
+        assert not any("definition reference" in c["check"] for c in row[variant]["checks"])
+        assert any("image's positions" in c["check"] for c in row[variant]["checks"])
 
 
 @pytest.mark.parametrize("drafter", ["dflash2", "dspark"])

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from ..engine import ctest_row
 from ..engine.matrix import Table, case_name
-from ..llamabuild import variant
 from ..llamabuild.patchset import BASELINE
 from ..scenarios.catalog import expectations, meets
 from ..scenarios.models import ModelSet
@@ -72,12 +70,10 @@ def fix_problems(table: Table, fix: str, expect_baseline_fail: bool) -> list[str
     """The fix passes every scenario. A TIE passes (a tie broken by the cells' order, proven by the
     layout replay); the one documented exception besides is a drift confined to rounds where draft()
     met a draft behind the target (the fill then exists for the noise block's decode only, or, for
-    the definition, the restored rows' features exist nowhere). The C++ test (C1) judges a variant
-    against the twin, so it judges no definition fix; --check-expected still holds it to its row."""
+    the definition, the restored rows' features exist nowhere). The C++ test (C1) judges a fix with
+    the target's positions against the twin, and the definition against the definition reference."""
     reasons = []
     for sid, row in table.items():
-        if sid == ctest_row.ROW and variant(fix).own_positions:
-            continue  # the C++ test's oracle is the twin's (0004), which the definition departs from by design
         status = row[fix]["status"]
         behind_only = status == DRIFT and (row[fix].get("drift") or {}).get("behind_only")
         if status not in (PASS, SKIP, TIE) and not behind_only:
