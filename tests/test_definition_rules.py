@@ -52,7 +52,7 @@ with api.Model(models.target) as tm, api.Model(models.draft_for("plain")) as dm:
         out["back"] = spec.process_tokens_ok(toks[:3], [15, 17, 16])
         out["back_log"] = [str(x) for x in spec.last_log if "ERROR" in str(x)]
         out["back_pos_max"] = draft.pos_max(0)
-# a drafter without positions of its own (EAGLE3) on the same libcommon: trimmed at the target's positions
+# EAGLE3 on the same libcommon: positions of its own over the text rows under 0005, the target's before
 eagle3 = ModelSet.from_json(json.loads(sys.argv[3]))
 with api.Model(eagle3.target) as tm, api.Model(eagle3.draft) as dm:
     with api.Context(tm, n_ctx=256, n_batch=32, n_ubatch=32) as target, \
@@ -79,8 +79,9 @@ def runs(variants, model_set) -> dict[str, dict]:
 
 def test_libcommon_says_which_drafts_keep_positions_of_their_own(runs):
     assert runs[DEFINED]["own_positions"] is True
-    assert runs[DEFINED]["eagle3_own_positions"] is False  # EAGLE3 keeps the target's positions
+    assert runs[DEFINED]["eagle3_own_positions"] is True  # 0005: EAGLE3 too, over the text rows only
     assert runs["baseline"]["own_positions"] is False  # no such query there: the target's positions
+    assert runs["baseline"]["eagle3_own_positions"] is False
 
 
 def test_a_jump_goes_in_at_the_drafts_own_next_positions(runs):

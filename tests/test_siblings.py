@@ -1,15 +1,16 @@
 """The sibling drafters after an image, measured: draft-mtp (the target's own MTP head) and draft-eagle3.
 
-Both skip the embedding batches of an image in process(), as DFlash does. What that does differs, and
-the series (which changes DFlash's code only) changes neither. These tests hold the measurements, so
-that a change to either shows; they are not expectations of the fix.
+Both skip the embedding batches of an image in process(), as DFlash does. What that does differs. The
+series up to 0003 changes neither; 0005 (the definition variant) gives EAGLE3 positions of its own over
+the text rows, which makes it pass where it failed. These tests hold the measurements, so that a change
+to either shows.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from conftest import VARIANTS
+from conftest import DEFINED, VARIANTS
 from pyllama_dflash import tiny
 from pyllama_dflash.engine.matrix import case_name, run_cases
 from pyllama_dflash.repro.report import drafting_around_images
@@ -57,15 +58,31 @@ def test_mtp_drafts_on_after_an_image_with_every_call_succeeding(siblings, varia
             )
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_eagle3_fails_after_an_image_on_every_variant(siblings, variant):
-    """EAGLE3's draft is never M-RoPE: the text after an image that text preceded is refused (Y = X + 1),
-    on every variant; an image first (S2) and text only (S8) pass."""
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v != DEFINED])
+def test_eagle3_fails_after_an_image_at_the_targets_positions(siblings, variant):
+    """Up to 0003 EAGLE3's draft holds its rows at the target's positions and is never M-RoPE: the text
+    after an image that text preceded is refused (Y = X + 1); an image first (S2) and text only (S8) pass."""
     table = siblings["eagle3"]
     for sid in HOLES:
         r = table[sid][variant]
         assert r["status"] == "FAIL" and "Y = X + 1" in r["first_failure"], (sid, r.get("first_failure"))
     assert table["S2"][variant]["status"] == table["S8"][variant]["status"] == "PASS"
+
+
+@pytest.mark.skipif(DEFINED is None, reason="the series has no definition variant")
+def test_eagle3_drafts_after_an_image_at_positions_of_its_own(siblings):
+    """0005 gives EAGLE3 positions of its own over the text rows (an image's rows are not in its
+    context): every scenario passes with the target's own output, every call succeeding, and the rounds
+    after the image draft as many tokens as the rounds of text only."""
+    table = siblings["eagle3"]
+    per_round = drafting_around_images(table["S8"][DEFINED])["before_image"]["drafted_per_round"]
+    for sid in SCENARIOS:
+        r = table[sid][DEFINED]
+        assert r["status"] == "PASS" and r["exact"] is True, (sid, r.get("first_failure"))
+        after = drafting_around_images(r)["after_image"]
+        if sid in HOLES:
+            assert after["rounds"] and after["empty_rounds"] == 0, (sid, after)
+            assert after["drafted_per_round"] == per_round, (sid, after)
 
 
 @pytest.mark.server
@@ -77,6 +94,9 @@ def test_the_siblings_through_llama_server(variants, sibling, tmp_path):
         r = run_server_checks(variants[v], m, checks=[name], work_dir=tmp_path)[name]
         assert r["ok"], (sibling, v, r)
         if sibling == "mtp":
+            assert r["exact"] == {"image": True, "restored": True}
+            assert r["draft"]["image"]["draft_n"] > 0 and r["draft"]["second_turn_after_the_image"]["draft_n"] > 0
+        elif v == DEFINED:  # 0005: positions of its own over the text rows
             assert r["exact"] == {"image": True, "restored": True}
             assert r["draft"]["image"]["draft_n"] > 0 and r["draft"]["second_turn_after_the_image"]["draft_n"] > 0
         else:

@@ -20,7 +20,7 @@ first that notices:
 
 A mutant of the lines the fix adds to ``tools/server/server-context.cpp`` (patches 0003 and 0005) is
 tried with the llama-server checks of slot files and of image conversations instead (SERVER_KILLERS, on
-the mutant's own server; then SIBLING_KILLERS, the MTP drafter's, on its models): the C++ test and the
+the mutant's own server; then SIBLING_KILLERS, the MTP and EAGLE3 drafters', on their models): the C++ test and the
 matrix never run that file.
 
 A mutant is *killed* when a row's status is not what the fix's expectations allow
@@ -110,10 +110,11 @@ SERVER_KILLERS = (
 )
 # the sibling drafters' checks, on their own models (scenarios.models.sibling_models): 0005's lines for a
 # draft without positions of its own (the else-branches of slot_draft_load and server_draft_pos) are
-# reached by them only
+# reached by MTP's only, and its count of the text rows (server_draft_pos, for EAGLE3) by EAGLE3's only
 SIBLING_KILLERS = (
     ("mtp", "mtp_image_turns"),
     ("mtp", "mtp_drafts_vs_fresh"),
+    ("eagle3", "eagle3_image_turns"),
 )
 
 

@@ -97,6 +97,7 @@ class Session:
         self.speculative = speculative
         # models and projectors shared with the process's other sessions (see loaded.py), or our own
         self._loaded = loaded
+        self._image_rows: set[int] = set()  # the identities of the image rows the target was given
         self._stack = contextlib.ExitStack()
         try:
             self._open()
@@ -130,6 +131,7 @@ class Session:
         self.spec: api.Speculative | None = None
         self.draft: api.Context | None = None
         self.own_positions = False
+        self.text_rows_only = False
         if self.speculative:
             self._open_draft(loaded, mtp)
             self._open_speculative()
@@ -180,6 +182,11 @@ class Session:
         # a target-only restore is followed by the trim of the next request's common prefix. The
         # definition reference feeds a draft of its own and trims nothing.
         self.own_positions = self.spec.own_positions and not cfg.definition_reference
+        # 0005's EAGLE3 keeps positions of its own over the text rows only (libcommon's
+        # common_speculative_own_positions_text): an image's rows are not in its context, and its
+        # memory of a sequence ends at the sequence's text rows' count, as that variant's llama-server
+        # trims it (server_draft_pos)
+        self.text_rows_only = self.own_positions and m.spec_type == "draft-eagle3"
         # with a cut-off, a round that drafts nothing is the drafter's answer, judged by the drift
         # oracle against the twin's, not a starved round
         self.record.empty_rounds_allowed |= cfg.cuts_drafts
@@ -264,9 +271,9 @@ class Session:
 
         def on_batch(b: api.ImageBatch) -> None:
             sub_batches.append((int(b.pos[0].min()), int(b.pos[0].max()), b.n_tokens))
-            self._add_rows(st, [int(p) for p in b.pos[0]], [digest] * b.n_tokens)
+            self._add_rows(st, [int(p) for p in b.pos[0]], [digest] * b.n_tokens, image=True)
             self._keep_features(np.full(b.n_tokens, seq))
-            self._draft_took(st, b.n_tokens)  # the driver gets the sub-batch next
+            self._draft_took(st, b.n_tokens, image=True)  # the driver gets the sub-batch next
 
         # the definition reference feeds its draft itself, at drafting time (_draft_by_definition)
         spec = None if self.cfg.definition_reference else self.spec
@@ -347,7 +354,7 @@ class Session:
             )
         )
 
-    def _add_rows(self, st: SeqState, positions: Sequence[int], contents: Sequence[int]) -> None:
+    def _add_rows(self, st: SeqState, positions: Sequence[int], contents: Sequence[int], image: bool = False) -> None:
         """Rows the target now holds for st's sequence, at the target's positions. A row's identity chains
         its content (a token, or its image's digest) and position onto the row before it: the target's
         features of a row depend on its prefix alone, so equal identities are equal rows, in any session."""
@@ -356,11 +363,21 @@ class Session:
             prev = _chain(prev, int(c), int(p))
             st.rows.append(int(p))
             st.row_ids.append(prev)
+            if image:
+                self._image_rows.add(prev)
 
-    def _draft_took(self, st: SeqState, n: int) -> None:
-        """A draft with positions of its own took st's last n rows, after every row it held."""
-        if self.own_positions:
+    def _draft_took(self, st: SeqState, n: int, image: bool = False) -> None:
+        """A draft with positions of its own took st's last n rows, after every row it held (an image's
+        rows: not a draft that holds the text rows only)."""
+        if self.own_positions and not (image and self.text_rows_only):
             st.draft_ids.extend(st.row_ids[-n:])
+
+    def _draft_rows(self, row_ids: Sequence[int]) -> list[int]:
+        """Of a sequence's rows (their identities), those a draft with positions of its own holds, in
+        its positions' order: every row, or the text rows only (0005's EAGLE3)."""
+        if self.text_rows_only:
+            return [r for r in row_ids if r not in self._image_rows]
+        return list(row_ids)
 
     def _draft_trimmed(self, seq: int, end: int) -> None:
         """The draft's rows of seq from ``end`` on were removed (a draft with positions of its own)."""
@@ -487,7 +504,7 @@ class Session:
         st = self.seqs[seq]
         pos0, id_last = st.n_past, st.id_last
         if self.own_positions:
-            behind = st.draft_ids != st.row_ids
+            behind = st.draft_ids != self._draft_rows(st.row_ids)
         else:
             behind = 0 <= self.draft.pos_max(seq) < pos0 - 1
         # the tie check's twin is filled as 0002's draft() fills a legacy draft that is behind: for
@@ -562,7 +579,7 @@ class Session:
                 ok = self.draft.state_seq_set(seq, saved.draft)
                 # 0005's server refuses a draft part that holds another number of rows than its target part
                 if ok and self.own_positions:
-                    ok = self.draft.pos_max(seq) + 1 == len(saved.state.rows)
+                    ok = self.draft.pos_max(seq) + 1 == len(self._draft_rows(saved.state.row_ids))
                 self.record.add(Call(step, "draft", "llama_state_seq_set_data", seq, ok))
         else:  # the target alone: the draft holds what it held
             restored.draft_ids = self.seqs[seq].draft_ids
@@ -599,7 +616,7 @@ class Session:
         # a careful caller keeps a draft with positions of its own only as far as its rows are the restored
         # sequence's: rows of another conversation below the restored count would be attended as this one's
         st = self.seqs[seq]
-        end = _common_prefix(st.draft_ids, st.row_ids) if self.own_positions else st.n_past
+        end = _common_prefix(st.draft_ids, self._draft_rows(st.row_ids)) if self.own_positions else st.n_past
         ok = self.draft.seq_rm(seq, end, -1)
         self._draft_trimmed(seq, end)
         self.record.add(Call(f"{step} (history)", "draft", "llama_memory_seq_rm", seq, ok, pos=(end, -1)))
@@ -642,7 +659,7 @@ class Session:
         self.record.add(Call(step, "target", "llama_memory_seq_rm", seq, ok, pos=(pos, -1)))
         kept = bisect.bisect_left(st.rows, pos)  # the rows below pos: the draft's end under 0005
         if self.draft is not None:
-            end = kept if self.own_positions else pos
+            end = len(self._draft_rows(st.row_ids[:kept])) if self.own_positions else pos
             ok = self.draft.seq_rm(seq, end, -1)
             self._draft_trimmed(seq, end)
             self.record.add(Call(step, "draft", "llama_memory_seq_rm", seq, ok, pos=(end, -1)))

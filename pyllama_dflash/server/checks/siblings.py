@@ -69,9 +69,17 @@ def mtp_image_turns(ctx) -> Result:
 
 
 # EAGLE3 skips embedding batches too, and its draft is never M-RoPE (b11434 gives eagle3 the plain rope
-# and reads no rope sections): the text after an image is refused (Y = X + 1), on every variant, since
-# the series changes only DFlash's code. Measured: the image request answers 500.
-@check("eagle3_image_turns", sibling="eagle3", baseline=Expect(500, "any"), fix=Expect(500, "any"))
+# and reads no rope sections): up to 0003 it holds its rows at the target's positions, so the text after
+# an image is refused (Y = X + 1) and the image request answers 500 (measured). 0005 gives it positions
+# of its own over the text rows, trimmed and restored by the text rows' count: every request answers
+# 200 with the target's own tokens.
+@check(
+    "eagle3_image_turns",
+    sibling="eagle3",
+    baseline=Expect(500, "any"),
+    fix=Expect(500, "any"),
+    definition=Expect(200, "every", same_tokens=True),
+)
 def eagle3_image_turns(ctx) -> Result:
     """draft-eagle3: text, an image, two turns, a slot restore."""
     return _image_turns(ctx, "eagle3_image_turns")
