@@ -452,17 +452,35 @@ def save_draft_part_unwritable(ctx) -> Result:
 def save_target_part_unwritable(ctx) -> Result:
     """A save whose target part cannot be written (a directory stands at ``<file>.tmp``) fails with an
     error that names the target part, not the draft's, leaves the previous pair as it was and
-    restorable, and leaves no temporary file. Without 0003 the server writes no temporary file, and
-    the save succeeds."""
-    r = _save_blocked(ctx, "save_target_part_unwritable", "t.bin", _directory_at("t.bin.tmp"))
+    restorable, and leaves no temporary file; a directory at ``<file>`` itself, on a fresh name, fails
+    the target part's rename, which names it and removes the written temporary target part (issue 31:
+    drop-6b322462 left it). Without 0003 the server writes no temporary file, and the save succeeds."""
+    fresh: list[Response] = []
+
+    def fresh_save(srv, folder: Path) -> None:
+        (folder / "fresh.bin").mkdir()
+        fresh.append(_save(srv, "fresh.bin"))
+        (folder / "fresh.bin").rmdir()
+
+    r = _save_blocked(ctx, "save_target_part_unwritable", "t.bin", _directory_at("t.bin.tmp"), fresh_save)
+    (fresh_r,) = fresh
     refused_well = (
         not r.blocked.ok
         and "Unable to save slot" in r.blocked.error_message
         and "draft" not in r.blocked.error_message  # the part that failed is named, not the other one
         and r.after == r.before  # the previous pair, byte for byte
+        and not fresh_r.ok
+        and "cannot rename the target's part" in fresh_r.error_message
         and not any(n.endswith(".tmp") for n in r.left)
     )
-    return _judged_blocked(ctx, "save_target_part_unwritable", r, refused_well=refused_well, accepted=r.blocked.ok)
+    return _judged_blocked(
+        ctx,
+        "save_target_part_unwritable",
+        r,
+        refused_well=refused_well,
+        accepted=r.blocked.ok,
+        fresh_save=[fresh_r.status, fresh_r.error_message or None],
+    )
 
 
 @check(
