@@ -93,6 +93,7 @@ SERVER_KILLERS = (
     "save_target_part_unwritable",
     "save_draft_part_short_write",  # a failed write that created its file: the half-written part removed
     "save_target_part_short_write",
+    "save_small_draft_part_short_write",  # a part the stream buffers whole: only the close can fail
     "restore_clears_without_draft_part",
     "save_without_draft_removes_stale_part",
     # 0005 trims by the row count where an image made it differ from the target's position: the checks

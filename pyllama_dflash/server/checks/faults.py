@@ -498,6 +498,38 @@ def save_draft_part_short_write(ctx) -> Result:
 
 
 @check(
+    "save_small_draft_part_short_write",
+    fix=Expect(200, "every"),  # without 0003: no draft part, the file itself cut short; the server goes on
+    slots=Expect(200, "every"),
+)
+def save_small_draft_part_short_write(ctx) -> Result:
+    """A draft part under 1 KiB (a conversation of two tokens) whose write fails: libstdc++ keeps so small
+    a part in the stream's buffer until the stream is closed, so only the close's flush can fail, and the
+    save must still refuse it naming the draft part (issue 31: drop-30e76d35, which dropped the close, let
+    the flush fail unseen after the check, and the save failed later on the target part). A file-size
+    limit at half the draft part's size, measured by a probe save of the same state."""
+    name = "save_small_draft_part_short_write"
+    srv, folder = _session(ctx, name, short_writes=True)
+    blocker = _file_size_limit("draft")
+    with srv:
+        first = srv.completion(_tokens(srv, OTHER)[:2], n_predict=1)
+        blocker.block(srv, folder)
+        blocked = _save(srv, "s.bin")
+        blocker.unblock(srv, folder)
+        left = sorted(p.name for p in folder.iterdir())
+        after = srv.completion(_tokens(srv, OTHER)[:2], n_predict=1)
+        facts = server_facts(srv)
+    writes_draft = bool(ctx.variant and ctx.variant.saves_draft)
+    refused_well = (
+        not blocked.ok and "draft's part of the slot (" in blocked.error_message and not any(".tmp" in n for n in left)
+    )
+    seen = Seen([first, after], holds=facts["server_alive"] and (refused_well if writes_draft else True))
+    return judged(
+        ctx.expect(name), seen, blocked_save=[blocked.status, blocked.error_message or None], files_left=left, **facts
+    )
+
+
+@check(
     "save_target_part_short_write",
     # without 0003 the server writes the file itself: the limit cuts it short, the save fails, and the
     # first save's file is gone (a half-written one in its place); the continuation is exact all the same
