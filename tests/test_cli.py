@@ -228,7 +228,16 @@ def _catches_sigterm(pid: int) -> bool:
 def _interrupt(args: list[str], env: dict[str, str], sig: int = signal.SIGINT) -> subprocess.CompletedProcess:
     """Start the command, wait until the runner runs it, send ``sig`` to it alone; how it ended."""
     env = {k: v for k, v in os.environ.items() if k != "LLAMA_CPP_DIR"} | {"COLUMNS": "1000", **env}
-    proc = subprocess.Popen([*COMMAND, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # as from a terminal: a suite started in the background (``.ci/run &``) has SIGINT ignored, which the
+    # command would inherit and rightly keep
+    proc = subprocess.Popen(
+        [*COMMAND, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + 60
         while proc.poll() is None and not _catches_sigterm(proc.pid):
