@@ -11,7 +11,7 @@ from a bootstrap over conversations (a conversation's rounds are not independent
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -63,16 +63,24 @@ def run_column(job: AcceptanceJob, work_dir: Path, timeout: float = 1800) -> dic
     return result
 
 
+def per_phase(items: list[dict], phases: Sequence[str], seeds: Sequence[int], weight) -> Iterator:
+    """For each phase, and "all after images", that has items (rounds or turns, with ``phase``, ``seed``
+    and ``accepted``): the phase, its items, and per conversation (accepted, sum of ``weight`` of its
+    items), the pairs the bootstrap resamples."""
+    for phase in (*phases, "all after images"):
+        want = AFTER_IMAGES if phase == "all after images" else {phase}
+        its = [i for i in items if i["phase"] in want]
+        if its:
+            per_conv = [
+                (sum(i["accepted"] for i in its if i["seed"] == s), sum(weight(i) for i in its if i["seed"] == s))
+                for s in seeds
+            ]
+            yield phase, its, per_conv
+
+
 def summarise(rounds: list[dict], seeds: Sequence[int]) -> dict[str, dict]:
     out = {}
-    for phase in (*PHASES, "all after images"):
-        want = AFTER_IMAGES if phase == "all after images" else {phase}
-        rs = [r for r in rounds if r["phase"] in want]
-        if not rs:
-            continue
-        per_conv = [
-            (sum(r["accepted"] for r in rs if r["seed"] == s), sum(1 for r in rs if r["seed"] == s)) for s in seeds
-        ]
+    for phase, rs, per_conv in per_phase(rounds, PHASES, seeds, weight=lambda r: 1):
         drafted = sum(r["drafted"] for r in rs)
         accepted = sum(r["accepted"] for r in rs)
         lo, hi = bootstrap_mean(per_conv)

@@ -20,7 +20,7 @@ from ..scenarios.models import ModelSet
 from ..server import ServerOptions, serve
 from .chat import TURN_PHASES, ChatFailed, TurnResult, fresh_slot_dir, run_chat
 from .job import Column
-from .measure import AFTER_IMAGES, SESSION, columns
+from .measure import SESSION, columns, per_phase
 from .stats import bootstrap_mean, resample
 
 
@@ -76,15 +76,7 @@ def serve_column(col: Column, models: ModelSet, seeds: Sequence[int], work: Path
 def summarise_turns(turns: list[dict], seeds: Sequence[int]) -> dict[str, dict]:
     """Per phase: the acceptance rate (accepted / drafted) with a 95% interval over conversations."""
     out = {}
-    for phase in (*TURN_PHASES, "all after images"):
-        want = AFTER_IMAGES if phase == "all after images" else {phase}
-        ts = [t for t in turns if t["phase"] in want]
-        if not ts:
-            continue
-        per_conv = [
-            (sum(t["accepted"] for t in ts if t["seed"] == s), sum(t["drafted"] for t in ts if t["seed"] == s))
-            for s in seeds
-        ]
+    for phase, ts, per_conv in per_phase(turns, TURN_PHASES, seeds, weight=lambda t: t["drafted"]):
         per_conv = [pc for pc in per_conv if pc[1]]
         drafted = sum(t["drafted"] for t in ts)
         accepted = sum(t["accepted"] for t in ts)
