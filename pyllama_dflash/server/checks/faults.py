@@ -395,16 +395,30 @@ def _save_blocked(
     return _BlockedSave(a, first, saved, before, more, blocked, after, other, restore, last, left, facts, ref)
 
 
+def _fresh_save(directory: str) -> tuple[Callable[[object, Path], None], list[Response]]:
+    """A ``then`` for _save_blocked: a save under the fresh name ``fresh.bin`` while a directory stands at
+    ``directory`` (one of its parts' own names), and the list its answer goes into."""
+    answers: list[Response] = []
+
+    def then(srv, folder: Path) -> None:
+        (folder / directory).mkdir()
+        answers.append(_save(srv, "fresh.bin"))
+        (folder / directory).rmdir()
+
+    return then, answers
+
+
 def _judged_blocked(ctx, name: str, r: _BlockedSave, *, refused_well: bool, accepted: bool, **details) -> Result:
-    """With 0003 (the server writes a draft part) the blocked save must be refused well, else accepted; the
-    first save restores either way, and the continuation is exact."""
+    """With 0003 (the server writes a draft part) the blocked save must be refused well and the first save
+    restore, else ``accepted`` must hold (what the check asks of a server without 0003); the continuation
+    is exact either way."""
     writes_draft = bool(ctx.variant and ctx.variant.saves_draft)  # 0003: the server writes a draft part
     cache_n = r.last.timings.get("cache_n")
     seen = Seen(
         [r.first, r.more, r.other, r.last],
         same_tokens=r.last.ok and r.last.tokens == r.ref,
         cached=bool(cache_n),
-        holds=r.saved.ok and r.restore.ok and (refused_well if writes_draft else accepted),
+        holds=r.saved.ok and (r.restore.ok and refused_well if writes_draft else accepted),
     )
     return judged(
         ctx.expect(name),
@@ -429,13 +443,7 @@ def save_draft_part_unwritable(ctx) -> Result:
     error that names the draft part, leaves the previous pair as it was and restorable, and leaves no
     temporary file; a directory at ``<file>.draft`` itself fails the same way on a fresh name. Without
     0003 the server writes no draft part, and both saves succeed."""
-    fresh: list[Response] = []
-
-    def fresh_save(srv, folder: Path) -> None:
-        (folder / "fresh.bin.draft").mkdir()
-        fresh.append(_save(srv, "fresh.bin"))
-        (folder / "fresh.bin.draft").rmdir()
-
+    fresh_save, fresh = _fresh_save("fresh.bin.draft")
     r = _save_blocked(ctx, "save_draft_part_unwritable", "e.bin", _directory_at("e.bin.draft.tmp"), fresh_save)
     (fresh_r,) = fresh
     refused_well = (
@@ -455,7 +463,7 @@ def save_draft_part_unwritable(ctx) -> Result:
         "save_draft_part_unwritable",
         r,
         refused_well=refused_well,
-        accepted=r.blocked.ok and fresh_r.ok,
+        accepted=r.restore.ok and r.blocked.ok and fresh_r.ok,
         fresh_save=[fresh_r.status, fresh_r.error_message or None],
     )
 
@@ -473,13 +481,7 @@ def save_target_part_unwritable(ctx) -> Result:
     restorable, and leaves no temporary file; a directory at ``<file>`` itself, on a fresh name, fails
     the target part's rename, which names it and removes the written temporary target part (issue 31:
     drop-6b322462 left it). Without 0003 the server writes no temporary file, and the save succeeds."""
-    fresh: list[Response] = []
-
-    def fresh_save(srv, folder: Path) -> None:
-        (folder / "fresh.bin").mkdir()
-        fresh.append(_save(srv, "fresh.bin"))
-        (folder / "fresh.bin").rmdir()
-
+    fresh_save, fresh = _fresh_save("fresh.bin")
     r = _save_blocked(ctx, "save_target_part_unwritable", "t.bin", _directory_at("t.bin.tmp"), fresh_save)
     (fresh_r,) = fresh
     refused_well = (
@@ -496,7 +498,7 @@ def save_target_part_unwritable(ctx) -> Result:
         "save_target_part_unwritable",
         r,
         refused_well=refused_well,
-        accepted=r.blocked.ok,
+        accepted=r.restore.ok and r.blocked.ok,
         fresh_save=[fresh_r.status, fresh_r.error_message or None],
     )
 
@@ -567,29 +569,18 @@ def _short_write(ctx, name: str, filename: str, cut: str, message: str) -> Resul
     and restored; without it, only an exact continuation and a live server."""
     r = _save_blocked(ctx, name, filename, _file_size_limit(cut))
     refused_well = (
-        r.restore.ok
-        and not r.blocked.ok
+        not r.blocked.ok
         and message in r.blocked.error_message
         and r.after == r.before  # the previous pair, byte for byte
         and not any(n.endswith(".tmp") for n in r.left)
     )
-    writes_draft = bool(ctx.variant and ctx.variant.saves_draft)
-    cache_n = r.last.timings.get("cache_n")
-    seen = Seen(
-        [r.first, r.more, r.other, r.last],
-        same_tokens=r.last.ok and r.last.tokens == r.ref,
-        cached=bool(cache_n),
-        # without 0003 nothing is promised of the file, only that the server goes on
-        holds=r.saved.ok and (refused_well if writes_draft else r.facts["server_alive"]),
-    )
-    return judged(
-        ctx.expect(name),
-        seen,
-        blocked_save=[r.blocked.status, r.blocked.error_message or None],
+    return _judged_blocked(
+        ctx,
+        name,
+        r,
+        refused_well=refused_well,
+        accepted=r.facts["server_alive"],  # without 0003 nothing is promised of the file, only a live server
         restore=[r.restore.status, r.restore.error_message or None],
-        files_left=r.left,
-        cache_n_after_restore=cache_n,
-        **r.facts,
     )
 
 
