@@ -35,6 +35,7 @@ with api.Model(models.target) as tm, api.Model(models.draft_for("plain")) as dm:
          api.Context.draft(dm, target, n_batch=32, n_ubatch=32) as draft, \
          api.Speculative(target, draft, n_max=3) as spec:
         out["own_positions"] = spec.own_positions
+        out["own_positions_text"] = spec.own_positions_text
         toks = tm.tokenize("tree blue moon rock fish lamp wind gold ship ", add_special=False)
         jump = api.Batch.tokens(toks, [0, 1, 2, 3, 8, 9, 10, 11, 12])  # the target (M-RoPE) takes it
         assert target.process_rc(jump) == 0
@@ -59,6 +60,7 @@ with api.Model(eagle3.target) as tm, api.Model(eagle3.draft) as dm:
          api.Context.draft(dm, target, n_batch=32, n_ubatch=32) as draft, \
          api.Speculative(target, draft, n_max=3, spec_type="draft-eagle3") as spec:
         out["eagle3_own_positions"] = spec.own_positions
+        out["eagle3_own_positions_text"] = spec.own_positions_text
 print(json.dumps(out))
 """
 
@@ -82,6 +84,13 @@ def test_libcommon_says_which_drafts_keep_positions_of_their_own(runs):
     assert runs[DEFINED]["eagle3_own_positions"] is True  # 0005: EAGLE3 too, over the text rows only
     assert runs["baseline"]["own_positions"] is False  # no such query there: the target's positions
     assert runs["baseline"]["eagle3_own_positions"] is False
+
+
+def test_libcommon_says_which_drafts_count_the_text_rows_only(runs):
+    """The session's rule for EAGLE3 (an image's rows out of its context) is libcommon's answer."""
+    assert runs[DEFINED]["eagle3_own_positions_text"] is True
+    assert runs[DEFINED]["own_positions_text"] is False  # the DFlash family: every row
+    assert runs["baseline"]["eagle3_own_positions_text"] is False
 
 
 def test_a_jump_goes_in_at_the_drafts_own_next_positions(runs):

@@ -89,6 +89,13 @@ class Speculative(_Owner):
         rc = int(self._rt.lib.pyllama_dflash_spec_own_positions(self._ptr()))
         return bool(self._handle.check("spec_own_positions", rc))
 
+    @property
+    def own_positions_text(self) -> bool:
+        """Whether those positions count the text rows only, an image's rows left out of the draft's
+        context (0005's EAGLE3). False on a libcommon without that query."""
+        rc = int(self._rt.lib.pyllama_dflash_spec_own_positions_text(self._ptr()))
+        return bool(self._handle.check("spec_own_positions_text", rc))
+
     def _run(self, call: str, fn: Callable[[], int]) -> int:
         """A shim call: its log captured (libcommon's included), a shim error raised (see _internals)."""
         rc, cap = self._logged(lambda: int(fn()), poll_common=True)

@@ -103,6 +103,10 @@ PYLLAMA_DFLASH_SHIM_API int32_t pyllama_dflash_spec_n_max(const pyllama_dflash_s
  * common_speculative_own_positions); FALSE where it keeps the target's, as every libcommon without
  * that query does. */
 PYLLAMA_DFLASH_SHIM_API int32_t pyllama_dflash_spec_own_positions(const pyllama_dflash_spec * spec);
+/* TRUE where those positions count the text rows only, an image's rows left out of the draft's context
+ * (0005's common_speculative_own_positions_text: EAGLE3); FALSE otherwise, and in every libcommon
+ * without that query. */
+PYLLAMA_DFLASH_SHIM_API int32_t pyllama_dflash_spec_own_positions_text(const pyllama_dflash_spec * spec);
 
 /* The process() family hands common_speculative_process() the batch the target just decoded,
  * built as a common_batch exactly like llama-server does. TRUE/FALSE is what libcommon

@@ -15,9 +15,10 @@
 #include <string>
 #include <vector>
 
-// patch 0005's query, a weak reference: null in a libcommon without it (baseline and the fixes before
+// patch 0005's queries, weak references: null in a libcommon without them (baseline and the fixes before
 // 0005), whose drafts all keep the target's positions
 bool common_speculative_own_positions(const common_speculative * spec) __attribute__((weak));
+bool common_speculative_own_positions_text(const common_speculative * spec) __attribute__((weak));
 
 namespace {
 
@@ -285,6 +286,14 @@ int32_t pyllama_dflash_spec_own_positions(const pyllama_dflash_spec * spec) {
         if (!spec) return fail("spec_own_positions: spec is NULL");
         if (common_speculative_own_positions == nullptr) return PYLLAMA_DFLASH_FALSE;
         return common_speculative_own_positions(spec->spec) ? PYLLAMA_DFLASH_TRUE : PYLLAMA_DFLASH_FALSE;
+    });
+}
+
+int32_t pyllama_dflash_spec_own_positions_text(const pyllama_dflash_spec * spec) {
+    return guarded(__func__, [&]() -> int32_t {
+        if (!spec) return fail("spec_own_positions_text: spec is NULL");
+        if (common_speculative_own_positions_text == nullptr) return PYLLAMA_DFLASH_FALSE;
+        return common_speculative_own_positions_text(spec->spec) ? PYLLAMA_DFLASH_TRUE : PYLLAMA_DFLASH_FALSE;
     });
 }
 

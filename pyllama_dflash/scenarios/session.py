@@ -182,11 +182,11 @@ class Session:
         # a target-only restore is followed by the trim of the next request's common prefix. The
         # definition reference feeds a draft of its own and trims nothing.
         self.own_positions = self.spec.own_positions and not cfg.definition_reference
-        # 0005's EAGLE3 keeps positions of its own over the text rows only (libcommon's
+        # 0005's EAGLE3 keeps positions of its own over the text rows only (as libcommon answers,
         # common_speculative_own_positions_text): an image's rows are not in its context, and its
         # memory of a sequence ends at the sequence's text rows' count, as that variant's llama-server
         # trims it (server_draft_pos)
-        self.text_rows_only = self.own_positions and m.spec_type == "draft-eagle3"
+        self.text_rows_only = self.own_positions and self.spec.own_positions_text
         # with a cut-off, a round that drafts nothing is the drafter's answer, judged by the drift
         # oracle against the twin's, not a starved round
         self.record.empty_rounds_allowed |= cfg.cuts_drafts

@@ -43,6 +43,7 @@ pyllama_dflash_spec * pyllama_dflash_spec_init(struct llama_context * ctx_tgt, s
 void    pyllama_dflash_spec_free(pyllama_dflash_spec * spec);
 int32_t pyllama_dflash_spec_n_max(const pyllama_dflash_spec * spec);
 int32_t pyllama_dflash_spec_own_positions(const pyllama_dflash_spec * spec);
+int32_t pyllama_dflash_spec_own_positions_text(const pyllama_dflash_spec * spec);
 int32_t pyllama_dflash_spec_process_embd_view(pyllama_dflash_spec * spec, const struct mtmd_helper_embd_batch * view);
 int32_t pyllama_dflash_spec_process_tokens(pyllama_dflash_spec * spec, int32_t n_tokens, const llama_token * tokens,
                                            const llama_pos * pos, const llama_seq_id * seq_ids, const int8_t * output);
