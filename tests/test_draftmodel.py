@@ -27,10 +27,12 @@ from pyllama_dflash.scenarios.session import Session
 
 NMSE_MAX = 1e-5
 IMPLEMENTED = ("dflash", "dflash-causal", "dspark", "dspark-bonus", "dspark-vocab")
-# the trained draft's text-only mean accepted tokens per round (of 3) through the library must stay
-# above this: 0.568 over these 132 rounds on 2026-12-02, where the random draft it was trained from
-# accepts about 0.01; a broken training, export or load drafts near 0
-ACCEPTANCE_FLOOR = 0.35
+# each trained draft's text-only mean accepted tokens per round (of 3) through the library must stay
+# above its floor. Measured on 2026-12-02 over seeds 900-902: dense 0.568 (132 rounds), MoE 0.262
+# (164 rounds; the MoE target's continuations are harder to learn: held out 0.199 against 0.557),
+# where the random drafts they were trained from accept about 0.01; a broken training, export or load
+# drafts near 0
+ACCEPTANCE_FLOOR = {"dense": 0.35, "moe": 0.15}
 
 
 def _llamacpp_block_logits(target_path, draft_path, feats, tokens, mrope):
@@ -70,8 +72,9 @@ def test_reference_model_logits_match_llamacpp(lib_dir, drafter, mrope):
     assert forward.drafted(w, got) == forward.drafted(w, ref)
 
 
-def test_reference_model_logits_match_llamacpp_for_the_trained_draft(lib_dir):
-    models = trained_models("dense")
+@pytest.mark.parametrize("kind", sorted(ACCEPTANCE_FLOOR))
+def test_reference_model_logits_match_llamacpp_for_the_trained_draft(lib_dir, kind):
+    models = trained_models(kind)
     w = load_draft(models.draft, models.target)
     feats = np.random.default_rng(3).normal(size=(41, 128)).astype(np.float32)
     tokens = np.array([50, w.hp.mask_id, w.hp.mask_id, w.hp.mask_id])
@@ -96,21 +99,24 @@ def test_a_trained_draft_whose_bytes_changed_is_refused(tmp_path):
 
 
 def test_the_trained_drafts_record_says_how_to_regenerate_them():
-    for name, record in read_manifest()["files"].items():
+    files = read_manifest()["files"]
+    assert sorted(files) == sorted(f"dflash-{kind}.gguf" for kind in ACCEPTANCE_FLOOR)  # one per target kind
+    for name, record in files.items():
         assert record["command"].startswith("python -m pyllama_dflash.draftmodel train"), name
         assert record["held_out_mean_accepted"] > 0, name
 
 
-def test_the_trained_draft_drafts_above_its_floor_without_images(lib_dir):
+@pytest.mark.parametrize("kind", sorted(ACCEPTANCE_FLOOR))
+def test_the_trained_draft_drafts_above_its_floor_without_images(lib_dir, kind):
     """Text-only conversations through the library (baseline's libcommon and slot loop): a training,
     export or loading regression drafts nothing the target accepts."""
-    models = trained_models("dense")
+    models = trained_models(kind)
     rounds = []
     for seed in (900, 901, 902):
         with Session(models, SESSION, Record()) as s:
             run_conversation(s, seed, rounds, images=False, restore=False)
     mean = sum(r.accepted for r in rounds) / len(rounds)
-    assert mean > ACCEPTANCE_FLOOR, f"mean accepted {mean:.3f} over {len(rounds)} rounds"
+    assert mean > ACCEPTANCE_FLOOR[kind], f"{kind}: mean accepted {mean:.3f} over {len(rounds)} rounds"
 
 
 def test_the_training_forward_is_the_reference_forward():

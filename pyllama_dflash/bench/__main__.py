@@ -270,14 +270,15 @@ def bench_bindings() -> dict:
     return worker("baseline", BindingsFill(rows=4096, n_embd=(64, 2048)))
 
 
-def bench_acceptance(conversations: int) -> dict:
+def bench_acceptance(conversations: int, target_kind: str) -> dict:
     from ..acceptance.measure import measure
     from ..acceptance.served import measure_server
     from ..draftmodel.trained import trained_models
 
     # held-out seeds: the committed drafts trained on conversations 0..999 at most
-    models, seeds = trained_models("dense"), range(1000, 1000 + conversations)
+    models, seeds = trained_models(target_kind), range(1000, 1000 + conversations)
     result = measure(models, seeds)
+    result["target"] = target_kind
     result["server"] = measure_server(models, seeds)  # the same conversations, as a chat client sends them
     return result
 
@@ -293,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=16, help="interleaved rounds for the overhead ratio")
     ap.add_argument("--repeats", type=int, default=7, help="repeats per point of the fill curve")
     ap.add_argument("--conversations", type=int, default=24, help="conversations per acceptance column")
+    ap.add_argument("--target", choices=("dense", "moe"), default="dense", help="the tiny target of the trained draft")
     ap.add_argument("--json", type=Path, default=cache_root() / "bench" / "bench.json")
     ap.add_argument("--markdown", type=Path, help="also write the Markdown table here")
     args = ap.parse_args(argv)
@@ -319,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         "portable": lambda: bench_portable(args.rounds),
         "fill": lambda: bench_fill(args.repeats),
         "bindings": bench_bindings,
-        "acceptance": lambda: bench_acceptance(args.conversations),
+        "acceptance": lambda: bench_acceptance(args.conversations, args.target),
     }
     for section in only:
         t0 = time.monotonic()

@@ -137,7 +137,7 @@ def markdown(r: dict) -> str:
         out += [
             "",
             f"Mean accepted tokens per round (of {a['session']['n_max']}) [95% interval], "
-            f"{a['conversations']} conversations, through the library:",
+            f"{a['conversations']} conversations, the {a.get('target', 'dense')} target, through the library:",
             "",
             acceptance_table(a),
         ]
