@@ -253,11 +253,17 @@ def drafts_vs_definition(ctx) -> Result:
     """An image request, a second turn that extends it with its output, then a request that keeps only the
     image prompt and three output ids of the first (the server goes back to a context checkpoint): every
     drafting round of the three against a fresh server given the history so far as one request."""
-    e = ctx.expect("drafts_vs_definition")
+    return image_conversation_rounds(ctx, "drafts_vs_definition")
+
+
+def image_conversation_rounds(ctx, name: str) -> Result:
+    """drafts_vs_definition's conversation and judgement, on whatever drafter ``ctx.models`` holds (EAGLE3's
+    check runs it too, in .siblings)."""
+    e = ctx.expect(name)
     prompts: list[ImagePrompt] = []
     responses: list[Response] = []
     try:
-        with ctx.server("drafts_vs_definition", verbosity=DEBUG_VERBOSITY, n_parallel=1, cache_ram_mib=0) as srv:
+        with ctx.server(name, verbosity=DEBUG_VERBOSITY, n_parallel=1, cache_ram_mib=0) as srv:
             first = ImagePrompt(BEFORE, bodies.oracle_image(ctx.models, ctx.images), tuple(_tokens(srv, TAIL)))
             prompts.append(first)
             responses.append(_complete(srv, first))
@@ -270,7 +276,7 @@ def drafts_vs_definition(ctx) -> Result:
     except NotComparable as err:
         return Result(None, False, e.describe(), {"error": str(err)})
     turns = _turns(srv.log_path.read_text(errors="replace"), prompts, responses)
-    verdict = judge_rounds(ctx, "drafts_vs_definition", turns) if all(r.ok for r in responses) else None
+    verdict = judge_rounds(ctx, name, turns) if all(r.ok for r in responses) else None
     cache_n = [r.timings.get("cache_n") for r in responses]
     seen = Seen(
         responses,

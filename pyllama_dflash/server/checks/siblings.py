@@ -127,3 +127,22 @@ def mtp_drafts_vs_fresh(ctx) -> Result:
         draft=[r.draft_stats for r in (r1, r2, r3)],
         **facts,
     )
+
+
+# 0005's EAGLE3 rows are the text rows at positions of its own, trimmed and restored by the text rows' count:
+# a fresh server given the conversation so far as one request holds the same rows at the same positions when
+# it drafts its first round (definition.py's reference, which rests on no trim of llama-server's). Up to 0003
+# the image request answers 500 (eagle3_image_turns), so there is nothing to compare.
+@check(
+    "eagle3_drafts_vs_fresh",
+    sibling="eagle3",
+    baseline=Expect(500, "any"),
+    fix=Expect(500, "any"),
+    definition=Expect(200, "every", cached=True, same_drafts=True),
+)
+def eagle3_drafts_vs_fresh(ctx) -> Result:
+    """draft-eagle3 after an image: drafts_vs_definition's three requests (an image request, a second turn,
+    a cut-back cached prefix), every drafting round against a fresh server's first round."""
+    from .definition import image_conversation_rounds
+
+    return image_conversation_rounds(ctx, "eagle3_drafts_vs_fresh")
