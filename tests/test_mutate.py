@@ -16,7 +16,11 @@ from pyllama_dflash.llamabuild.manifest import variants_root
 from pyllama_dflash.llamabuild.patchset import apply_series, load_series, tree_reader
 from pyllama_dflash.mutate.__main__ import parser
 from pyllama_dflash.mutate.operators import line_mutations, mutants
-from pyllama_dflash.mutate.runner import EQUIVALENT_FILE, MUTATED_FILES, load_equivalents
+from pyllama_dflash.mutate.runner import EQUIVALENT_FILE, MUTATED_FILES, fix_eagle3_runs, load_equivalents
+from pyllama_dflash.scenarios.catalog import SIBLING_SCENARIOS
+from pyllama_dflash.scenarios.drift import judge
+from pyllama_dflash.scenarios.models import tiny_models
+from pyllama_dflash.scenarios.session import DEFAULT_CONFIG
 from pyllama_dflash.shard import Shard
 
 PRISTINE = "int f(int a, int b) {\n    return a;\n}\n"
@@ -103,6 +107,18 @@ def test_one_mutant_is_killed_and_the_run_leaves_nothing_behind(variants, tmp_pa
     assert data["counts"] == {"killed": 1} and data["killed_by"] == {"C1": 1}, data
     assert {p.name for p in variants_root().iterdir()} == before
     assert not list(tmp_path.glob("pyllama-dflash-mutate-*"))
+
+
+@pytest.mark.build
+def test_the_eagle3_stage_does_not_kill_the_fix_itself(variants, tmp_path):
+    """Stage 4 judges EAGLE3's runs against the unmutated fix's: the fix run again must meet every one,
+    status and drafts (every sibling scenario on the definition passes and drafts)."""
+    first = fix_eagle3_runs(DEFINED, tiny_models(), DEFAULT_CONFIG, 2, tmp_path / "a")
+    again = fix_eagle3_runs(DEFINED, tiny_models(), DEFAULT_CONFIG, 2, tmp_path / "b")
+    assert {sid: first[sid]["status"] for sid in SIBLING_SCENARIOS} == dict.fromkeys(SIBLING_SCENARIOS, "PASS")
+    assert all(first[sid]["rounds"] for sid in SIBLING_SCENARIOS)  # something to compare in each
+    for sid in SIBLING_SCENARIOS:
+        assert judge(again[sid], first[sid])["status"] == "PASS", (sid, again[sid].get("first_failure"))
 
 
 def test_a_shard_that_is_not_i_of_n_is_refused_naming_the_flag(capsys):

@@ -13,10 +13,15 @@ first that notices:
    laid out as 0002 lays the draft out drafts the same) passing;
 3. the same matrix for every other drafter of the family and target (tiny.drafters: the image
    scenarios on the MoE target), with their own references;
-4. the fix's rules that no scenario reaches through mtmd (tests/test_patch_rules.py: a jump
+4. the EAGLE3 drafter's scenarios (repro --siblings'), each run against the same scenario on the
+   unmutated fix, run once for all mutants: the same status, and where that is PASS the same drafts
+   round for round. No reference drafts as EAGLE3 does after an image: b11434's EAGLE3 drafts a
+   history differently after another batching of it (docs/fix.md), so a fresh draft given the same
+   rows is no oracle; the fix itself is, for a mutation run;
+5. the fix's rules that no scenario reaches through mtmd (tests/test_patch_rules.py: a jump
    inside one batch, positions that go back; tests/test_definition_rules.py for a fix judged
    against the draft's definition), run on the mutant as the series' fix;
-5. optionally, a fixed-seed fuzz.
+6. optionally, a fixed-seed fuzz.
 
 A mutant of the lines the fix adds to ``tools/server/server-context.cpp`` (patches 0003 and 0005) is
 tried with the llama-server checks of slot files and of image conversations instead (SERVER_KILLERS, on
@@ -60,9 +65,9 @@ from ..llamabuild import BuildOptions, build, variant
 from ..llamabuild.patchset import BASELINE, DEFINITION_ROLE, FIX_ROLE, Series
 from ..llamabuild.variants import Variant
 from ..paths import REPO_DIR
-from ..scenarios.catalog import SCENARIOS, expectations, meets
+from ..scenarios.catalog import SCENARIOS, SIBLING_SCENARIOS, expectations, meets
 from ..scenarios.drift import judge
-from ..scenarios.models import ModelSet, tiny_models
+from ..scenarios.models import ModelSet, sibling_models, tiny_models
 from ..scenarios.record import PASS
 from ..tiny import DRAFTERS, TARGET_KINDS
 from .operators import Mutant
@@ -184,6 +189,14 @@ def references(models: ModelSet, config: dict, parallel: int, work: Path, role: 
     return {sid: results[(sid, jobs[0].column)] for sid in SCENARIOS}
 
 
+def fix_eagle3_runs(fix: str, models: ModelSet, config: dict, parallel: int, work: Path) -> dict[str, dict]:
+    """The EAGLE3 drafter's scenarios on the unmutated fix, once for every mutant (stage 4's oracle)."""
+    eagle3 = sibling_models("eagle3", models.target.parent)
+    cases = [(eagle3, list(SIBLING_SCENARIOS))]
+    table = run_cases(cases, [fix], config, parallel=parallel, drift=False, work_dir=work / "eagle3-fix")
+    return {sid: row[fix] for sid, row in table[case_name(eagle3)].items()}
+
+
 def try_mutant(
     mutant: Mutant,
     series_dir: Path,
@@ -193,6 +206,7 @@ def try_mutant(
     *,
     parallel: int,
     work: Path,
+    fix_eagle3: Callable[[], dict[str, dict]],
     fuzz_examples: int = 0,
 ) -> Outcome:
     """Build the mutant and try the harness on it, cheapest stage first (the module's docstring),
@@ -213,6 +227,8 @@ def try_mutant(
         if _matrix_kills(trial, refs, models, config, parallel, work / mutant.id):
             return out
         if _family_kills(trial, models, config, parallel, work / mutant.id / "family"):
+            return out
+        if _eagle3_kills(trial, fix_eagle3, models, config, parallel, work / mutant.id / "eagle3"):
             return out
         if _rules_kill(trial, series_dir):
             return out
@@ -280,8 +296,28 @@ def _family_kills(trial: _Trial, models: ModelSet, config: dict, parallel: int, 
     )
 
 
+def _eagle3_kills(
+    trial: _Trial, fix_eagle3: Callable[[], dict[str, dict]], models: ModelSet, config: dict, parallel: int, work: Path
+) -> bool:
+    """Stage 4: the EAGLE3 drafter's scenarios against the unmutated fix's (the module's docstring)."""
+    eagle3 = sibling_models("eagle3", models.target.parent)
+    table = run_cases(
+        [(eagle3, list(SIBLING_SCENARIOS))], [VARIANT], config, parallel=parallel, drift=False, work_dir=work
+    )
+    fix = fix_eagle3()
+    out = trial.out
+    for sid in SIBLING_SCENARIOS:
+        got = judge(table[case_name(eagle3)][sid][VARIANT], fix[sid])  # DRIFT where the drafts differ from the fix's
+        out.rows[f"{sid} eagle3"] = got["status"]
+        if got["status"] != fix[sid]["status"]:
+            out.status, out.killed_by = KILLED, f"{sid} eagle3"
+            out.detail = f"{got['status']} where the fix is {fix[sid]['status']}: {got.get('first_failure')}"
+            return True
+    return False
+
+
 def _rules_kill(trial: _Trial, series_dir: Path) -> bool:
-    """Stage 4: the fix's rules that no scenario reaches, when the checkout has their tests."""
+    """Stage 5: the fix's rules that no scenario reaches, when the checkout has their tests."""
     rules_tests = RULES_TESTS[trial.mutant_variant.role]
     if not rules_tests.is_file():
         return False
@@ -295,7 +331,7 @@ def _rules_kill(trial: _Trial, series_dir: Path) -> bool:
 
 
 def _fuzz_stage(out: Outcome, models: ModelSet, examples: int, work: Path) -> None:
-    """Stage 5, optional: a fixed-seed fuzz of the mutant."""
+    """Stage 6, optional: a fixed-seed fuzz of the mutant."""
     from ..engine.schedule_runner import search_variants
 
     r = search_variants([VARIANT], models, examples=examples, parallel=1, work_dir=work)[VARIANT]

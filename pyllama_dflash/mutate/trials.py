@@ -22,19 +22,30 @@ from ..llamabuild.patchset import DEFINITION_ROLE
 from ..scenarios.models import ModelSet
 from ..scenarios.session import DEFAULT_CONFIG
 from .plan import Plan
-from .runner import EQUIVALENT, KILLED, SURVIVED, Outcome, references, try_mutant, write_series
+from .runner import EQUIVALENT, KILLED, SURVIVED, Outcome, fix_eagle3_runs, references, try_mutant, write_series
 
 
 def try_all(p: Plan, models: ModelSet, equivalents: dict[str, dict], *, jobs: int, fuzz_examples: int) -> list[Outcome]:
     """Every selected mutant tried, a line printed for each; a survivor on file as equivalent is one."""
     work = Path(tempfile.mkdtemp(prefix="pyllama-dflash-mutate-"))
     refs = functools.cache(lambda: _references(p, models, jobs, work))
+    fix_eagle3 = functools.cache(
+        lambda: _on_the_series(lambda: fix_eagle3_runs(p.fix, models, DEFAULT_CONFIG, jobs, work))
+    )
     outcomes: list[Outcome] = []
     try:
         for k, m in enumerate(p.selected, 1):
             series_dir = write_series(m, p.own, p.series, p.pristine, work / "series", p.role)
             o = try_mutant(
-                m, series_dir, refs, models, DEFAULT_CONFIG, parallel=jobs, work=work, fuzz_examples=fuzz_examples
+                m,
+                series_dir,
+                refs,
+                models,
+                DEFAULT_CONFIG,
+                parallel=jobs,
+                work=work,
+                fix_eagle3=fix_eagle3,
+                fuzz_examples=fuzz_examples,
             )
             if o.status == SURVIVED and m.id in equivalents:
                 o.status, o.detail = EQUIVALENT, equivalents[m.id]["reason"]
@@ -50,14 +61,20 @@ def try_all(p: Plan, models: ModelSet, equivalents: dict[str, dict], *, jobs: in
 
 def _references(p: Plan, models: ModelSet, jobs: int, work: Path) -> dict[str, dict]:
     """Run once, when a mutant's matrix first needs them (C1 and the server stage do not), on the
-    series' own baseline: not the mutant's series, whatever the environment says by then."""
-    mutant_series = os.environ.pop(PATCHES_ENV, None)
+    series' own baseline."""
     print(
         f"mutate: references on baseline ({'the definition' if p.role == DEFINITION_ROLE else 'the twin'}) ...",
         flush=True,
     )
+    return _on_the_series(lambda: references(models, DEFAULT_CONFIG, jobs, work, p.role))
+
+
+def _on_the_series(run):
+    """``run()`` on the series' own variants (the references, the unmutated fix's EAGLE3 runs): not the
+    mutant's series, whatever the environment says by then."""
+    mutant_series = os.environ.pop(PATCHES_ENV, None)
     try:
-        return references(models, DEFAULT_CONFIG, jobs, work, p.role)
+        return run()
     finally:
         if mutant_series is not None:
             os.environ[PATCHES_ENV] = mutant_series

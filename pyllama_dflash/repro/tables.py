@@ -11,12 +11,10 @@ from ..engine import ctest_row
 from ..engine.matrix import Table, case_name, reference_columns, run_cases
 from ..llamabuild import find_built
 from ..llamabuild.patchset import BASELINE
+from ..scenarios.catalog import SIBLING_SCENARIOS
 from ..scenarios.models import ModelSet
 from .plan import Plan
 from .report import drafting_around_images
-
-# the sibling drafters' rows: the image scenarios, and S8 (text only) to compare with
-SIBLING_SCENARIOS = ("S8", "S1", "S2", "S3", "S4", "S5", "S10", "S11", "S13", "S15")
 
 
 @dataclass

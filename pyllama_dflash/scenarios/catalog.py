@@ -283,6 +283,10 @@ SCENARIOS: dict[str, Scenario] = {
     ]
 }
 
+# the sibling drafters' rows (MTP, EAGLE3: repro --siblings, and mutate's EAGLE3 stage): the image
+# scenarios, and S8 (text only) to compare with
+SIBLING_SCENARIOS = ("S8", "S1", "S2", "S3", "S4", "S5", "S10", "S11", "S13", "S15")
+
 SCENARIO_IDS = tuple(SCENARIOS)
 
 # an expectation that allows DRIFT only where every differing round began with the draft behind
