@@ -63,6 +63,16 @@ def test_only_the_added_code_is_mutated_not_comments_or_log_calls():
     assert {m.id for m in ms} == {m.id for m in mutants("f.cpp", PRISTINE, PATCHED)}  # stable
 
 
+def test_equal_lines_in_equal_neighbourhoods_get_distinct_ids():
+    """The ends of two functions alike (0005's two own-positions queries end so) mutate alike; each
+    mutant keeps an id of its own."""
+    body = "bool f(int a) {\n    if (a) {\n        return true;\n    }\n    return false;\n}\n"
+    patched = body + body.replace("f(", "g(")
+    got = mutants("x.cpp", "", patched)
+    ids = [m.id for m in got]
+    assert len(got) == 2 * len(mutants("x.cpp", "", body)) and len(set(ids)) == len(ids)
+
+
 def test_an_equivalent_mutant_needs_its_reason(tmp_path):
     bad = tmp_path / "equivalent.json"
     bad.write_text(json.dumps({"bound-12345678": {"mutant": "x"}}))

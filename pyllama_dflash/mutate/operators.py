@@ -150,6 +150,7 @@ def mutants(path: str, pristine: str, patched: str) -> list[Mutant]:
     """Every mutant of the lines the patches add to one file, each text once."""
     lines = patched.split("\n")
     seen: set[str] = set()
+    ids: set[str] = set()
     out: list[Mutant] = []
     in_log = False  # inside a log call that spans lines: its arguments are log text too
     for idx in added_lines(pristine, patched):
@@ -168,5 +169,11 @@ def mutants(path: str, pristine: str, patched: str) -> list[Mutant]:
             if text in seen:
                 continue
             seen.add(text)
-            out.append(Mutant(path, idx + 1, operator, line, new, text, context))
+            m = Mutant(path, idx + 1, operator, line, new, text, context)
+            # two equal lines in equal neighbourhoods (the ends of two functions alike) mutate alike: the
+            # later one's id counts which it is, so that --only, a merge and equivalent.json name one
+            while m.id in ids:
+                m.context += "\0again"
+            ids.add(m.id)
+            out.append(m)
     return out
