@@ -117,6 +117,30 @@ def test_mtp_drafts_each_round_as_a_fresh_server_does_but_after_a_context_checkp
         assert r["after_a_context_checkpoint"]["same"] is False and r["cache_n"][2], (v, r)
 
 
+@pytest.mark.server
+def test_eagle3_drafts_each_round_as_a_fresh_server_does_after_an_image(variants, tmp_path):
+    """eagle3_drafts_vs_fresh on 0005: an image request, its second turn and a cut-back request draft, round
+    for round, what a fresh server drafts for the same history; baseline answers 500 at the image."""
+    m = sibling_models("eagle3", tmp_path / "models")
+    r = run_server_checks(variants[DEFINED], m, checks=["eagle3_drafts_vs_fresh"], work_dir=tmp_path)
+    r = r["eagle3_drafts_vs_fresh"]
+    assert r["ok"] and r["definition"]["same"] is True and len(r["definition"]["rounds"]) >= 12, r
+    assert r["cache_n"][1] and r["cache_n"][2], r  # the second turn and the cut-back reuse the cached prefix
+    b = run_server_checks(variants["baseline"], m, checks=["eagle3_drafts_vs_fresh"], work_dir=tmp_path)
+    assert b["eagle3_drafts_vs_fresh"]["status"][0] == 500
+
+
+@pytest.mark.server
+def test_b11434s_eagle3_drafts_a_prompt_otherwise_when_it_goes_in_two_passes(variants, tmp_path):
+    """The same text prompt in one pass and in two (a context checkpoint between): b11434's EAGLE3 drafts its
+    first round otherwise (its bridged row decoded with the next row's g); 0005 drafts it alike."""
+    m = sibling_models("eagle3", tmp_path / "models")
+    for v, same in (("baseline", False), (DEFINED, True)):
+        r = run_server_checks(variants[v], m, checks=["eagle3_prompt_split"], work_dir=tmp_path)["eagle3_prompt_split"]
+        assert r["ok"] and r["two_passes"], (v, r)
+        assert (r["first_round"]["one_pass"] == r["first_round"]["two_passes"]) is same, (v, r)
+
+
 def test_the_tiny_eagle3_draft_reads_three_target_rows():
     g = tiny.gguf_module()
     m = sibling_models("eagle3")

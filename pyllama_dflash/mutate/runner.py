@@ -121,6 +121,8 @@ SIBLING_KILLERS = (
     ("mtp", "mtp_image_turns"),
     ("mtp", "mtp_drafts_vs_fresh"),
     ("eagle3", "eagle3_image_turns"),
+    ("eagle3", "eagle3_drafts_vs_fresh"),  # its trims judged by what it drafts, as drafts_vs_definition judges
+    ("eagle3", "eagle3_prompt_split"),  # its bridge decoded from a copy of the row's g
 )
 
 

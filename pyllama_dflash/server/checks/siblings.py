@@ -6,7 +6,7 @@ neither drafter): the expectations below are what was measured, written down so 
 from __future__ import annotations
 
 from .. import bodies
-from ..drafts import DEBUG_VERBOSITY
+from ..drafts import DEBUG_VERBOSITY, drafted_candidates
 from ..expect import Expect, Result, Seen, judged
 from . import check, server_facts
 
@@ -131,8 +131,11 @@ def mtp_drafts_vs_fresh(ctx) -> Result:
 
 # 0005's EAGLE3 rows are the text rows at positions of its own, trimmed and restored by the text rows' count:
 # a fresh server given the conversation so far as one request holds the same rows at the same positions when
-# it drafts its first round (definition.py's reference, which rests on no trim of llama-server's). Up to 0003
-# the image request answers 500 (eagle3_image_turns), so there is nothing to compare.
+# it drafts its first round (definition.py's reference, which rests on no trim of llama-server's). It drafts
+# the same only since 0005 decodes the row its bridge writes from a copy of that row's g: b11434 decoded it with
+# the next row's, so a history split otherwise into passes (a context checkpoint, a second turn) drafted
+# otherwise, text only too (measured: none of 17 rounds agreed before the copy, all 18 after). Up to 0003 the
+# image request answers 500 (eagle3_image_turns), so there is nothing to compare.
 @check(
     "eagle3_drafts_vs_fresh",
     sibling="eagle3",
@@ -146,3 +149,38 @@ def eagle3_drafts_vs_fresh(ctx) -> Result:
     from .definition import image_conversation_rounds
 
     return image_conversation_rounds(ctx, "eagle3_drafts_vs_fresh")
+
+
+# b11434's EAGLE3 bridge (the row process() writes again from the next batch's first token) hands the batch a
+# view of the pending row's g and overwrites that g before the decode: the row is decoded with the next row's g.
+# So a prompt decoded in two passes (a context checkpoint before its last tokens) drafts otherwise than the same
+# prompt in one pass, without any image. 0005 decodes the row from a copy.
+@check(
+    "eagle3_prompt_split",
+    sibling="eagle3",
+    baseline=Expect(200, "every", same_drafts=False),
+    definition=Expect(200, "every", same_drafts=True),
+    fix=Expect(200, "every", same_drafts=False),
+)
+def eagle3_prompt_split(ctx) -> Result:
+    """draft-eagle3 on a text prompt, one request on a server without context checkpoints (one pass) and one
+    on a server with them (two passes, the checkpoint between): the first drafting round of each, compared
+    candidate for candidate."""
+    from .definition import positions_agree
+
+    rounds, responses, split = {}, [], False
+    for passes, checkpoints in (("one_pass", 0), ("two_passes", None)):
+        name = f"eagle3_prompt_split_{passes}"
+        with ctx.server(
+            name, verbosity=DEBUG_VERBOSITY, n_parallel=1, cache_ram_mib=0, ctx_checkpoints=checkpoints
+        ) as srv:
+            responses.append(srv.completion(bodies.RAW_TEXT_PROMPT, n_predict=3, cache_prompt=False))
+            facts = server_facts(srv)
+        log = srv.log_path.read_text(errors="replace")
+        split = split or (checkpoints is None and "created context checkpoint" in log)
+        found = drafted_candidates(log, seq=0)
+        rounds[passes] = found[0] if found else []
+    same = positions_agree(rounds["one_pass"], rounds["two_passes"])[0] if all(rounds.values()) else None
+    # blind unless both drafted and the second prompt really went in two passes
+    seen = Seen(responses, same_drafts=same, holds=same is not None and split)
+    return judged(ctx.expect("eagle3_prompt_split"), seen, first_round=rounds, two_passes=split, **facts)
