@@ -66,9 +66,11 @@ def test_only_the_added_code_is_mutated_not_comments_or_log_calls():
 def test_equal_lines_in_equal_neighbourhoods_get_distinct_ids():
     """The ends of two functions alike (0005's two own-positions queries end so) mutate alike; each
     mutant keeps an id of its own."""
-    body = "bool f(int a) {\n    if (a) {\n        return true;\n    }\n    return false;\n}\n"
+    body = "bool f(int a) {\n    if (a) {\n        return true;\n    }\n    return false;\n}\nint x;\n"
     patched = body + body.replace("f(", "g(")
     got = mutants("x.cpp", "", patched)
+    ends = [m for m in got if m.original.strip() == "return false;" and m.operator == "negate"]
+    assert len(ends) == 2 and ends[0].context.split("\0")[0] == ends[1].context.split("\0")[0]  # alike
     ids = [m.id for m in got]
     assert len(got) == 2 * len(mutants("x.cpp", "", body)) and len(set(ids)) == len(ids)
 

@@ -20,6 +20,7 @@ Operators, as the regression-power issue lists them:
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import re
@@ -173,7 +174,7 @@ def mutants(path: str, pristine: str, patched: str) -> list[Mutant]:
             # two equal lines in equal neighbourhoods (the ends of two functions alike) mutate alike: the
             # later one's id counts which it is, so that --only, a merge and equivalent.json name one
             while m.id in ids:
-                m.context += "\0again"
+                m = dataclasses.replace(m, context=m.context + "\0again")
             ids.add(m.id)
             out.append(m)
     return out
