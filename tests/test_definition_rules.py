@@ -61,6 +61,12 @@ with api.Model(eagle3.target) as tm, api.Model(eagle3.draft) as dm:
          api.Speculative(target, draft, n_max=3, spec_type="draft-eagle3") as spec:
         out["eagle3_own_positions"] = spec.own_positions
         out["eagle3_own_positions_text"] = spec.own_positions_text
+# MTP on the same libcommon: no positions of its own on any (its context is the target's)
+mtp = ModelSet.from_json(json.loads(sys.argv[4]))
+with api.Model(mtp.target, load_mtp=True) as tm:
+    with api.Context(tm, n_ctx=256, n_batch=32, n_ubatch=32) as target, api.Context.mtp(target) as draft, \
+         api.Speculative(target, draft, n_max=3, spec_type="draft-mtp") as spec:
+        out["mtp_own_positions"] = spec.own_positions
 print(json.dumps(out))
 """
 
@@ -69,10 +75,11 @@ print(json.dumps(out))
 def runs(variants, model_set) -> dict[str, dict]:
     models = json.dumps(model_set.to_json())
     eagle3 = json.dumps(sibling_models("eagle3").to_json())
+    mtp = json.dumps(sibling_models("mtp").to_json())
     out = {}
     for variant in ("baseline", DEFINED):
         proc = subprocess.run(
-            [sys.executable, "-c", _CHILD, variant, models, eagle3], capture_output=True, text=True, timeout=120
+            [sys.executable, "-c", _CHILD, variant, models, eagle3, mtp], capture_output=True, text=True, timeout=120
         )
         assert proc.returncode == 0, (variant, proc.stderr[-3000:])
         out[variant] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -84,6 +91,8 @@ def test_libcommon_says_which_drafts_keep_positions_of_their_own(runs):
     assert runs[DEFINED]["eagle3_own_positions"] is True  # 0005: EAGLE3 too, over the text rows only
     assert runs["baseline"]["own_positions"] is False  # no such query there: the target's positions
     assert runs["baseline"]["eagle3_own_positions"] is False
+    # MTP drafts in the target's own context, at the target's positions, on every libcommon
+    assert runs[DEFINED]["mtp_own_positions"] is False and runs["baseline"]["mtp_own_positions"] is False
 
 
 def test_libcommon_says_which_drafts_count_the_text_rows_only(runs):

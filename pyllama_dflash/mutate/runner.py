@@ -21,7 +21,10 @@ first that notices:
 5. the fix's rules that no scenario reaches through mtmd (tests/test_patch_rules.py: a jump
    inside one batch, positions that go back; tests/test_definition_rules.py for a fix judged
    against the draft's definition), run on the mutant as the series' fix;
-6. optionally, a fixed-seed fuzz.
+6. EAGLE3's llama-server checks on the mutant's own llama-server (SIBLING_KILLERS), for what survived the
+   rest: a slot restore, context checkpoints and a cached prefix reach libcommon's EAGLE3 state through
+   llama-server only;
+7. optionally, a fixed-seed fuzz.
 
 A mutant of the lines the fix adds to ``tools/server/server-context.cpp`` (patches 0003 and 0005) is
 tried with the llama-server checks of slot files and of image conversations instead (SERVER_KILLERS, on
@@ -234,6 +237,8 @@ def try_mutant(
             return out
         if _rules_kill(trial, series_dir):
             return out
+        if _eagle3_server_kills(out, mutant, series_dir, models, work / mutant.id / "eagle3-server"):
+            return out
         if fuzz_examples:
             _fuzz_stage(out, models, fuzz_examples, work / "fuzz")
         return out
@@ -318,6 +323,18 @@ def _eagle3_kills(
     return False
 
 
+def _eagle3_server_kills(out: Outcome, mutant: Mutant, series_dir: Path, models: ModelSet, work: Path) -> bool:
+    """Stage 6, for what survived the rest: EAGLE3's llama-server checks on the mutant's llama-server (a
+    slot restore, context checkpoints and a cached prefix go through libcommon's set_state and bridge,
+    which no library scenario reaches), built only now."""
+    if getattr(models, "real", False):
+        return False
+    (manifest,) = build([VARIANT], BuildOptions(patches_dir=series_dir, quiet=True, cpu="native", server=True))
+    eagle3 = tuple((s, name) for s, name in SIBLING_KILLERS if s == "eagle3")
+    _server_stage(out, manifest, models, series_dir, work, siblings=eagle3, family=False)
+    return out.status == KILLED
+
+
 def _rules_kill(trial: _Trial, series_dir: Path) -> bool:
     """Stage 5: the fix's rules that no scenario reaches, when the checkout has their tests."""
     rules_tests = RULES_TESTS[trial.mutant_variant.role]
@@ -333,7 +350,7 @@ def _rules_kill(trial: _Trial, series_dir: Path) -> bool:
 
 
 def _fuzz_stage(out: Outcome, models: ModelSet, examples: int, work: Path) -> None:
-    """Stage 6, optional: a fixed-seed fuzz of the mutant."""
+    """Stage 7, optional: a fixed-seed fuzz of the mutant."""
     from ..engine.schedule_runner import search_variants
 
     r = search_variants([VARIANT], models, examples=examples, parallel=1, work_dir=work)[VARIANT]
@@ -349,16 +366,24 @@ def _fuzz_stage(out: Outcome, models: ModelSet, examples: int, work: Path) -> No
         out.rows["fuzz"] = PASS
 
 
-def _server_stage(out: Outcome, manifest, models: ModelSet, series_dir: Path, work: Path) -> None:
-    """0003's and 0005's mutants: the slot and image checks on the mutant's llama-server, then the sibling
-    drafters' (SIBLING_KILLERS), in order, stopping at the first that notices. A check that errs (a server
-    that died, say) notices too."""
-    from ..scenarios.models import sibling_models
+def _server_stage(
+    out: Outcome,
+    manifest,
+    models: ModelSet,
+    series_dir: Path,
+    work: Path,
+    *,
+    siblings: tuple[tuple[str, str], ...] = SIBLING_KILLERS,
+    family: bool = True,
+) -> None:
+    """0003's and 0005's mutants: the slot and image checks on the mutant's llama-server (``family``), then
+    the sibling drafters' (``siblings``), in order, stopping at the first that notices. A check that errs
+    (a server that died, say) notices too."""
     from ..server import run_server_checks
 
-    killers = [(name, models) for name in SERVER_KILLERS]
+    killers = [(name, models) for name in SERVER_KILLERS] if family else []
     if not getattr(models, "real", False):
-        killers += [(name, sibling_models(s, models.target.parent)) for s, name in SIBLING_KILLERS]
+        killers += [(name, sibling_models(s, models.target.parent)) for s, name in siblings]
     for name, m in killers:
         r = run_server_checks(manifest, m, checks=[name], work_dir=work, patches_dir=series_dir)[name]
         out.rows[name] = "PASS" if r["ok"] else "FAIL"
