@@ -15,9 +15,9 @@ first that notices:
    scenarios on the MoE target), with their own references;
 4. the EAGLE3 drafter's scenarios (repro --siblings'), each run against the same scenario on the
    unmutated fix, run once for all mutants: the same status, and where that is PASS the same drafts
-   round for round. No reference drafts as EAGLE3 does after an image: b11434's EAGLE3 drafts a
-   history differently after another batching of it (docs/fix.md), so a fresh draft given the same
-   rows is no oracle; the fix itself is, for a mutation run;
+   round for round. The library has no reference of EAGLE3's drafts (the definition reference is the
+   DFlash family's), so the fix itself is the oracle here; through llama-server a fresh server is one
+   (stage 6);
 5. the fix's rules that no scenario reaches through mtmd (tests/test_patch_rules.py: a jump
    inside one batch, positions that go back; tests/test_definition_rules.py for a fix judged
    against the draft's definition), run on the mutant as the series' fix;
@@ -237,7 +237,7 @@ def try_mutant(
             return out
         if _rules_kill(trial, series_dir):
             return out
-        if _eagle3_server_kills(out, mutant, series_dir, models, work / mutant.id / "eagle3-server"):
+        if _eagle3_server_kills(out, series_dir, models, work / mutant.id / "eagle3-server"):
             return out
         if fuzz_examples:
             _fuzz_stage(out, models, fuzz_examples, work / "fuzz")
@@ -323,7 +323,7 @@ def _eagle3_kills(
     return False
 
 
-def _eagle3_server_kills(out: Outcome, mutant: Mutant, series_dir: Path, models: ModelSet, work: Path) -> bool:
+def _eagle3_server_kills(out: Outcome, series_dir: Path, models: ModelSet, work: Path) -> bool:
     """Stage 6, for what survived the rest: EAGLE3's llama-server checks on the mutant's llama-server (a
     slot restore, context checkpoints and a cached prefix go through libcommon's set_state and bridge,
     which no library scenario reaches), built only now."""
