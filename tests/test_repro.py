@@ -20,6 +20,7 @@ from pyllama_dflash.engine.matrix import DEFINITION, REFERENCE, run_matrix, run_
 from pyllama_dflash.llamabuild import variant as variant_of
 from pyllama_dflash.scenarios.catalog import SCENARIOS, expectations, meets
 from pyllama_dflash.scenarios.config import DEFAULT_CONFIG
+from pyllama_dflash.scenarios.drift import compare
 from pyllama_dflash.scenarios.scenario_job import ScenarioJob
 
 
@@ -305,3 +306,19 @@ def test_under_the_definition_a_legacy_draft_and_its_twin_draft_alike(matrix, mo
         twin = twins[(sid, f"{DEFINED}+twin")]
         assert twin["status"] == "PASS", (sid, twin.get("first_failure"))
         assert twin["drafts"] == matrix[(sid, DEFINED)]["drafts"] != [], sid
+
+
+def _round(seq, pos0, tokens, generation, behind=False):
+    return {"seq": seq, "pos0": pos0, "tokens": tokens, "behind": behind, "generation": generation}
+
+
+def test_the_oracle_pairs_rounds_within_one_generate_call():
+    """A behind round that accepts otherwise ends its generate() call a round sooner than the reference's;
+    the next call's rounds still meet their counterparts (seed 111's schedule, in miniature)."""
+    run = [_round(1, 7, [5, 5], 1, behind=True), _round(1, 9, [6], 1, behind=True), _round(1, 1, [68], 2)]
+    reference = [_round(1, 7, [4, 4], 1), _round(1, 8, [4, 4], 1), _round(1, 9, [1], 1), _round(1, 1, [68], 2)]
+    found = compare(run, reference)
+    assert found is not None and found.behind_only and found.differing == 3, found
+    # past the behind rounds, a differing round is a drift that no behind round excuses
+    found = compare(run[:2] + [_round(1, 1, [67], 2)], reference)
+    assert found is not None and not found.behind_only, found

@@ -66,36 +66,49 @@ _COMPARED = ("seq", "pos0", "tokens")
 
 def drafts(rounds: list[dict]) -> list[dict]:
     """The drafting rounds of a result, reduced to what the oracle compares (and whether the
-    draft was behind when the round began)."""
+    draft was behind when the round began, and which generate() call drafted it)."""
     return [
         {
             "seq": r["seq"],
             "pos0": r["pos0"],
             "tokens": list(r.get("tokens", [])),
             "behind": bool(r.get("draft_behind", False)),
+            "generation": int(r.get("generation", 0)),
         }
         for r in rounds
     ]
 
 
+def _calls(rounds: list[tuple[int, dict]]) -> list[list[tuple[int, dict]]]:
+    """A sequence's rounds (with their order) split by the generate() call that drafted them, in order."""
+    calls: dict[int, list[tuple[int, dict]]] = {}
+    for i, r in rounds:
+        calls.setdefault(r.get("generation", 0), []).append((i, r))
+    return list(calls.values())
+
+
 def compare(run: list[dict], reference: list[dict]) -> Drift | None:
     """None when both drafted the same tokens at the same positions in every round.
 
-    The k-th round of a sequence is paired with the reference's k-th round of that sequence, in the
-    order the run drafted them: where a round of one sequence accepted otherwise (a draft behind), the
-    rounds of the other sequences still meet their own counterparts."""
+    The k-th round of a sequence's j-th generate() call is paired with the reference's k-th round of
+    that sequence's j-th call, in the order the run drafted them: where a round accepted otherwise (a
+    draft behind), its call ends sooner or later, and the rounds of the calls after it and of the other
+    sequences still meet their own counterparts. (Calls by ordinal, not by counter: S12 pairs a call
+    of one session with a call of another.)"""
     total = max(len(run), len(reference))
     missing = {"seq": -1, "pos0": -1, "tokens": [], "behind": False}
     keyed = []  # (order, run round, reference round)
     for seq in dict.fromkeys([r["seq"] for r in run] + [r["seq"] for r in reference]):
-        mine = [(i, r) for i, r in enumerate(run) if r["seq"] == seq]
-        theirs = [(i, r) for i, r in enumerate(reference) if r["seq"] == seq]
-        # a round the run never drafted, where its last round of the sequence began behind (a behind
-        # round that accepted otherwise ends the sequence's generation sooner), began behind too
-        gone = {**missing, "behind": bool(mine) and mine[-1][1].get("behind", False)}
-        for k in range(max(len(mine), len(theirs))):
-            a, b = (mine[k] if k < len(mine) else None), (theirs[k] if k < len(theirs) else None)
-            keyed.append(((a or b)[0], a[1] if a else gone, b[1] if b else missing))
+        mine = _calls([(i, r) for i, r in enumerate(run) if r["seq"] == seq])
+        theirs = _calls([(i, r) for i, r in enumerate(reference) if r["seq"] == seq])
+        for j in range(max(len(mine), len(theirs))):
+            ours, refs = (mine[j] if j < len(mine) else []), (theirs[j] if j < len(theirs) else [])
+            # a round the run never drafted, where its call's last round began behind (a behind round
+            # that accepted otherwise ends the call sooner), began behind too
+            gone = {**missing, "behind": bool(ours) and ours[-1][1].get("behind", False)}
+            for k in range(max(len(ours), len(refs))):
+                a, b = (ours[k] if k < len(ours) else None), (refs[k] if k < len(refs) else None)
+                keyed.append(((a or b)[0], a[1] if a else gone, b[1] if b else missing))
     pairs = [(a, b) for _, a, b in sorted(keyed, key=lambda t: t[0])]
     differ = [i for i, (a, b) in enumerate(pairs) if any(a[k] != b[k] for k in _COMPARED)]
     if not differ:

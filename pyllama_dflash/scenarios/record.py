@@ -71,6 +71,9 @@ class Round:
     # returned"): a round that drafted nothing because it could not, even where a cut-off allows
     # drafting nothing
     refused: bool = False
+    # which generate() call of its session drafted it (a counter): the oracle pairs a run's rounds with
+    # its reference's within one call, as a behind round that accepted otherwise ends its call sooner
+    generation: int = 0
 
 
 class StopScenario(Exception):

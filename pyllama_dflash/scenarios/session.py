@@ -107,6 +107,7 @@ class Session:
         self.seqs = [SeqState() for _ in range(cfg.n_seq)]
         self.ops: list[Op] = []  # what happened, for the reference replay (ops.py)
         self._own_saves: set[int] = set()
+        self._generations = 0  # generate() calls so far (Round.generation)
         # seq -> the step of a target-only restore whose history trim waits for the seq's next use
         self._history_pending: dict[int, str] = {}
 
@@ -456,6 +457,7 @@ class Session:
         st = self.seqs[seq]
         if st.id_last is None:
             raise ValueError(f"generate: sequence {seq} has no sampled token yet (its prompt ended without logits)")
+        self._generations += 1
         out: list[int] = []
         r = 0
         while len(out) < n_tokens:
@@ -493,7 +495,17 @@ class Session:
             self._after_verify(seq, step, drafted, accepted)
             if n_draft > 0:
                 self.record.rounds.append(
-                    Round(seq, pos0, len(drafted), accepted, st.image_pending, list(drafted), behind, refused)
+                    Round(
+                        seq,
+                        pos0,
+                        len(drafted),
+                        accepted,
+                        st.image_pending,
+                        list(drafted),
+                        behind,
+                        refused,
+                        self._generations,
+                    )
                 )
                 st.image_pending = False
         return new_tokens
