@@ -310,6 +310,11 @@ class Session:
                 log=lines if res.rc else [],
             )
         )
+        misplaced = self._misplaced_rows(seq) if spec is not None and sub_batches else None
+        if misplaced:
+            self.record.add(
+                Call(step, "spec", "common_speculative_process", seq, False, n=chunk.n_tokens, log=[misplaced])
+            )
         st.n_past = res.n_past
         st.image_pending = True
 
@@ -337,23 +342,31 @@ class Session:
             return
         filled = self._fill_like_the_fix(batch) if self.cfg.twin_fill_layout else []
         ok = self.spec.process_ok(batch)
+        log = [str(x) for x in self.spec.last_log]
         if ok:
             for s, k in zip(*np.unique(batch.seq_id, return_counts=True), strict=True):
                 self._draft_took(self.seqs[int(s)], int(k))
+                misplaced = self._misplaced_rows(int(s))
+                if misplaced:
+                    ok = False
+                    log.append(misplaced)
         for s, p0, p1 in filled:
             self.draft.seq_rm(s, p0, p1)
         self.record.add(
-            Call(
-                step,
-                "spec",
-                "common_speculative_process",
-                seq,
-                ok,
-                pos=_span(batch),
-                n=batch.n_tokens,
-                log=[str(x) for x in self.spec.last_log],
-            )
+            Call(step, "spec", "common_speculative_process", seq, ok, pos=_span(batch), n=batch.n_tokens, log=log)
         )
+
+    def _misplaced_rows(self, seq: int) -> str | None:
+        """A draft with positions of its own holds the rows it took at 0..N-1 and nothing else (0005): why
+        its memory of seq does not, or None. (A row at -1, say, breaks no batch check: llama.cpp skips it
+        for an empty sequence, and a random head may draft the same tokens over it.)"""
+        if not self.own_positions:
+            return None
+        n = len(self.seqs[seq].draft_ids)
+        held = (self.draft.pos_min(seq), self.draft.pos_max(seq))
+        if held == ((0, n - 1) if n else (-1, -1)):
+            return None
+        return f"the draft's memory of seq {seq} spans positions {held[0]}..{held[1]}, not its {n} rows' 0..{n - 1}"
 
     def _add_rows(self, st: SeqState, positions: Sequence[int], contents: Sequence[int], image: bool = False) -> None:
         """Rows the target now holds for st's sequence, at the target's positions. A row's identity chains
