@@ -248,16 +248,22 @@ def try_mutant(
 
 def _build(out: Outcome, mutant: Mutant, series_dir: Path):
     """The mutant's build (its manifest), or None when it does not compile: ``out`` then says so."""
-    t0 = time.monotonic()
     os.environ[PATCHES_ENV] = str(series_dir)  # the children look the mutant's build up in its series
+    # only a mutant of llama-server's lines needs the server from the start
+    return _built(out, series_dir, server=mutant.path == SERVER_FILE)
+
+
+def _built(out: Outcome, series_dir: Path, server: bool):
+    """The mutant's series built (with llama-server or not): its manifest, or None when it does not
+    compile or link, and ``out`` then says so; the time goes to ``out.build_s``."""
+    t0 = time.monotonic()
     try:
-        server = mutant.path == SERVER_FILE  # only a mutant of llama-server's lines needs the server
         (manifest,) = build([VARIANT], BuildOptions(patches_dir=series_dir, quiet=True, cpu="native", server=server))
     except BuildError as e:
         out.status, out.detail = STILLBORN, _first_error(str(e))
         return None
     finally:
-        out.build_s = time.monotonic() - t0
+        out.build_s += time.monotonic() - t0
     return manifest
 
 
@@ -329,7 +335,9 @@ def _eagle3_server_kills(out: Outcome, series_dir: Path, models: ModelSet, work:
     which no library scenario reaches), built only now."""
     if getattr(models, "real", False):
         return False
-    (manifest,) = build([VARIANT], BuildOptions(patches_dir=series_dir, quiet=True, cpu="native", server=True))
+    manifest = _built(out, series_dir, server=True)
+    if manifest is None:  # a libcommon that built and ran, in a server that does not link: stillborn too
+        return True
     eagle3 = tuple((s, name) for s, name in SIBLING_KILLERS if s == "eagle3")
     _server_stage(out, manifest, models, series_dir, work, siblings=eagle3, family=False)
     return out.status == KILLED
