@@ -221,6 +221,31 @@ class Speculative(_Owner):
         lib = self._rt.lib
         self._run("pyllama_dflash_spec_accept", lambda: lib.pyllama_dflash_spec_accept(self._ptr(), seq_id, n_accepted))
 
+    def get_state(self, seq_id: int) -> bytes:
+        """What the driver keeps of seq_id besides the draft's memory (``common_speculative_get_state``:
+        EAGLE3's pending row, which llama-server saves with a context checkpoint); b"" for none."""
+        ffi, lib = self._rt.ffi, self._rt.lib
+        n = self._run(
+            "pyllama_dflash_spec_get_state", lambda: lib.pyllama_dflash_spec_get_state(self._ptr(), seq_id, ffi.NULL, 0)
+        )
+        if n == 0:
+            return b""
+        out = ffi.new("uint8_t[]", n)
+        self._run(
+            "pyllama_dflash_spec_get_state", lambda: lib.pyllama_dflash_spec_get_state(self._ptr(), seq_id, out, n)
+        )
+        return bytes(ffi.buffer(out, n))
+
+    def set_state(self, seq_id: int, data: bytes = b"") -> None:
+        """``common_speculative_set_state``: give seq_id back what get_state() returned, or, with b"", make
+        the driver forget what it kept (llama-server after a slot restore or a prompt-cache load)."""
+        lib = self._rt.lib
+        buf = self._rt.ffi.from_buffer("uint8_t[]", data) if data else self._rt.ffi.NULL
+        self._run(
+            "pyllama_dflash_spec_set_state",
+            lambda: lib.pyllama_dflash_spec_set_state(self._ptr(), seq_id, buf, len(data)),
+        )
+
 
 def spec_type_id(name: str) -> int:
     """libcommon's common_speculative_type for a --spec-type name; ValueError for an unknown one."""

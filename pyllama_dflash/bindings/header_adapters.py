@@ -28,7 +28,7 @@ from __future__ import annotations
 DECL_FILES: tuple[str, ...] = ("ggml.h", "llama.h", "mtmd.h", "shim.h", "callbacks.h")
 
 # Shim ABI this binding was written for; checked against pyllama_dflash_shim_abi() at load.
-SHIM_ABI = 3
+SHIM_ABI = 4
 
 # C source of the generated module: the real headers plus the adapters listed above.
 SOURCE_PREAMBLE = r"""

@@ -28,7 +28,7 @@ extern "C" {
 #define PYLLAMA_DFLASH_SHIM_API __attribute__((visibility("default")))
 
 /* bumped whenever a signature below changes; the Python side checks it at load time */
-#define PYLLAMA_DFLASH_SHIM_ABI 3
+#define PYLLAMA_DFLASH_SHIM_ABI 4
 
 /* return codes of the shim's own calls */
 #define PYLLAMA_DFLASH_ERROR  (-1) /* bad arguments or a caught C++ exception: see last_error */
@@ -138,6 +138,17 @@ PYLLAMA_DFLASH_SHIM_API int32_t pyllama_dflash_spec_draft(
 
 PYLLAMA_DFLASH_SHIM_API int32_t pyllama_dflash_spec_accept(
         pyllama_dflash_spec * spec, llama_seq_id seq_id, uint16_t n_accepted);
+
+/* what the driver keeps of a sequence besides the draft's memory (common_speculative_get_state:
+ * EAGLE3's pending row, which llama-server keeps with a context checkpoint): its size in bytes, 0 for
+ * none, written to out when out_cap holds it; or PYLLAMA_DFLASH_ERROR */
+PYLLAMA_DFLASH_SHIM_API int32_t pyllama_dflash_spec_get_state(
+        pyllama_dflash_spec * spec, llama_seq_id seq_id, uint8_t * out, int32_t out_cap);
+
+/* common_speculative_set_state; n_data 0 forgets it (llama-server after a slot restore or a prompt
+ * cache load: the sequence's rows come from elsewhere) */
+PYLLAMA_DFLASH_SHIM_API int32_t pyllama_dflash_spec_set_state(
+        pyllama_dflash_spec * spec, llama_seq_id seq_id, const uint8_t * data, int32_t n_data);
 
 /* ---- libcommon's logger (LOG_INF/LOG_ERR inside common/ sources) ----------------------- */
 

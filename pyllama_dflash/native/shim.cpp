@@ -453,6 +453,29 @@ int32_t pyllama_dflash_spec_accept(pyllama_dflash_spec * spec, llama_seq_id seq_
     });
 }
 
+int32_t pyllama_dflash_spec_get_state(pyllama_dflash_spec * spec, llama_seq_id seq_id, uint8_t * out, int32_t out_cap) {
+    return guarded(__func__, [&]() -> int32_t {
+        if (!spec) return fail("get_state: spec is NULL");
+        if (seq_id < 0 || seq_id >= spec->n_seq) return fail("get_state: seq_id " + std::to_string(seq_id) + " out of range");
+        if (out_cap < 0 || (out_cap > 0 && out == nullptr)) return fail("get_state: out_cap > 0 needs out");
+        std::vector<uint8_t> data;
+        if (!common_speculative_get_state(spec->spec, seq_id, data)) return 0;
+        if (data.size() > (size_t) INT32_MAX) return fail("get_state: the state is larger than an int32_t counts");
+        if ((size_t) out_cap >= data.size()) std::memcpy(out, data.data(), data.size());
+        return (int32_t) data.size();
+    });
+}
+
+int32_t pyllama_dflash_spec_set_state(pyllama_dflash_spec * spec, llama_seq_id seq_id, const uint8_t * data, int32_t n_data) {
+    return guarded(__func__, [&]() -> int32_t {
+        if (!spec) return fail("set_state: spec is NULL");
+        if (seq_id < 0 || seq_id >= spec->n_seq) return fail("set_state: seq_id " + std::to_string(seq_id) + " out of range");
+        if (n_data < 0 || (n_data > 0 && data == nullptr)) return fail("set_state: n_data > 0 needs data");
+        common_speculative_set_state(spec->spec, seq_id, std::vector<uint8_t>(data, data + n_data));
+        return PYLLAMA_DFLASH_OK;
+    });
+}
+
 // ---- libcommon's logger ------------------------------------------------------------------
 
 int32_t pyllama_dflash_common_log_to_file(const char * path) {

@@ -53,6 +53,8 @@ int32_t pyllama_dflash_spec_begin(pyllama_dflash_spec * spec, llama_seq_id seq_i
 int32_t pyllama_dflash_spec_draft(pyllama_dflash_spec * spec, llama_seq_id seq_id, llama_token id_last, llama_pos pos0,
                                   int32_t n_max, llama_token * out, int32_t out_cap);
 int32_t pyllama_dflash_spec_accept(pyllama_dflash_spec * spec, llama_seq_id seq_id, uint16_t n_accepted);
+int32_t pyllama_dflash_spec_get_state(pyllama_dflash_spec * spec, llama_seq_id seq_id, uint8_t * out, int32_t out_cap);
+int32_t pyllama_dflash_spec_set_state(pyllama_dflash_spec * spec, llama_seq_id seq_id, const uint8_t * data, int32_t n_data);
 
 /* libcommon's logger */
 int32_t pyllama_dflash_common_log_to_file(const char * path);
