@@ -5,7 +5,8 @@ batches in a child process per variant (the variants share sonames):
   an image's rows pinned to one position;
 - positions that go back within a sequence are refused before anything is injected;
 - libcommon says which drafts keep positions of their own (common_speculative_own_positions), which
-  is what llama-server trims and restores the draft by.
+  is what llama-server trims and restores the draft by;
+- EAGLE3 drafts after llama-server's call orders as after one pass over the same history.
 
 pyllama_dflash.mutate runs this file on each mutant of a fix judged against the definition.
 """
@@ -97,6 +98,40 @@ def eagle3_one_pass(m):
             take(target, spec, [last], n)
             drafted = spec.draft(0, target.argmax(-1), n + 1, trim_at=n + 1)
             found["cancelled_draft"] = versus(drafted, draft.logits(-1), prompt + [last])
+        # a context checkpoint saved before a draft() and loaded after it, its pending row with it
+        # (get_state / set_state): the next process() must pair the row anew, whatever token the
+        # driver last saw (here the one the conversation goes on with again)
+        with contextlib.ExitStack() as stack:
+            target, draft, spec = opened(stack)
+            take(target, spec, prompt, 0)
+            checkpoint = (target.state_seq_get(0), draft.state_seq_get(0), spec.get_state(0))
+            spec.draft(0, first, n, trim_at=n)
+            take(target, spec, [first], n)
+            assert target.seq_rm(0, -1, -1) and draft.seq_rm(0, -1, -1)
+            assert target.state_seq_set(0, checkpoint[0]) and draft.state_seq_set(0, checkpoint[1])
+            spec.set_state(0, checkpoint[2])
+            take(target, spec, [first], n)
+            drafted = spec.draft(0, target.argmax(-1), n + 1, trim_at=n + 1)
+            found["checkpoint_with_pending_row"] = versus(drafted, draft.logits(-1), prompt + [first])
+        # a slot restored without the driver's state (set_state with none, as llama-server does), saved
+        # right after a draft() paired its last row, over a conversation whose last verify covered that
+        # row's position: the row must keep its saved pair, not take the other conversation's g
+        with contextlib.ExitStack() as stack:
+            target, draft, spec = opened(stack)
+            take(target, spec, prompt, 0)
+            spec.draft(0, first, n, trim_at=n)
+            slot = (target.state_seq_get(0), draft.state_seq_get(0))
+            assert target.seq_rm(0, -1, -1) and draft.seq_rm(0, -1, -1)
+            spec.set_state(0)
+            other = [int(t) for t in tm.tokenize("gold ship wind wind moon lamp tree ", add_special=False)]
+            take(target, spec, other[: n - 2], 0)
+            take(target, spec, other[n - 2 : n + 2], n - 2, logits="all")  # its rows cover position n - 1
+            assert target.seq_rm(0, -1, -1) and draft.seq_rm(0, -1, -1)
+            assert target.state_seq_set(0, slot[0]) and draft.state_seq_set(0, slot[1])
+            spec.set_state(0)
+            take(target, spec, [first], n)
+            drafted = spec.draft(0, target.argmax(-1), n + 1, trim_at=n + 1)
+            found["slot_restored_without_state"] = versus(drafted, draft.logits(-1), prompt + [first])
     return found
 
 with api.Model(models.target) as tm, api.Model(models.draft_for("plain")) as dm:
@@ -192,12 +227,22 @@ def test_positions_that_go_back_are_refused_before_anything_is_injected(runs):
     assert any("positions go back" in line for line in r["back_log"]), r["back_log"]
 
 
-@pytest.mark.parametrize("case", ["accepted_then_no_draft", "cancelled_draft"])
+@pytest.mark.parametrize(
+    "case", ["accepted_then_no_draft", "cancelled_draft", "checkpoint_with_pending_row", "slot_restored_without_state"]
+)
 def test_eagle3_drafts_after_each_call_order_as_after_one_pass(runs, case):
-    """EAGLE3 under 0005 holds every text row's pair (the next token, its g): after a verify that accepted
-    one draft and a round with nothing to draft, or after a draft whose verify never came, its next
-    draft is the one a fresh draft given the same history in one pass makes, to rounding (the target's
-    features of a row differ by batch shape in the last bits; a row paired with another token moves the
-    logits by far more)."""
+    """EAGLE3 under 0005 holds every text row's pair (the next token, its g). After each of four call
+    orders llama-server can make, its next draft is the one a fresh draft given the same history in one
+    pass makes, to rounding (the target's features of a row differ by batch shape in the last bits; a row
+    paired with another token, or given another row's g, moves the logits by far more):
+
+    - a verify that accepted one draft, then a round with nothing to draft;
+    - a draft whose verify never came (a cancelled request), then the conversation going on;
+    - a context checkpoint saved before a draft and loaded after it, with the driver's state;
+    - a slot restored without the driver's state, over a conversation whose last verify covered the
+      restored last row's position.
+
+    Each call order is made with the one token that makes a mutant of 0005's pairing bookkeeping skip
+    or misdo the re-pairing (the mutate run of 0005's own lines: docs/regression.md)."""
     r = runs[DEFINED]["eagle3_one_pass"][case]
     assert r["drafted"] == r["one_pass"] and r["logits_apart"] < LOGITS_APART, r
