@@ -17,7 +17,8 @@ After every call of the schedule:
 
 For a draft with positions of its own (patch 0005), "where the target's ends" is the index of the
 sequence's last row (Session.memory_ends), and the first exception below does not arise: every row
-goes in, an image's pinned ones too.
+goes in, an image's pinned ones too. The session checks such a draft's memory further after every
+``process()`` and image: it starts at 0 too (:class:`DraftMisplaced` otherwise).
 
 Three exceptions, each because nothing can fail there:
 
@@ -48,7 +49,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..scenarios.record import Call, Record, StopScenario
+from ..scenarios.record import DRAFT_ROWS, Call, Record, StopScenario
 
 _X = re.compile(r"\bX = (-?\d+)")
 _Y = re.compile(r"\bY = (-?\d+)")
@@ -85,6 +86,10 @@ class DraftBehind(Violation):
     kind = "draft-behind"  # every call succeeded, but the draft's memory ends before it should
 
 
+class DraftMisplaced(Violation):
+    kind = "draft-misplaced"  # every call succeeded, but a draft with positions of its own holds rows elsewhere
+
+
 class DraftPast(Violation):
     kind = "draft-past"  # every call succeeded, but the draft's memory ends after it should
 
@@ -105,6 +110,8 @@ class DraftStarved(Violation):
 
 def failed_call(call: Call) -> Violation:
     """The violation a failing call stands for; for the driver, told apart by the batch check's X and Y."""
+    if call.api == DRAFT_ROWS:
+        return DraftMisplaced(call.summary(), call)
     if call.who != "spec":
         return TargetFailed(call.summary(), call)
     text = "\n".join(call.log)

@@ -39,15 +39,15 @@ REFERENCE_OK = (PASS,)
 
 @dataclass(frozen=True)
 class Drift:
-    round: int  # 1-based index of the first round that differs
+    round: int  # 1-based index of the first pair of rounds (the run's, the reference's) that differs
     seq: int
     pos0: int
     run: list[int]  # what the run drafted there
     reference: list[int]  # what the reference drafted there
-    differing: int  # rounds that differ, out of
-    total: int  # the rounds of the longer of the two
-    # every differing round began with the draft behind the target (see Round.draft_behind):
-    # draft() had to fill the hole for its noise block, which then attended to the zero rows
+    differing: int  # pairs that differ, out of
+    total: int  # the pairs compared
+    # every differing pair began with the draft behind the target (see Round.draft_behind), or was moved
+    # to other positions by such a round before it in its generate() call (see compare)
     behind_only: bool = False
 
     def summary(self) -> str:
@@ -73,51 +73,64 @@ def drafts(rounds: list[dict]) -> list[dict]:
             "pos0": r["pos0"],
             "tokens": list(r.get("tokens", [])),
             "behind": bool(r.get("draft_behind", False)),
-            "generation": int(r.get("generation", 0)),
+            "generate_call": int(r.get("generate_call", 0)),
         }
         for r in rounds
     ]
 
 
-def _calls(rounds: list[tuple[int, dict]]) -> list[list[tuple[int, dict]]]:
+def _by_generate_call(rounds: list[tuple[int, dict]]) -> list[list[tuple[int, dict]]]:
     """A sequence's rounds (with their order) split by the generate() call that drafted them, in order."""
     calls: dict[int, list[tuple[int, dict]]] = {}
     for i, r in rounds:
-        calls.setdefault(r.get("generation", 0), []).append((i, r))
+        calls.setdefault(r.get("generate_call", 0), []).append((i, r))
+    for call in calls.values():
+        # a call drafts each position once: rounds of two calls under one counter would be paired wrongly
+        if len({r["pos0"] for _, r in call}) != len(call):
+            raise ValueError(f"two rounds of seq {call[0][1]['seq']} at one position in one generate() call")
     return list(calls.values())
 
 
 def compare(run: list[dict], reference: list[dict]) -> Drift | None:
     """None when both drafted the same tokens at the same positions in every round.
 
-    The k-th round of a sequence's j-th generate() call is paired with the reference's k-th round of
-    that sequence's j-th call, in the order the run drafted them: where a round accepted otherwise (a
-    draft behind), its call ends sooner or later, and the rounds of the calls after it and of the other
-    sequences still meet their own counterparts. (Calls by ordinal, not by counter: S12 pairs a call
-    of one session with a call of another.)"""
-    total = max(len(run), len(reference))
+    A sequence's j-th generate() call is paired with the reference's j-th call of that sequence (by
+    ordinal: S12 pairs a call of one session with a call of another), and within a call a round with
+    the reference's round at the same position: the target's history there is the same (the output is
+    exact), so the drafts must be. A round one side drafted at a position the other did not is excused
+    where a round of the call before it began behind on the run's side (a behind round that accepted
+    otherwise moves every later round of its call), and differs otherwise. Pairs are reported in the
+    run's order (a round the run did not draft, right after the run's last round before it)."""
     missing = {"seq": -1, "pos0": -1, "tokens": [], "behind": False}
-    keyed = []  # (order, run round, reference round)
+    keyed = []  # (order, run round, reference round, excused where they differ)
     for seq in dict.fromkeys([r["seq"] for r in run] + [r["seq"] for r in reference]):
-        mine = _calls([(i, r) for i, r in enumerate(run) if r["seq"] == seq])
-        theirs = _calls([(i, r) for i, r in enumerate(reference) if r["seq"] == seq])
+        mine = _by_generate_call([(i, r) for i, r in enumerate(run) if r["seq"] == seq])
+        theirs = _by_generate_call([(i, r) for i, r in enumerate(reference) if r["seq"] == seq])
         for j in range(max(len(mine), len(theirs))):
             ours, refs = (mine[j] if j < len(mine) else []), (theirs[j] if j < len(theirs) else [])
-            # a round the run never drafted, where its call's last round began behind (a behind round
-            # that accepted otherwise ends the call sooner), began behind too
-            gone = {**missing, "behind": bool(ours) and ours[-1][1].get("behind", False)}
-            for k in range(max(len(ours), len(refs))):
-                a, b = (ours[k] if k < len(ours) else None), (refs[k] if k < len(refs) else None)
-                keyed.append(((a or b)[0], a[1] if a else gone, b[1] if b else missing))
-    pairs = [(a, b) for _, a, b in sorted(keyed, key=lambda t: t[0])]
-    differ = [i for i, (a, b) in enumerate(pairs) if any(a[k] != b[k] for k in _COMPARED)]
+            at = {r["pos0"]: (i, r) for i, r in refs}
+            first_behind = min((r["pos0"] for _, r in ours if r["behind"]), default=None)
+
+            def moved(pos0: int, first_behind: int | None = first_behind) -> bool:
+                return first_behind is not None and first_behind < pos0
+
+            for i, a in ours:
+                b = at.pop(a["pos0"], (None, missing))[1]
+                keyed.append(((i, 0), a, b, a["behind"] or (b is missing and moved(a["pos0"]))))
+            for i, b in at.values():
+                before = [k for k, a in ours if a["pos0"] < b["pos0"]]
+                order = (before[-1], 1 + i) if before else ((ours[0][0] if ours else i), -1)
+                keyed.append((order, missing, b, moved(b["pos0"])))
+    keyed.sort(key=lambda t: t[0])
+    pairs = [(a, b, excused) for _, a, b, excused in keyed]
+    differ = [i for i, (a, b, _) in enumerate(pairs) if any(a[k] != b[k] for k in _COMPARED)]
     if not differ:
         return None
     first = differ[0]
-    a, b = pairs[first]
+    a, b, _ = pairs[first]
     where = a if a["seq"] >= 0 else b
-    behind_only = all(pairs[i][0]["behind"] for i in differ)
-    return Drift(first + 1, where["seq"], where["pos0"], a["tokens"], b["tokens"], len(differ), total, behind_only)
+    behind_only = all(pairs[i][2] for i in differ)
+    return Drift(first + 1, where["seq"], where["pos0"], a["tokens"], b["tokens"], len(differ), len(pairs), behind_only)
 
 
 def judge(result: dict, reference: dict | None, layout: dict | None = None) -> dict:

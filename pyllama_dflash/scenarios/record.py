@@ -18,6 +18,10 @@ from ..child import CRASH, ERROR  # noqa: F401 (every status of a run is importa
 PASS, TIE, DRIFT, DEGRADED, FAIL = "PASS", "TIE", "DRIFT", "DEGRADED", "FAIL"
 SKIP = "SKIP"
 
+# the api of a failing Call that is the session's own check, not a native call's answer: a draft with
+# positions of its own holds its rows elsewhere than at 0..N-1 (Session._check_draft_rows)
+DRAFT_ROWS = "draft rows at 0..N-1"
+
 # the log lines worth quoting next to a failing rc (the batch check, the driver's own report)
 _POSITION = re.compile(r"\b[XY] = \d+")
 _KEY_LINES = re.compile(r"X = |Y = |Y = X|X < Y|X <= Y|not continuous|failed|returned|error", re.IGNORECASE)
@@ -71,9 +75,9 @@ class Round:
     # returned"): a round that drafted nothing because it could not, even where a cut-off allows
     # drafting nothing
     refused: bool = False
-    # which generate() call of its session drafted it (a counter): the oracle pairs a run's rounds with
-    # its reference's within one call, as a behind round that accepted otherwise ends its call sooner
-    generation: int = 0
+    # which generate() call of its record drafted it (a counter): the oracle pairs a run's rounds with
+    # its reference's within one call, as a behind round that accepted otherwise moves the rest of it
+    generate_call: int = 0
 
 
 class StopScenario(Exception):
@@ -94,6 +98,8 @@ class Record:
     drift: str | None = None
     # a p_min or n_min cut-off makes a round that drafts nothing an answer, not starvation
     empty_rounds_allowed: bool = False
+    # generate() calls recorded so far, by every session writing here (Round.generate_call)
+    generate_calls: int = 0
 
     def add(self, call: Call) -> Call:
         self.calls.append(call)

@@ -27,7 +27,7 @@ from .config import SessionConfig
 from .loaded import Loaded
 from .models import ModelSet
 from .ops import Generate, Op, Prompt, RestoreSlot, RestoreTarget, Rewind, SaveSlot, SaveTarget, TextBatch
-from .record import Call, Record, Round
+from .record import DRAFT_ROWS, Call, Record, Round
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,6 @@ class Session:
         self.seqs = [SeqState() for _ in range(cfg.n_seq)]
         self.ops: list[Op] = []  # what happened, for the reference replay (ops.py)
         self._own_saves: set[int] = set()
-        self._generations = 0  # generate() calls so far (Round.generation)
         # seq -> the step of a target-only restore whose history trim waits for the seq's next use
         self._history_pending: dict[int, str] = {}
 
@@ -310,11 +309,8 @@ class Session:
                 log=lines if res.rc else [],
             )
         )
-        misplaced = self._misplaced_rows(seq) if spec is not None and sub_batches else None
-        if misplaced:
-            self.record.add(
-                Call(step, "spec", "common_speculative_process", seq, False, n=chunk.n_tokens, log=[misplaced])
-            )
+        if spec is not None and sub_batches:
+            self._check_draft_rows(seq, step)
         st.n_past = res.n_past
         st.image_pending = True
 
@@ -342,31 +338,39 @@ class Session:
             return
         filled = self._fill_like_the_fix(batch) if self.cfg.twin_fill_layout else []
         ok = self.spec.process_ok(batch)
-        log = [str(x) for x in self.spec.last_log]
+        seqs, counts = np.unique(batch.seq_id, return_counts=True)
         if ok:
-            for s, k in zip(*np.unique(batch.seq_id, return_counts=True), strict=True):
+            for s, k in zip(seqs, counts, strict=True):
                 self._draft_took(self.seqs[int(s)], int(k))
-                misplaced = self._misplaced_rows(int(s))
-                if misplaced:
-                    ok = False
-                    log.append(misplaced)
         for s, p0, p1 in filled:
             self.draft.seq_rm(s, p0, p1)
         self.record.add(
-            Call(step, "spec", "common_speculative_process", seq, ok, pos=_span(batch), n=batch.n_tokens, log=log)
+            Call(
+                step,
+                "spec",
+                "common_speculative_process",
+                seq,
+                ok,
+                pos=_span(batch),
+                n=batch.n_tokens,
+                log=[str(x) for x in self.spec.last_log],
+            )
         )
+        for s in seqs:
+            self._check_draft_rows(int(s), step)
 
-    def _misplaced_rows(self, seq: int) -> str | None:
-        """A draft with positions of its own holds the rows it took at 0..N-1 and nothing else (0005): why
-        its memory of seq does not, or None. (A row at -1, say, breaks no batch check: llama.cpp skips it
-        for an empty sequence, and a random head may draft the same tokens over it.)"""
+    def _check_draft_rows(self, seq: int, step: str) -> None:
+        """A draft with positions of its own holds the rows it took at 0..N-1 (0005): a failing check where
+        its memory of seq spans other positions (its first and last are compared, so a gap inside goes
+        unseen). A row at -1, say, breaks no batch check (llama.cpp skips it for an empty sequence), and a
+        random head may draft the same tokens over it."""
         if not self.own_positions:
-            return None
+            return
         n = len(self.seqs[seq].draft_ids)
         held = (self.draft.pos_min(seq), self.draft.pos_max(seq))
-        if held == ((0, n - 1) if n else (-1, -1)):
-            return None
-        return f"the draft's memory of seq {seq} spans positions {held[0]}..{held[1]}, not its {n} rows' 0..{n - 1}"
+        if held != ((0, n - 1) if n else (-1, -1)):
+            why = f"the draft's memory of seq {seq} spans positions {held[0]}..{held[1]}, not its {n} rows' 0..{n - 1}"
+            self.record.add(Call(step, "draft", DRAFT_ROWS, seq, False, pos=held, n=n, log=[why]))
 
     def _add_rows(self, st: SeqState, positions: Sequence[int], contents: Sequence[int], image: bool = False) -> None:
         """Rows the target now holds for st's sequence, at the target's positions. A row's identity chains
@@ -470,7 +474,7 @@ class Session:
         st = self.seqs[seq]
         if st.id_last is None:
             raise ValueError(f"generate: sequence {seq} has no sampled token yet (its prompt ended without logits)")
-        self._generations += 1
+        self.record.generate_calls += 1  # the record's: a scenario may run several sessions into it
         out: list[int] = []
         r = 0
         while len(out) < n_tokens:
@@ -517,7 +521,7 @@ class Session:
                         list(drafted),
                         behind,
                         refused,
-                        self._generations,
+                        self.record.generate_calls,
                     )
                 )
                 st.image_pending = False
