@@ -231,9 +231,11 @@ class Speculative(_Owner):
         if n == 0:
             return b""
         out = ffi.new("uint8_t[]", n)
-        self._run(
+        again = self._run(
             "pyllama_dflash_spec_get_state", lambda: lib.pyllama_dflash_spec_get_state(self._ptr(), seq_id, out, n)
         )
+        if again != n:  # nothing runs in between: a driver whose state changes size on its own
+            raise PyllamaError(f"get_state: the driver's state of seq {seq_id} was {n} bytes, then {again}")
         return bytes(ffi.buffer(out, n))
 
     def set_state(self, seq_id: int, data: bytes = b"") -> None:

@@ -220,7 +220,7 @@ def try_mutant(
     manifest = _build(out, mutant, series_dir)
     if manifest is None:
         return out
-    t1 = time.monotonic()
+    t1, built_s = time.monotonic(), out.build_s
     trial = _Trial(out, variant(VARIANT, series_dir))
     try:
         if mutant.path == SERVER_FILE:
@@ -243,17 +243,17 @@ def try_mutant(
             _fuzz_stage(out, models, fuzz_examples, work / "fuzz")
         return out
     finally:
-        out.judge_s = time.monotonic() - t1
+        out.judge_s = time.monotonic() - t1 - (out.build_s - built_s)  # a later stage's build is build time
 
 
 def _build(out: Outcome, mutant: Mutant, series_dir: Path):
     """The mutant's build (its manifest), or None when it does not compile: ``out`` then says so."""
     os.environ[PATCHES_ENV] = str(series_dir)  # the children look the mutant's build up in its series
     # only a mutant of llama-server's lines needs the server from the start
-    return _built(out, series_dir, server=mutant.path == SERVER_FILE)
+    return _build_series(out, series_dir, server=mutant.path == SERVER_FILE)
 
 
-def _built(out: Outcome, series_dir: Path, server: bool):
+def _build_series(out: Outcome, series_dir: Path, server: bool):
     """The mutant's series built (with llama-server or not): its manifest, or None when it does not
     compile or link, and ``out`` then says so; the time goes to ``out.build_s``."""
     t0 = time.monotonic()
@@ -335,7 +335,7 @@ def _eagle3_server_kills(out: Outcome, series_dir: Path, models: ModelSet, work:
     which no library scenario reaches), built only now."""
     if getattr(models, "real", False):
         return False
-    manifest = _built(out, series_dir, server=True)
+    manifest = _build_series(out, series_dir, server=True)
     if manifest is None:  # a libcommon that built and ran, in a server that does not link: stillborn too
         return True
     eagle3 = tuple((s, name) for s, name in SIBLING_KILLERS if s == "eagle3")

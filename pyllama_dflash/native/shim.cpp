@@ -461,7 +461,7 @@ int32_t pyllama_dflash_spec_get_state(pyllama_dflash_spec * spec, llama_seq_id s
         std::vector<uint8_t> data;
         if (!common_speculative_get_state(spec->spec, seq_id, data)) return 0;
         if (data.size() > (size_t) INT32_MAX) return fail("get_state: the state is larger than an int32_t counts");
-        if ((size_t) out_cap >= data.size()) std::memcpy(out, data.data(), data.size());
+        if (!data.empty() && (size_t) out_cap >= data.size()) std::memcpy(out, data.data(), data.size());
         return (int32_t) data.size();
     });
 }
