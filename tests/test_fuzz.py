@@ -478,7 +478,7 @@ def test_a_behind_draft_rewound_to_the_start_drafts_as_the_definition(variants, 
     draft the reference's did not, so that generate() ends a round sooner than the reference's; then seq 1
     is rewound to its start and given a new prompt, and its one round there drafts what the reference's
     does. The oracle once paired that round with the reference's extra behind round and called it a drift
-    past the behind rounds; it pairs rounds within one generate() call now."""
+    past the behind rounds; it pairs rounds within one generate() call, by position, now."""
     schedule = Schedule.load(Path(__file__).parent / "data" / "schedules" / "definition-restored-then-rewound.json")
     r = replay_variants(schedule, [DEFINED], model_set, work_dir=tmp_path)[DEFINED]
     assert r["status"] == "PASS" and r["stats"].get("drift_behind_only", 0) == 1, r
