@@ -141,6 +141,17 @@ def test_b11434s_eagle3_drafts_a_prompt_otherwise_when_it_goes_in_two_passes(var
         assert (r["first_round"]["one_pass"] == r["first_round"]["two_passes"]) is same, (v, r)
 
 
+@pytest.mark.server
+def test_an_mtp_draft_part_past_its_target_part_is_refused_as_running_past(variants, tmp_path):
+    """MTP keeps the target's positions on 0005 too: a forged draft part longer than its target part is
+    refused by slot_draft_load's other branch ("runs past"), not by the row count DFlash's and EAGLE3's get."""
+    m = sibling_models("mtp", tmp_path / "models")
+    for v in ("slots", DEFINED):
+        r = run_server_checks(variants[v], m, checks=["restore_draft_runs_past"], work_dir=tmp_path)
+        r = r["restore_draft_runs_past"]
+        assert r["ok"] and r["restore_status"] == 400 and "runs past its target part" in r["restore_error"], (v, r)
+
+
 def test_the_tiny_eagle3_draft_reads_three_target_rows():
     g = tiny.gguf_module()
     m = sibling_models("eagle3")

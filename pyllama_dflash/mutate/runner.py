@@ -123,6 +123,7 @@ SERVER_KILLERS = (
 SIBLING_KILLERS = (
     ("mtp", "mtp_image_turns"),
     ("mtp", "mtp_drafts_vs_fresh"),
+    ("mtp", "restore_draft_runs_past"),  # 0005's refusal of a draft part past its target, for MTP's draft
     ("eagle3", "eagle3_image_turns"),
     ("eagle3", "eagle3_drafts_vs_fresh"),  # its trims judged by what it drafts, as drafts_vs_definition judges
     ("eagle3", "eagle3_prompt_split"),  # its bridge decoded from a copy of the row's g

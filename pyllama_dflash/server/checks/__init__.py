@@ -90,6 +90,13 @@ def _kind(v: Variant | None) -> str:
     return SLOTS if v.saves_draft else FIX
 
 
+def keeps_own_positions(ctx) -> bool:
+    """Whether the check's draft keeps positions of its own on its variant (0005): every drafter but MTP,
+    which drafts in the target's context at the target's positions on every libcommon."""
+    v = ctx.variant
+    return v is not None and v.own_positions and ctx.models.spec_type != "draft-mtp"
+
+
 def stats(responses: list[Response]) -> list[dict | None]:
     """The draft statistics of each answer (timings.draft_n, draft_n_accepted)."""
     return [r.draft_stats for r in responses]

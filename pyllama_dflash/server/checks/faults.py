@@ -23,7 +23,7 @@ from .. import bodies
 from ..drafts import DEBUG_VERBOSITY, LOGS_NO_DRAFTS, read_drafted_rounds
 from ..expect import Expect, Result, Seen, judged
 from ..server_process import Response
-from . import check, server_facts
+from . import check, keeps_own_positions, server_facts
 
 SHORT = "Tell me about the small robot that paints"
 LONG = bodies.RESTORE_B + " and then some more about the rivers and the valleys below them"
@@ -207,12 +207,12 @@ def restore_draft_runs_past(ctx) -> Result:
 def _names_the_counts(ctx, restore, saved: list[int | None]) -> bool:
     """A refused restore of the forged part says what it found. A draft with positions of its own (0005)
     holds one row per token, so the refusal counts them: B's rows (B's saved tokens, text only) against
-    A's target part (A's); a draft at the target's positions says it runs past. Without 0003 there is
-    nothing to refuse, and nothing to say."""
+    A's target part (A's); a draft at the target's positions (MTP's on 0005 too) says it runs past.
+    Without 0003 there is nothing to refuse, and nothing to say."""
     v = ctx.variant
     if restore.ok or v is None or not v.saves_draft:
         return True
-    if v.own_positions:
+    if keeps_own_positions(ctx):
         return f"holds {saved[1]} rows, its target part {saved[0]} tokens" in restore.error_message
     return "runs past its target part" in restore.error_message
 
