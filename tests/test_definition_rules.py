@@ -39,8 +39,8 @@ out = {}
 
 
 def eagle3_one_pass(m):
-    # EAGLE3's draft after two call orders llama-server can make, against one pass over the same
-    # history in fresh contexts: what it drafts, and how far apart its last logits are
+    # EAGLE3's draft after call orders llama-server can make, against one pass over the same history in
+    # fresh contexts: what it drafts, and how far apart its last logits are; and batches at its n_batch
     import contextlib
 
     def opened(stack):
@@ -59,15 +59,17 @@ def eagle3_one_pass(m):
         batch = api.Batch.tokens(tokens, pos0=pos0, logits=logits)
         assert target.process_rc(batch) == 0 and spec.process_ok(batch)
 
-    def one_pass(history):
-        with contextlib.ExitStack() as stack:
-            target, draft, spec = opened(stack)
-            take(target, spec, history, 0)
-            drafted = spec.draft(0, target.argmax(-1), len(history), trim_at=len(history))
-            return drafted, draft.logits(-1)
+    def next_draft(target, draft, spec, history):
+        # the draft after the target's history (its rows 0..n-1), and the logits of its last step
+        n = len(history)
+        return spec.draft(0, target.argmax(-1), n, trim_at=n), draft.logits(-1)
 
-    def versus(drafted, logits, history):
-        ref, ref_logits = one_pass(history)
+    def versus(target, draft, spec, history):
+        drafted, logits = next_draft(target, draft, spec, history)
+        with contextlib.ExitStack() as stack:
+            fresh = opened(stack)
+            take(fresh[0], fresh[2], history, 0)
+            ref, ref_logits = next_draft(*fresh, history)
         return {"drafted": drafted, "one_pass": ref, "logits_apart": float(np.abs(logits - ref_logits).max())}
 
     found = {}
@@ -88,8 +90,7 @@ def eagle3_one_pass(m):
             spec.accept(0, 1)
             assert target.seq_rm(0, n + 2, -1) and draft.seq_rm(0, n + 2, -1)
             take(target, spec, [w], n + 2)
-            drafted = spec.draft(0, target.argmax(-1), n + 3, trim_at=n + 3)
-            found["accepted_then_no_draft"] = versus(drafted, draft.logits(-1), prompt + [first, x, w])
+            found["accepted_then_no_draft"] = versus(target, draft, spec, prompt + [first, x, w])
         # a draft whose verify never comes (its request cancelled), then the conversation goes on with
         # another token than the one drafted from, here the prompt's last again, in two passes whose
         # second starts with the token drafted from: each pass must pair the row before it anew
@@ -101,8 +102,7 @@ def eagle3_one_pass(m):
             spec.draft(0, first, n, trim_at=n)
             take(target, spec, [last], n)
             take(target, spec, [first], n + 1)
-            drafted = spec.draft(0, target.argmax(-1), n + 2, trim_at=n + 2)
-            found["cancelled_draft"] = versus(drafted, draft.logits(-1), prompt + [last, first])
+            found["cancelled_draft"] = versus(target, draft, spec, prompt + [last, first])
         # a cut back into the last process()'s rows, to its first (a cached prefix that ends there), then
         # the conversation goes on with that batch's last token: the row before the cut pairs with it
         a, b, c = prompt[:3]
@@ -112,8 +112,7 @@ def eagle3_one_pass(m):
             take(target, spec, [a, b, c], 0, logits="all")
             assert target.seq_rm(0, 1, -1) and draft.seq_rm(0, 1, -1)
             take(target, spec, [c], 1)
-            drafted = spec.draft(0, target.argmax(-1), 2, trim_at=2)
-            found["cut_back_into_the_last_batch"] = versus(drafted, draft.logits(-1), [a, c])
+            found["cut_back_into_the_last_batch"] = versus(target, draft, spec, [a, c])
         # batches that fill the draft's n_batch (32) with the bridged row, and one that overflows it
         # by that row: the rows go in, in pieces of n_batch
         text = "tree blue moon rock fish lamp wind gold ship " * 8
@@ -144,8 +143,7 @@ def eagle3_one_pass(m):
             assert target.state_seq_set(0, checkpoint[0]) and draft.state_seq_set(0, checkpoint[1])
             spec.set_state(0, checkpoint[2])
             take(target, spec, [first], n)
-            drafted = spec.draft(0, target.argmax(-1), n + 1, trim_at=n + 1)
-            found["checkpoint_with_pending_row"] = versus(drafted, draft.logits(-1), prompt + [first])
+            found["checkpoint_with_pending_row"] = versus(target, draft, spec, prompt + [first])
         # a slot restored without the driver's state (set_state with none, as llama-server does), saved
         # right after a draft() paired its last row, over a conversation whose last process() ended with
         # one row at that row's position: the row must keep its saved pair, not take the other
@@ -165,8 +163,7 @@ def eagle3_one_pass(m):
             assert target.state_seq_set(0, slot[0]) and draft.state_seq_set(0, slot[1])
             spec.set_state(0)
             take(target, spec, [first], n)
-            drafted = spec.draft(0, target.argmax(-1), n + 1, trim_at=n + 1)
-            found["slot_restored_without_state"] = versus(drafted, draft.logits(-1), prompt + [first])
+            found["slot_restored_without_state"] = versus(target, draft, spec, prompt + [first])
     return found
 
 with api.Model(models.target) as tm, api.Model(models.draft_for("plain")) as dm:

@@ -25,6 +25,7 @@ reported with its round, not a violation. Where it does not, ``DRIFT``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from .record import DEGRADED, DRIFT, PASS, TIE
@@ -109,18 +110,15 @@ def compare(run: list[dict], reference: list[dict]) -> Drift | None:
         for j in range(max(len(mine), len(theirs))):
             ours, refs = (mine[j] if j < len(mine) else []), (theirs[j] if j < len(theirs) else [])
             at = {r["pos0"]: (i, r) for i, r in refs}
-            first_behind = min((r["pos0"] for _, r in ours if r["behind"]), default=None)
-
-            def moved(pos0: int, first_behind: int | None = first_behind) -> bool:
-                return first_behind is not None and first_behind < pos0
-
+            # rounds past the call's first behind round may sit at other positions than the reference's
+            first_behind = min((r["pos0"] for _, r in ours if r["behind"]), default=math.inf)
             for i, a in ours:
                 b = at.pop(a["pos0"], (None, missing))[1]
-                keyed.append(((i, 0), a, b, a["behind"] or (b is missing and moved(a["pos0"]))))
+                keyed.append(((i, 0), a, b, a["behind"] or (b is missing and first_behind < a["pos0"])))
             for i, b in at.values():
                 before = [k for k, a in ours if a["pos0"] < b["pos0"]]
                 order = (before[-1], 1 + i) if before else ((ours[0][0] if ours else i), -1)
-                keyed.append((order, missing, b, moved(b["pos0"])))
+                keyed.append((order, missing, b, first_behind < b["pos0"]))
     keyed.sort(key=lambda t: t[0])
     pairs = [(a, b, excused) for _, a, b, excused in keyed]
     differ = [i for i, (a, b, _) in enumerate(pairs) if any(a[k] != b[k] for k in _COMPARED)]

@@ -521,7 +521,7 @@ class Session:
                         list(drafted),
                         behind,
                         refused,
-                        self.record.generate_calls,
+                        generate_call=self.record.generate_calls,
                     )
                 )
                 st.image_pending = False
