@@ -160,3 +160,18 @@ def test_the_tiny_eagle3_draft_reads_three_target_rows():
     assert list(fields["eagle3.target_layers"]) == [0, 1, 2]  # 2: the target's final hidden state
     assert fields["eagle3.target_hidden_size"] == 64
     assert "eagle3.rope.dimension_sections" not in fields  # b11434's eagle3 never reads it
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("name", ["eagle3_slot_restore_drafts", "eagle3_prompt_cache_drafts"])
+def test_eagle3_drafts_as_a_fresh_server_does_after_another_conversation_was_loaded(variants, name, tmp_path):
+    """A conversation with an image brought back into its slot (a slot file, the prompt cache) over another one
+    whose pending row is live at its last row: 0005 forgets that row's g, and every round of the continuation
+    drafts what a fresh server drafts for the same history; baseline answers 500 at the image."""
+    m = sibling_models("eagle3", tmp_path / "models")
+    r = run_server_checks(variants[DEFINED], m, checks=[name], work_dir=tmp_path)[name]
+    assert r["ok"] and r["loaded"] and r["cache_n_after_load"] == r["rows_of_a"], r
+    assert r["definition"]["same"] is True and len(r["definition"]["rounds"]) >= 6, r
+    b = run_server_checks(variants["baseline"], m, checks=[name], work_dir=tmp_path)[name]
+    assert b["ok"] and b["status"][0] == 500, b
+    assert name in SIBLINGS_CHECKS["eagle3"]

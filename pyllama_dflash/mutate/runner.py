@@ -127,6 +127,8 @@ SIBLING_KILLERS = (
     ("eagle3", "eagle3_image_turns"),
     ("eagle3", "eagle3_drafts_vs_fresh"),  # its trims judged by what it drafts, as drafts_vs_definition judges
     ("eagle3", "eagle3_prompt_split"),  # its bridge decoded from a copy of the row's g
+    ("eagle3", "eagle3_slot_restore_drafts"),  # its pending row forgotten by a slot restore
+    ("eagle3", "eagle3_prompt_cache_drafts"),  # and by a prompt-cache load
 )
 
 

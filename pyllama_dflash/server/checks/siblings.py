@@ -5,6 +5,8 @@ neither drafter): the expectations below are what was measured, written down so 
 
 from __future__ import annotations
 
+import shutil
+
 from .. import bodies
 from ..drafts import DEBUG_VERBOSITY, drafted_candidates
 from ..expect import Expect, Result, Seen, judged
@@ -183,3 +185,104 @@ def eagle3_prompt_split(ctx) -> Result:
     # blind unless both drafted and the second prompt really went in two passes
     seen = Seen(responses, same_drafts=same, holds=same is not None and split)
     return judged(ctx.expect("eagle3_prompt_split"), seen, first_round=rounds, two_passes=split, **facts)
+
+
+# Where a slot restore or a prompt-cache load gives the slot another conversation's rows, 0005 forgets what
+# EAGLE3 keeps of the sequence besides its memory (the pending row and its g: common_speculative_set_state
+# with no data), since it belongs to the conversation before. Neither the slot file nor the prompt cache
+# carries that g, so the loaded last row keeps the pair it was saved with, and 0005 is exact after a load
+# only where that pair's token is the next row's. These checks make that case: A's request stops at its
+# first sampled token (its last row is then saved with its own token, process()'s pair), B, on the slot
+# in between, has as many text rows but ends with another token (so B's pending row is live at A's last row
+# and holds another token, which the bridge would rewrite), and A's continuation begins with A's last token
+# again. Every round of the continuation must draft what a fresh server given the history as one request
+# drafts (definition.py's reference). Without the forgetting, the bridge rewrites A's last row from B's g,
+# and the rounds draft otherwise (measured on the two mutants that drop it). Up to 0003 A's image request
+# answers 500 (eagle3_image_turns).
+PROMPT_CACHE_FOUND = "found better prompt"  # b11434's prompt cache, when a cached prompt beats the slot's
+
+
+def _reloaded_conversation(ctx, name: str, *, via_slot_file: bool) -> Result:
+    from .definition import (
+        BEFORE,
+        TAIL,
+        ImagePrompt,
+        NotComparable,
+        _complete,
+        _same_drafts,
+        _tokens,
+        _turns,
+        judge_rounds,
+    )
+
+    e = ctx.expect(name)
+    save_dir = ctx.work_dir / f"{name}-slots"
+    shutil.rmtree(save_dir, ignore_errors=True)
+    save_dir.mkdir(parents=True)
+    # one slot: B evicts A, and A comes back by the restore or from the prompt cache
+    store = {"slot_save_path": save_dir, "cache_ram_mib": 0} if via_slot_file else {"cache_ram_mib": 64}
+    try:
+        with ctx.server(name, verbosity=DEBUG_VERBOSITY, n_parallel=1, **store) as srv:
+            tail = tuple(_tokens(srv, TAIL))
+            a = ImagePrompt(BEFORE, ctx.image(0), tail)
+            ra = _complete(srv, a, n_predict=1)
+            save = srv.post("/slots/0?action=save", {"filename": "a.bin"}) if via_slot_file else None
+            other_last = next(t for t in tail if t != tail[-1])
+            b = ImagePrompt(BEFORE, ctx.image(1), tail[:-1] + (other_last,))
+            rb = _complete(srv, b, n_predict=1)
+            restore = srv.post("/slots/0?action=restore", {"filename": "a.bin"}) if via_slot_file else None
+            c = a.then([tail[-1], *_tokens(srv, bodies.RESTORE_MORE)])
+            rc = _complete(srv, c)
+            facts = server_facts(srv)
+    except NotComparable as err:
+        return Result(None, False, e.describe(), {"error": str(err)})
+    log = srv.log_path.read_text(errors="replace")
+    turns = _turns(log, [a, b, c], [ra, rb, rc])
+    verdict = judge_rounds(ctx, name, turns[2:]) if ra.ok and rc.ok else None
+    rows_a = (ra.timings.get("prompt_n") or 0) + (ra.timings.get("cache_n") or 0)
+    cache_n = rc.timings.get("cache_n")
+    # the prompt cache finds A only when C comes (B's arrival finds nothing better than the slot's own A)
+    loaded = bool(save and save.ok and restore and restore.ok) if via_slot_file else PROMPT_CACHE_FOUND in log
+    seen = Seen(
+        [ra, rb, rc],
+        cached=bool(cache_n),
+        same_drafts=_same_drafts(ctx, e, verdict),
+        # blind unless A came back whole: its last row, saved with its own token, is where the bridge writes
+        holds=not ra.ok or (loaded and cache_n == rows_a and (verdict is None or verdict["comparable"])),
+    )
+    return judged(
+        e,
+        seen,
+        [r.status for r in (ra, save, rb, restore, rc) if r is not None],
+        rows_of_a=rows_a,
+        cache_n_after_load=cache_n,
+        loaded=loaded,
+        definition=verdict,
+        draft=[r.draft_stats for r in (ra, rb, rc)],
+        **facts,
+    )
+
+
+@check(
+    "eagle3_slot_restore_drafts",
+    sibling="eagle3",
+    baseline=Expect(500, "any"),
+    fix=Expect(500, "any"),
+    definition=Expect(200, "every", cached=True, same_drafts=True),
+)
+def eagle3_slot_restore_drafts(ctx) -> Result:
+    """draft-eagle3: conversation A with an image saved to a slot file, B on the slot, A restored and
+    continued with its last token again: every round of the continuation against a fresh server's first round."""
+    return _reloaded_conversation(ctx, "eagle3_slot_restore_drafts", via_slot_file=True)
+
+
+@check(
+    "eagle3_prompt_cache_drafts",
+    sibling="eagle3",
+    baseline=Expect(500, "any"),
+    fix=Expect(500, "any"),
+    definition=Expect(200, "every", cached=True, same_drafts=True),
+)
+def eagle3_prompt_cache_drafts(ctx) -> Result:
+    """draft-eagle3: as eagle3_slot_restore_drafts, with A brought back from the RAM prompt cache instead."""
+    return _reloaded_conversation(ctx, "eagle3_prompt_cache_drafts", via_slot_file=False)
