@@ -11,6 +11,8 @@ from .. import tiny
 from ..paths import cache_root
 from ..tiny import image as tiny_image_module
 
+MTP_SPEC_TYPE = "draft-mtp"  # the --spec-type of the target's own MTP head (no draft file)
+
 # pixel sizes the tiny qwen2vl projector turns into these grids (28 px per merged token)
 SMALL_IMAGE_PX = 84  # 3 x 3 = 9 tokens, 3 positions
 LARGE_IMAGE_PX = 168  # 6 x 6 = 36 tokens (more than n_batch), 6 positions
@@ -44,6 +46,12 @@ class ModelSet:
 
     def with_draft(self, draft: Path) -> ModelSet:
         return replace(self, draft=draft)
+
+    @property
+    def target_head(self) -> bool:
+        """The draft is the target's own MTP head (``draft-mtp``): it drafts in the target's context, at the
+        target's positions, with no positions of its own on any variant."""
+        return self.spec_type == MTP_SPEC_TYPE
 
     def draft_for(self, kind: str, *, twin: bool = False) -> Path | None:
         """The draft of a kind (plain | mrope | swa), or with twin its reconverted twin.
@@ -151,7 +159,7 @@ def sibling_models(sibling: str, out_dir: Path | None = None, seed: int = 0) -> 
     if sibling == "mtp":
         target = out / tiny.target_filename("dense", mtp=True)
         write_target(target, base.config, seed=seed, mtp=True, gguf=g)
-        return ModelSet(target, target, base.mmproj, spec_type="draft-mtp", drafter="mtp", target_kind="dense")
+        return ModelSet(target, target, base.mmproj, spec_type=MTP_SPEC_TYPE, drafter="mtp", target_kind="dense")
     draft = out / EAGLE3_FILE
     write_eagle3(draft, base.config, seed=seed, gguf=g)
     return ModelSet(base.target, draft, base.mmproj, spec_type="draft-eagle3", drafter="eagle3", target_kind="dense")

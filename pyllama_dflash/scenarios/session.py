@@ -114,7 +114,7 @@ class Session:
         cfg, m, enter = self.cfg, self.models, self._stack.enter_context
         loaded = self._loaded or enter(Loaded())
         # draft-mtp drafts with the target's own MTP head: the target is loaded with it
-        mtp = self.speculative and m.spec_type == "draft-mtp"
+        mtp = self.speculative and m.target_head
         self.target_model = loaded.model(m.target, cfg.n_gpu_layers, load_mtp=mtp)
         self.target = enter(
             api.Context(

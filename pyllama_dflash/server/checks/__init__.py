@@ -94,7 +94,7 @@ def keeps_own_positions(ctx) -> bool:
     """Whether the check's draft keeps positions of its own on its variant (0005): every drafter but MTP,
     which drafts in the target's context at the target's positions on every libcommon."""
     v = ctx.variant
-    return v is not None and v.own_positions and ctx.models.spec_type != "draft-mtp"
+    return v is not None and v.own_positions and not getattr(ctx.models, "target_head", False)
 
 
 def stats(responses: list[Response]) -> list[dict | None]:
