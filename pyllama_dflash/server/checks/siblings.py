@@ -239,22 +239,24 @@ def _reloaded_conversation(ctx, name: str, *, via_slot_file: bool) -> Result:
     log = srv.log_path.read_text(errors="replace")
     turns = _turns(log, [a, b, c], [ra, rb, rc])
     verdict = judge_rounds(ctx, name, turns[2:]) if ra.ok and rc.ok else None
-    rows_a = (ra.timings.get("prompt_n") or 0) + (ra.timings.get("cache_n") or 0)
+    rows_a, rows_b = ((r.timings.get("prompt_n") or 0) + (r.timings.get("cache_n") or 0) for r in (ra, rb))
     cache_n = rc.timings.get("cache_n")
-    # the prompt cache finds A only when C comes (B's arrival finds nothing better than the slot's own A)
+    # the prompt cache finds A only when A's continuation comes (B's arrival finds nothing better than the slot's own A)
     loaded = bool(save and save.ok and restore and restore.ok) if via_slot_file else PROMPT_CACHE_FOUND in log
     seen = Seen(
         [ra, rb, rc],
         cached=bool(cache_n),
         same_drafts=_same_drafts(ctx, e, verdict),
-        # blind unless A came back whole: its last row, saved with its own token, is where the bridge writes
-        holds=not ra.ok or (loaded and cache_n == rows_a and (verdict is None or verdict["comparable"])),
+        # blind unless A came back whole (its last row, saved with its own token, is where the bridge writes)
+        # over B's rows of the same count (the two images are of one size, so the text rows agree too)
+        holds=not ra.ok or (loaded and cache_n == rows_a == rows_b and (verdict is None or verdict["comparable"])),
     )
     return judged(
         e,
         seen,
         [r.status for r in (ra, save, rb, restore, rc) if r is not None],
         rows_of_a=rows_a,
+        rows_of_b=rows_b,
         cache_n_after_load=cache_n,
         loaded=loaded,
         definition=verdict,
