@@ -11,6 +11,21 @@ from .. import bodies
 from ..drafts import DEBUG_VERBOSITY, drafted_candidates
 from ..expect import Expect, Result, Seen, judged
 from . import check, server_facts
+from .definition import (
+    BEFORE,
+    OTHER_QUESTION,
+    SECOND_TURN,
+    TAIL,
+    ImagePrompt,
+    NotComparable,
+    _complete,
+    _same_drafts,
+    _tokens,
+    _turns,
+    image_conversation_rounds,
+    judge_rounds,
+    positions_agree,
+)
 
 
 def _image_turns(ctx, name: str) -> Result:
@@ -98,8 +113,6 @@ def mtp_drafts_vs_fresh(ctx) -> Result:
     """draft-mtp on text: a request, then a second turn that extends it with its output; every drafting
     round of both against the first round of a fresh server given the history so far as one request (the
     reference of drafts_vs_definition). Then a request that keeps three output ids of the first, measured."""
-    from .definition import OTHER_QUESTION, SECOND_TURN, ImagePrompt, _complete, _tokens, _turns, judge_rounds
-
     with ctx.server("mtp_drafts_vs_fresh", verbosity=DEBUG_VERBOSITY, n_parallel=1, cache_ram_mib=0) as srv:
         a = srv.post("/tokenize", {"content": bodies.RAW_TEXT_PROMPT, "add_special": True}).body.get("tokens", [])
         first = ImagePrompt("", None, tuple(a))
@@ -148,8 +161,6 @@ def mtp_drafts_vs_fresh(ctx) -> Result:
 def eagle3_drafts_vs_fresh(ctx) -> Result:
     """draft-eagle3 after an image: drafts_vs_definition's three requests (an image request, a second turn,
     a cut-back cached prefix), every drafting round against a fresh server's first round."""
-    from .definition import image_conversation_rounds
-
     return image_conversation_rounds(ctx, "eagle3_drafts_vs_fresh")
 
 
@@ -167,8 +178,6 @@ def eagle3_prompt_split(ctx) -> Result:
     """draft-eagle3 on a text prompt, one request on a server without context checkpoints (one pass) and one
     on a server with them (two passes, the checkpoint between): the first drafting round of each, compared
     candidate for candidate."""
-    from .definition import positions_agree
-
     rounds, responses, split = {}, [], False
     for passes, checkpoints in (("one_pass", 0), ("two_passes", None)):
         name = f"eagle3_prompt_split_{passes}"
@@ -203,18 +212,6 @@ PROMPT_CACHE_FOUND = "found better prompt"  # b11434's prompt cache, when a cach
 
 
 def _reloaded_conversation(ctx, name: str, *, via_slot_file: bool) -> Result:
-    from .definition import (
-        BEFORE,
-        TAIL,
-        ImagePrompt,
-        NotComparable,
-        _complete,
-        _same_drafts,
-        _tokens,
-        _turns,
-        judge_rounds,
-    )
-
     e = ctx.expect(name)
     save_dir = ctx.work_dir / f"{name}-slots"
     shutil.rmtree(save_dir, ignore_errors=True)
