@@ -137,6 +137,12 @@ def _reference(ctx, name: str, prompt: ImagePrompt) -> tuple[Response, list]:
     return r, (rounds[0] if rounds else [])
 
 
+def history_rows(r: Response) -> int:
+    """The rows a request's sequence held once its prompt was in: the prompt's rows processed plus those
+    reused from the cache (an image counts its rows)."""
+    return (r.timings.get("prompt_n") or 0) + (r.timings.get("cache_n") or 0)
+
+
 LOG_DIGIT = 0.001  # the log prints probabilities to three decimals
 _SLACK = LOG_DIGIT * 1.5  # one last digit apart, whatever the rounding of the parsed decimals
 
@@ -180,7 +186,7 @@ def judge_rounds(ctx, name: str, turns: list[Turn]) -> dict:
         r = t.response
         if not r.ok or not r.tokens:
             continue
-        rows = (r.timings.get("prompt_n") or 0) + (r.timings.get("cache_n") or 0)
+        rows = history_rows(r)
         for k, (m, cands) in enumerate(t.rounds):
             if m >= len(r.tokens):
                 why = why or f"request {i} round {k}: drafted after its last output id"
@@ -190,7 +196,7 @@ def judge_rounds(ctx, name: str, turns: list[Turn]) -> dict:
             except NotComparable as e:
                 why = why or f"request {i} round {k}: {e}"
                 continue
-            ref_rows = (ref.timings.get("prompt_n") or 0) + (ref.timings.get("cache_n") or 0)
+            ref_rows = history_rows(ref)
             if not ref.ok or (ref.tokens or [None])[0] != r.tokens[m] or ref_rows != rows + m:
                 why = why or (
                     f"request {i} round {k}: the reference answered {ref.status}, sampled "

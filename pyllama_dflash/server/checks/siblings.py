@@ -22,6 +22,7 @@ from .definition import (
     _same_drafts,
     _tokens,
     _turns,
+    history_rows,
     image_conversation_rounds,
     judge_rounds,
     positions_agree,
@@ -144,19 +145,25 @@ def mtp_drafts_vs_fresh(ctx) -> Result:
     )
 
 
+# what an EAGLE3 check that judges the rounds after an image expects: up to 0003 the image request answers 500
+# (eagle3_image_turns), so there is nothing to compare; on 0005 every round drafts what the reference drafts
+EAGLE3_JUDGED_AFTER_AN_IMAGE = {
+    "baseline": Expect(500, "any"),
+    "fix": Expect(500, "any"),
+    "definition": Expect(200, "every", cached=True, same_drafts=True),
+}
+
+
 # 0005's EAGLE3 rows are the text rows at positions of its own, trimmed and restored by the text rows' count:
 # a fresh server given the conversation so far as one request holds the same rows at the same positions when
 # it drafts its first round (definition.py's reference, which rests on no trim of llama-server's). It drafts
 # the same only since 0005 decodes the row its bridge writes from a copy of that row's g: b11434 decoded it with
 # the next row's, so a history split otherwise into passes (a context checkpoint, a second turn) drafted
-# otherwise, text only too (docs/fix.md has the measurements). Up to 0003 the image request answers 500
-# (eagle3_image_turns), so there is nothing to compare.
+# otherwise, text only too (docs/fix.md has the measurements).
 @check(
     "eagle3_drafts_vs_fresh",
     sibling="eagle3",
-    baseline=Expect(500, "any"),
-    fix=Expect(500, "any"),
-    definition=Expect(200, "every", cached=True, same_drafts=True),
+    **EAGLE3_JUDGED_AFTER_AN_IMAGE,
 )
 def eagle3_drafts_vs_fresh(ctx) -> Result:
     """draft-eagle3 after an image: drafts_vs_definition's three requests (an image request, a second turn,
@@ -206,8 +213,7 @@ def eagle3_prompt_split(ctx) -> Result:
 # and holds another token, which the bridge would rewrite), and A's continuation begins with A's last token
 # again. Every round of the continuation must draft what a fresh server given the history as one request
 # drafts (definition.py's reference). Without the forgetting, the bridge rewrites A's last row from B's g,
-# and the rounds draft otherwise (measured on the two mutants that drop it). Up to 0003 A's image request
-# answers 500 (eagle3_image_turns).
+# and the rounds draft otherwise (measured on the two mutants that drop it).
 PROMPT_CACHE_FOUND = "found better prompt"  # b11434's prompt cache, when a cached prompt beats the slot's
 
 
@@ -236,7 +242,7 @@ def _reloaded_conversation(ctx, name: str, *, via_slot_file: bool) -> Result:
     log = srv.log_path.read_text(errors="replace")
     turns = _turns(log, [a, b, c], [ra, rb, rc])
     verdict = judge_rounds(ctx, name, turns[2:]) if ra.ok and rc.ok else None
-    rows_a, rows_b = ((r.timings.get("prompt_n") or 0) + (r.timings.get("cache_n") or 0) for r in (ra, rb))
+    rows_a, rows_b = history_rows(ra), history_rows(rb)
     cache_n = rc.timings.get("cache_n")
     # the prompt cache finds A only when A's continuation comes (B's arrival finds nothing better than the slot's own A)
     loaded = bool(save and save.ok and restore and restore.ok) if via_slot_file else PROMPT_CACHE_FOUND in log
@@ -265,9 +271,7 @@ def _reloaded_conversation(ctx, name: str, *, via_slot_file: bool) -> Result:
 @check(
     "eagle3_slot_restore_drafts",
     sibling="eagle3",
-    baseline=Expect(500, "any"),
-    fix=Expect(500, "any"),
-    definition=Expect(200, "every", cached=True, same_drafts=True),
+    **EAGLE3_JUDGED_AFTER_AN_IMAGE,
 )
 def eagle3_slot_restore_drafts(ctx) -> Result:
     """draft-eagle3: conversation A with an image saved to a slot file, B on the slot, A restored and
@@ -278,9 +282,7 @@ def eagle3_slot_restore_drafts(ctx) -> Result:
 @check(
     "eagle3_prompt_cache_drafts",
     sibling="eagle3",
-    baseline=Expect(500, "any"),
-    fix=Expect(500, "any"),
-    definition=Expect(200, "every", cached=True, same_drafts=True),
+    **EAGLE3_JUDGED_AFTER_AN_IMAGE,
 )
 def eagle3_prompt_cache_drafts(ctx) -> Result:
     """draft-eagle3: as eagle3_slot_restore_drafts, with A brought back from the RAM prompt cache instead."""
