@@ -15,7 +15,7 @@ def load(variant: str = "full", *, backend: str | None = None, patches_dir=None,
     Builds are found through their manifests only, and one whose patches or native sources
     changed since is refused as stale (rebuild with ``python build.py --variant NAME``). All
     variants share sonames, so a process holds one variant; run others in child processes.
-    ``cpu`` (native | portable, default ``$PYLLAMA_DFLASH_CPU``) picks among builds for different
+    ``cpu`` (native | avx2 | portable, default ``$PYLLAMA_DFLASH_CPU``) picks among builds for different
     CPUs; a native build made for features this CPU lacks is refused, never loaded.
     """
     from . import api

@@ -10,7 +10,7 @@ import os
 CACHE_ENV = "PYLLAMA_DFLASH_CACHE"  # the build cache (default: $XDG_CACHE_HOME/pyllama-dflash)
 PATCHES_ENV = "PYLLAMA_DFLASH_PATCHES"  # another patch series folder (default: the checkout's patches/)
 BACKEND_ENV = "PYLLAMA_DFLASH_BACKEND"  # auto | cpu | cuda: the backend builds and loads use
-CPU_ENV = "PYLLAMA_DFLASH_CPU"  # native | portable: the CPU a build targets, and the one a lookup prefers
+CPU_ENV = "PYLLAMA_DFLASH_CPU"  # native | avx2 | portable: the CPU a build targets, and the one a lookup prefers
 LIB_DIR_ENV = "PYLLAMA_DFLASH_LIB_DIR"  # a variant's library folder, for a process that did not load() one
 THREADS_ENV = "PYLLAMA_DFLASH_THREADS"  # threads per context (runners that start several children set it)
 GGUF_PY_ENV = "PYLLAMA_DFLASH_GGUF_PY"  # a llama.cpp gguf-py folder for the tiny models (default: the pinned tree's)

@@ -59,10 +59,11 @@ SHARED: dict[str, _Shared] = {
     ),
     "cpu": _Shared(
         ("--cpu",),
-        "the CPU a build targets: native (-march=native, keyed by this CPU's features) or portable (the "
+        "the CPU a build targets: native (-march=native, keyed by this CPU's features), avx2 (x86-64-v3: "
+        "AVX2 without AVX-512, how an AVX2 machine rounds) or portable (the "
         "x86-64 baseline, runs on any x86-64 CPU); for a lookup, the builds to use",
         unset="$PYLLAMA_DFLASH_CPU, else native for a build and native first for a lookup",
-        kwargs={"choices": ("native", "portable")},
+        kwargs={"choices": ("native", "avx2", "portable")},
     ),
     "drafters": _Shared(
         ("--drafters",),

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pyllama_dflash import api, tiny
+from pyllama_dflash.env import CPU_ENV, JOBS_ENV
 from pyllama_dflash.llamabuild import BuildOptions, Manifest, build
 from pyllama_dflash.llamabuild.patchset import DEFINITION_ROLE, FIX_ROLE, load_series
 from pyllama_dflash.paths import default_patches_dir
@@ -32,9 +33,11 @@ def variants() -> dict[str, Manifest]:
 
     A failing build fails the tests that need it; nothing is skipped.
     """
-    # native, whatever $PYLLAMA_DFLASH_CPU says: the tests of portable builds build their own
-    jobs = int(os.environ.get("PYLLAMA_DFLASH_JOBS", "0")) or None
-    built = build(["all"], BuildOptions(jobs=jobs, cpu="native", server=True))  # the server tests need it
+    # native unless $PYLLAMA_DFLASH_CPU asks for another (PYLLAMA_DFLASH_CPU=avx2 on an AVX-512 machine runs
+    # the suite as an AVX2 machine rounds); the tests of portable builds build their own
+    jobs = int(os.environ.get(JOBS_ENV, "0")) or None
+    cpu_mode = os.environ.get(CPU_ENV) or "native"
+    built = build(["all"], BuildOptions(jobs=jobs, cpu=cpu_mode, server=True))  # the server tests need it
     return {m.variant: m for m in built}
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -21,12 +22,35 @@ from pyllama_dflash.scenarios.catalog import SCENARIOS, expectations, meets
 from pyllama_dflash.scenarios.config import DEFAULT_CONFIG
 
 
-def test_a_native_build_records_the_features_march_native_enables(variants):
-    m = variants["baseline"]
-    assert m.cpu_mode == "native" and m.cpu_features == list(cpu.native_features())
-    if cpu.is_x86():
-        assert "sse3" in m.cpu_features  # every x86-64 CPU this century
+def test_a_build_records_the_features_it_uses(variants):
+    m = variants["baseline"]  # native, or what $PYLLAMA_DFLASH_CPU asked the suite for
+    assert m.cpu_features == list(cpu.features(m.cpu_mode))
+    if cpu.is_x86() and m.cpu_mode == "native":
+        assert m.cpu_features == list(cpu.native_features()) and "sse3" in m.cpu_features  # every x86-64 CPU
     assert cpu.missing(m.cpu_features) == []  # made here, so nothing is missing here
+
+
+def test_an_avx2_build_is_x86_64_v3_and_records_it():
+    """--cpu avx2 is how an AVX2 machine without AVX-512 rounds, on any x86-64 CPU that has AVX2: native off,
+    ggml's default instruction sets on, AVX-512 off; its features are part of its key and checked on load."""
+    tc = dataclasses.replace(toolchain.select("cpu"), cpu="avx2", cpu_features=cpu.features("avx2"))
+    args = toolchain.cmake_configure_args(tc, Path("/src"), None, None)
+    assert "-DGGML_NATIVE=OFF" in args and "-DGGML_AVX512=OFF" in args and "-DGGML_AVX2=OFF" not in args
+    if cpu.is_x86():
+        assert {"avx2", "fma", "f16c"} <= set(tc.cpu_features) and not any("avx512" in f for f in tc.cpu_features)
+    native = toolchain.select("cpu", cpu_mode="native")
+    assert json.dumps(tc.key(), sort_keys=True) != json.dumps(native.key(), sort_keys=True)
+
+
+def test_an_avx2_build_on_a_cpu_without_avx2_is_refused_with_it_named(variants, monkeypatch):
+    if not cpu.is_x86():
+        pytest.skip("not an x86 CPU: an avx2 build records no features there")
+    data = {**variants["baseline"].data, "cpu": {"mode": "avx2", "features": list(cpu.AVX2_FEATURES)}}
+    m = manifest.Manifest(variants["baseline"].path, data)
+    flags = cpu.host_flags() or set()
+    monkeypatch.setattr(cpu, "host_flags", lambda: flags - {"avx2"})
+    problems = m.problems()
+    assert any("built with --cpu avx2 for a CPU with avx2, which this CPU lacks" in p for p in problems), problems
 
 
 def test_the_features_are_part_of_the_build_key():

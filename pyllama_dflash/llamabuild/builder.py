@@ -48,7 +48,7 @@ class BuildOptions:
     allow_unpinned: bool = False
     backend: str | None = None
     cuda_arch: str | None = None
-    cpu: str | None = None  # native | portable (default: $PYLLAMA_DFLASH_CPU, else native)
+    cpu: str | None = None  # native | avx2 | portable (default: $PYLLAMA_DFLASH_CPU, else native)
     jobs: int | None = None
     patches_dir: Path | None = None
     quiet: bool = False

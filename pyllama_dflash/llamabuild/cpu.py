@@ -7,6 +7,12 @@ valgrind, which cannot execute AVX-512). So a native build records the features
 ``-march=native`` enables here (the compiler's own predefined macros), they go into its build
 key, and loading it where any is missing is refused, naming them.
 
+An ``avx2`` build turns ``GGML_NATIVE`` off and keeps what ggml then enables by default (SSE4.2,
+AVX, AVX2, BMI2, FMA, F16C; AVX-512 off): x86-64-v3, the CPU of an AVX2 machine without AVX-512.
+Its float results round as such a machine's native build does, so on an AVX-512 machine it stands
+in for one (a numeric bound tuned on AVX-512 is checked there). It records those features, and a
+CPU that lacks one is refused as for a native build.
+
 A ``portable`` build turns ``GGML_NATIVE`` off and every optional x86 instruction set with it
 (SSE4.2, AVX, AVX2, BMI2, FMA, F16C; AVX-512 is off by default): the x86-64 baseline, which runs
 on any x86-64 CPU. Upstream's release builds go further (every CPU variant of ggml built as a
@@ -29,7 +35,7 @@ from pathlib import Path
 from ..env import CPU_ENV
 from ..errors import ToolchainError
 
-MODES = ("native", "portable")
+MODES = ("native", "avx2", "portable")
 
 # the compiler's macro for each instruction set ggml can use, and its name in /proc/cpuinfo
 _X86: dict[str, tuple[str, str]] = {
@@ -61,6 +67,12 @@ _X86: dict[str, tuple[str, str]] = {
     "amx-bf16": ("__AMX_BF16__", "amx_bf16"),
 }
 
+# GGML_NATIVE off, the rest at ggml's defaults (ggml/CMakeLists.txt: INS_ENB), AVX-512 off as it is by
+# default there, said outright so that no user CMAKE_ARGS default turns it on
+AVX2_ARGS = ("-DGGML_NATIVE=OFF", "-DGGML_AVX512=OFF")
+# what such a build compiles for (ggml-cpu/CMakeLists.txt: -msse4.2 -mf16c -mfma -mbmi2 -mavx -mavx2)
+AVX2_FEATURES = ("sse4.2", "avx", "avx2", "fma", "f16c", "bmi2")
+
 # GGML_NATIVE off turns these on by default (ggml/CMakeLists.txt: INS_ENB): a portable build
 # turns them off again
 PORTABLE_ARGS = (
@@ -76,6 +88,18 @@ PORTABLE_ARGS = (
 
 def is_x86() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64", "i686", "i386")
+
+
+def features(chosen: str) -> tuple[str, ...]:
+    """The instruction sets a build in this mode uses, which a CPU that loads it must have."""
+    if chosen == "native":
+        return native_features()
+    return AVX2_FEATURES if chosen == "avx2" and is_x86() else ()
+
+
+def cmake_args(chosen: str) -> tuple[str, ...]:
+    """What this mode adds to llama.cpp's CMake configuration (native: nothing, llama.cpp's default)."""
+    return {"avx2": AVX2_ARGS, "portable": PORTABLE_ARGS}.get(chosen, ())
 
 
 def mode(requested: str | None = None) -> str:

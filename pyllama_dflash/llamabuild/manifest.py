@@ -42,7 +42,7 @@ class Manifest:
 
     @property
     def cpu_mode(self) -> str | None:
-        """native | portable; None for a build made before the CPU was recorded."""
+        """native | avx2 | portable; None for a build made before the CPU was recorded."""
         return (self.data.get("cpu") or {}).get("mode")
 
     @property
@@ -85,8 +85,9 @@ class Manifest:
             out.append("built before builds recorded the CPU they target: it may use instructions this CPU lacks")
         lacking = cpu.missing(self.cpu_features)
         if lacking:
+            how = "-march=native on" if self.cpu_mode == "native" else f"--cpu {self.cpu_mode} for"
             out.append(
-                f"built with -march=native on a CPU with {', '.join(lacking)}, which this CPU lacks "
+                f"built with {how} a CPU with {', '.join(lacking)}, which this CPU lacks "
                 "(loading it would die of SIGILL)"
             )
         return out
@@ -127,7 +128,7 @@ def find(
     series_tag: str | None = None,
 ) -> Manifest:
     """The newest valid build of ``variant`` (optionally for one backend, one CPU mode); a native
-    build is preferred to a portable one unless ``cpu_mode`` (or $PYLLAMA_DFLASH_CPU) asks, and with
+    build is preferred to an avx2 or portable one unless ``cpu_mode`` (or $PYLLAMA_DFLASH_CPU) asks, and with
     no backend asked for, a CUDA build only where an NVIDIA GPU is present."""
     backend = backend or os.environ.get(BACKEND_ENV) or None
     if backend == "auto":

@@ -49,8 +49,8 @@ class Toolchain:
     cmake_args: tuple[str, ...]  # from CMAKE_ARGS, passed through verbatim
     cuda_arch: str | None
     generator: str  # Ninja | Unix Makefiles
-    cpu: str = "native"  # native | portable (see cpu.py)
-    cpu_features: tuple[str, ...] = ()  # what a native build may use: part of its key
+    cpu: str = "native"  # native | avx2 | portable (see cpu.py)
+    cpu_features: tuple[str, ...] = ()  # what a native or avx2 build uses: part of its key
     cublas: CublasWheel | None = None  # CUDA: cuBLAS from a wheel, the toolkit having none
     cuda_lib_dir: str | None = None  # CUDA: the toolkit's runtime libraries, an rpath of the build
     cuda_driver_stub: bool = False  # CUDA: libcuda can be linked (else GGML_CUDA_NO_VMM)
@@ -98,7 +98,7 @@ def select(backend: str | None = None, cuda_arch: str | None = None, cpu_mode: s
         raise ToolchainError("cmake not found on PATH (install cmake >= 3.18)")
     generator = "Ninja" if shutil.which("ninja") else "Unix Makefiles"
     chosen = cpu.mode(cpu_mode)
-    features = cpu.native_features() if chosen == "native" else ()
+    features = cpu.features(chosen)
     if backend != "cuda":
         return Toolchain(backend, args, None, generator, chosen, features)
     root = _cuda_root()
@@ -213,8 +213,7 @@ def cmake_configure_args(tc: Toolchain, llama_dir: Path, build_number: int | Non
         args.append(f"-DLLAMA_BUILD_NUMBER={build_number}")
     if commit:
         args.append(f"-DLLAMA_BUILD_COMMIT={commit[:8]}")
-    if tc.cpu == "portable":
-        args += cpu.PORTABLE_ARGS
+    args += cpu.cmake_args(tc.cpu)
     if tc.backend == "cuda":
         args.append("-DGGML_CUDA=ON")
         root = _cuda_root()
