@@ -1,4 +1,4 @@
-"""The benchmark report as Markdown (the README carries a copy)."""
+"""The benchmark report as Markdown (docs/performance.md carries a copy)."""
 
 from __future__ import annotations
 
