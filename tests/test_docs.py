@@ -102,3 +102,14 @@ def test_architecture_md_has_a_row_for_every_package():
     named = {p for paths, _ in _layout_rows() for p in paths}
     packages = sorted(d for d in (REPO / "pyllama_dflash").iterdir() if (d / "__init__.py").is_file())
     assert [str(d.relative_to(REPO)) for d in packages if d not in named] == []
+
+
+def test_api_md_and_the_api_docstring_show_the_same_example():
+    import textwrap
+
+    from pyllama_dflash import api
+
+    block = re.search(r"```python\n(.*?)```", (DOCS / "api.md").read_text(), re.S)
+    assert block, "docs/api.md shows the API in a python block"
+    shown = textwrap.indent(block.group(1), "    ")
+    assert shown in api.__doc__, "pyllama_dflash.api's docstring shows another example than docs/api.md"

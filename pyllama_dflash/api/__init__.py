@@ -9,16 +9,21 @@ guarded path that runs the native call in a child process (``pyllama_dflash.guar
 :meth:`Model.load_checked` and :meth:`Projector.load_checked` for untrusted files, and
 ``guard.run_in_child`` for anything else.
 
-Typical use::
+Typical use (docs/api.md has the same, with notes)::
 
-    init(lib_dir)
-    with Model(target_path) as tgt_model, Model(draft_path) as dft_model:
-        target = Context(tgt_model, n_ctx=256, n_batch=64, n_ubatch=64)
-        draft = Context.draft(dft_model, target)
-        spec = Speculative(target, draft)          # before the target decodes anything
-        batch = Batch.tokens(tgt_model.tokenize("hello"), pos0=0)
-        assert target.decode(batch) == 0
+    import pyllama_dflash
+    from pyllama_dflash import api
+
+    pyllama_dflash.load("full")  # one variant per process (the variants share sonames)
+    with api.Model("target.gguf") as tm, api.Model("draft.gguf") as dm:
+        target = api.Context(tm, n_ctx=512, n_batch=64, n_ubatch=64)
+        draft = api.Context.draft(dm, target)  # ctx_other = target
+        spec = api.Speculative(target, draft, n_max=3)  # before the target decodes anything
+        batch = api.Batch.tokens(tm.tokenize("hello"), pos0=0)
+        assert target.process_rc(batch) == 0  # return codes, not exceptions
         assert spec.process_ok(batch)
+
+(``init(lib_dir)`` loads the libraries of a folder instead of a built variant.)
 
 Objects free their native side on ``close()``/``with``; closing a model or a target first
 closes whatever depends on it (drafts, the speculative driver, projectors).
