@@ -40,6 +40,10 @@ TOOLS: dict[str, tuple[str, str]] = {
         "pyllama_dflash.upgrade.__main__",
         "add rope.dimension_sections to a legacy DFlash draft for an M-RoPE target",
     ),
+    "train": (
+        "pyllama_dflash.draftmodel.__main__",
+        "train a tiny target's DFlash draft and commit it to tests/data/trained (the train extra: JAX)",
+    ),
     "develop": ("pyllama_dflash.develop.__main__", "a git work tree of the pinned source, one commit per patch"),
     "write-back": (
         "pyllama_dflash.develop.writeback.__main__",

@@ -25,7 +25,7 @@ from pyllama_dflash.repro.__main__ import parser as repro_parser
 
 SCRIPT = Path(sys.executable).parent / "pyllama-dflash"
 COMMAND = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-m", "pyllama_dflash.cli"]
-SUBCOMMANDS = ("build", "repro", "fuzz", "mutate", "bench", "tiny", "soak", "upgrade", "develop", "write-back")
+SUBCOMMANDS = ("build", "repro", "fuzz", "mutate", "bench", "tiny", "soak", "upgrade", "train", "develop", "write-back")
 SHARED_IN_REPRO_AND_FUZZ = ("--variants", "--fix", "--backend", "--jobs", "--timeout", "--cpu", "--patches")
 
 
@@ -161,8 +161,8 @@ def _missing_file_args(name: str, missing: Path) -> tuple[list[str], dict[str, s
     }
     if name in by_flag:
         return by_flag[name], {}
-    # mutate and bench take no such flag: the series they read is the environment's
-    return {"mutate": ["--list"], "bench": ["--only", "bindings"]}[name], {PATCHES_ENV: str(missing)}
+    # mutate, bench and train take no such flag: the series they read is the environment's
+    return {"mutate": ["--list"], "bench": ["--only", "bindings"], "train": []}[name], {PATCHES_ENV: str(missing)}
 
 
 @pytest.mark.parametrize("name", SUBCOMMANDS)
@@ -214,6 +214,7 @@ def _interruptible(name: str, tmp_path: Path, cache: Path) -> tuple[list[str], d
         "bench": ["--only", "bindings", "--json", str(tmp_path / "bench.json")],
         "tiny": [str(tmp_path / "out")],
         "develop": ["full", "--dir", str(tmp_path / "tree")],
+        "train": ["--out", str(tmp_path / "trained")],
     }
     return [name, *waits[name]], {CACHE_ENV: str(cache)}
 

@@ -1,4 +1,4 @@
-"""``python -m pyllama_dflash.draftmodel train --target dense``: regenerate a committed trained draft.
+"""``pyllama-dflash train --target dense``: regenerate a committed trained draft.
 
 Runs the tiny target of that kind (baseline's build) over a seeded corpus of conversations with
 images, trains the DFlash draft on it with the DFlash recipe (JAX, the ``train`` extra), writes the
@@ -32,14 +32,15 @@ N_TURNS, N_GENERATE, P_IMAGE = 2, 32, 0.5
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog=tool_prog("python -m pyllama_dflash.draftmodel"), description=__doc__)
-    sub = ap.add_subparsers(dest="command", required=True)
-    tr = sub.add_parser("train", help="train a draft for a tiny target and commit it to tests/data/trained")
-    tr.add_argument("--target", choices=trained.TARGET_KINDS, default="dense")
-    tr.add_argument("--conversations", type=int, default=600, help="training conversations (default 600)")
-    tr.add_argument("--held-out", type=int, default=40, help="held-out conversations (default 40)")
-    tr.add_argument("--steps", type=int, default=Recipe.steps)
-    tr.add_argument("--out", type=Path, default=trained.TRAINED_DIR)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["train"]:  # the module's own form: python -m pyllama_dflash.draftmodel train
+        argv = argv[1:]
+    ap = argparse.ArgumentParser(prog=tool_prog("python -m pyllama_dflash.draftmodel train"), description=__doc__)
+    ap.add_argument("--target", choices=trained.TARGET_KINDS, default="dense")
+    ap.add_argument("--conversations", type=int, default=600, help="training conversations (default 600)")
+    ap.add_argument("--held-out", type=int, default=40, help="held-out conversations (default 40)")
+    ap.add_argument("--steps", type=int, default=Recipe.steps)
+    ap.add_argument("--out", type=Path, default=trained.TRAINED_DIR)
     args = ap.parse_args(argv)
     for name in ("conversations", "held_out", "steps"):
         if getattr(args, name) < 1:
@@ -48,9 +49,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from ..llamabuild import BuildOptions, build
     from ..scenarios.models import tiny_models
 
+    # the target runs on baseline's build, made here if missing (as repro does); then, before the corpus
+    # (minutes), the extra that training needs
+    build(["baseline"], BuildOptions(quiet=True))
     load("baseline")
+    command.require("jax", extra="train", command="train")
     models = tiny_models(target=args.target)
     n_train, n_total = args.conversations, args.conversations + args.held_out
     t0 = time.perf_counter()

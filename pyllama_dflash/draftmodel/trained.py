@@ -29,7 +29,7 @@ class StaleTrainedDraft(PyllamaError, RuntimeError):
 
 
 def regenerate_command(target_kind: str) -> str:
-    return f"python -m pyllama_dflash.draftmodel train --target {target_kind}"
+    return f"pyllama-dflash train --target {target_kind}"
 
 
 def file_name(target_kind: str) -> str:
