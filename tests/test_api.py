@@ -280,3 +280,23 @@ def test_each_drafter_gets_the_type_llama_server_detects_from_its_file(lib_dir, 
 def test_an_unknown_spec_type_is_refused_by_name(draft: api.Context, target: api.Context) -> None:
     with pytest.raises(ValueError, match="unknown speculative type 'draft-nothing'"):
         api.Speculative(target, draft, spec_type="draft-nothing")
+
+
+@pytest.mark.parametrize("kind", ["plain", "mrope", "swa"])
+def test_a_drafts_positions_are_read_from_its_cell_records_gaps_included(lib_dir, model_set, kind) -> None:
+    """seq_positions() reads b11434's state records: a gap inside the draft's memory shows, which its
+    first and last positions cannot (the M-RoPE draft's cells carry the 2-D extension, the sliding-window
+    draft's memory is an iSWA pair)."""
+    with api.Model(model_set.target) as tm, api.Model(model_set.draft_for(kind)) as dm:
+        with api.Context(tm, n_ctx=256, n_batch=64, n_ubatch=64) as target, api.Context.draft(dm, target) as draft:
+            with api.Speculative(target, draft, n_max=3) as spec:
+                toks = tm.tokenize("tree blue moon rock fish lamp wind gold ship", add_special=False)
+                n = toks.size
+                assert n >= 7
+                batch = api.Batch.tokens(toks, pos0=0)
+                assert target.decode(batch) == 0 and spec.process_ok(batch)
+                assert sorted(draft.seq_positions(0)) == list(range(n))
+                assert draft.seq_rm(0, 3, 5)
+                assert (draft.pos_min(0), draft.pos_max(0)) == (0, n - 1)  # what the ends alone say
+                assert sorted(draft.seq_positions(0)) == [0, 1, 2, *range(5, n)]
+                assert draft.seq_positions(1) == []

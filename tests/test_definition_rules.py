@@ -189,6 +189,25 @@ with api.Model(models.target) as tm, api.Model(models.draft_for("plain")) as dm:
         out["back"] = spec.process_tokens_ok(toks[:3], [15, 17, 16])
         out["back_log"] = [str(x) for x in spec.last_log if "ERROR" in str(x)]
         out["back_pos_max"] = draft.pos_max(0)
+# the slot loop's check of a draft with positions of its own: a gap inside its memory, which its first
+# and last positions do not show
+from pyllama_dflash.scenarios.config import DEFAULT_CONFIG
+from pyllama_dflash.scenarios.record import DRAFT_ROWS, Record, StopScenario
+from pyllama_dflash.scenarios.session import Session
+
+record = Record()
+with Session(models, DEFAULT_CONFIG, record) as session:
+    session.prompt(0, "tree blue moon rock fish lamp wind gold ship")
+    out["rows_before_gap"] = [c.summary() for c in record.calls if c.api == DRAFT_ROWS]
+    n = session.draft.pos_max(0) + 1
+    if session.own_positions:
+        assert n >= 6 and session.draft.seq_rm(0, 2, 4)
+    try:
+        session._check_draft_rows(0, "a gap made by hand")
+    except StopScenario:  # a failing call ends a scenario: recorded first
+        pass
+    out["rows_after_gap"] = [c.log[0] for c in record.calls if c.api == DRAFT_ROWS and not c.ok]
+    out["rows_n"] = n
 # EAGLE3 on the same libcommon: positions of its own over the text rows under 0005, the target's before
 eagle3 = ModelSet.from_json(json.loads(sys.argv[3]))
 with api.Model(eagle3.target) as tm, api.Model(eagle3.draft) as dm:
@@ -251,6 +270,17 @@ def test_an_images_pinned_rows_go_in_one_draft_position_each(runs):
     refused the jump, stays empty)."""
     assert runs[DEFINED]["pinned"] is True and runs[DEFINED]["pinned_pos_max"] == 12
     assert runs["baseline"]["pinned"] is True and runs["baseline"]["pinned_pos_max"] == -1
+
+
+def test_the_slot_loop_sees_a_gap_inside_the_drafts_memory(runs):
+    """Session's check of a draft with positions of its own reads every position the draft holds: a gap
+    cut inside (2..3) fails it, though the memory still spans 0..N-1. Baseline's draft keeps the target's
+    positions, so nothing is checked there."""
+    r, n = runs[DEFINED], runs[DEFINED]["rows_n"]
+    assert r["rows_before_gap"] == [], r
+    held = f"0..1, 4..{n - 1}" if n > 5 else f"0..1, {n - 1}"
+    assert r["rows_after_gap"] == [f"the draft's memory of seq 0 holds positions {held}, not its {n} rows' 0..{n - 1}"]
+    assert runs["baseline"]["rows_after_gap"] == []
 
 
 def test_positions_that_go_back_are_refused_before_anything_is_injected(runs):

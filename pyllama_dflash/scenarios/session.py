@@ -360,17 +360,18 @@ class Session:
             self._check_draft_rows(int(s), step)
 
     def _check_draft_rows(self, seq: int, step: str) -> None:
-        """A draft with positions of its own holds the rows it took at 0..N-1 (0005): a failing check where
-        its memory of seq spans other positions (its first and last are compared, so a gap inside goes
-        unseen). A row at -1, say, breaks no batch check (llama.cpp skips it for an empty sequence), and a
-        random head may draft the same tokens over it."""
+        """A draft with positions of its own holds the rows it took at 0..N-1 (0005), each once: a failing
+        check where its memory of seq holds any other set of positions, a gap inside included. A row at
+        -1, say, breaks no batch check (llama.cpp skips it for an empty sequence), and a random head may
+        draft the same tokens over it."""
         if not self.own_positions:
             return
         n = len(self.seqs[seq].draft_ids)
-        held = (self.draft.pos_min(seq), self.draft.pos_max(seq))
-        if held != ((0, n - 1) if n else (-1, -1)):
-            why = f"the draft's memory of seq {seq} spans positions {held[0]}..{held[1]}, not its {n} rows' 0..{n - 1}"
-            self.record.add(Call(step, "draft", DRAFT_ROWS, seq, False, pos=held, n=n, log=[why]))
+        held = self.draft.seq_positions(seq)
+        if sorted(held) != list(range(n)):
+            why = f"the draft's memory of seq {seq} holds positions {_spans(held)}, not its {n} rows' 0..{n - 1}"
+            pos = (min(held), max(held)) if held else (-1, -1)
+            self.record.add(Call(step, "draft", DRAFT_ROWS, seq, False, pos=pos, n=n, log=[why]))
 
     def _add_rows(self, st: SeqState, positions: Sequence[int], contents: Sequence[int], image: bool = False) -> None:
         """Rows the target now holds for st's sequence, at the target's positions. A row's identity chains
@@ -773,3 +774,14 @@ def replay_reference(
                 case _:
                     raise TypeError(f"not a session operation: {op!r}")
     return record.generated
+
+
+def _spans(positions: Sequence[int]) -> str:
+    """Positions as runs, in order: [0, 1, 2, 5, 5, 6] -> '0..2, 5, 5..6'; 'none' for none."""
+    runs: list[list[int]] = []
+    for p in sorted(positions):
+        if runs and p == runs[-1][1] + 1:
+            runs[-1][1] = p
+        else:
+            runs.append([p, p])
+    return ", ".join(f"{a}..{b}" if b > a else f"{a}" for a, b in runs) or "none"
