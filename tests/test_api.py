@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from pyllama_dflash import api, tiny
+from pyllama_dflash.api import kv_cells
 from pyllama_dflash.tiny import image
 
 # fixtures (lib_dir, models, target_model, draft_model, target, draft, spec, projector): conftest.py
@@ -284,7 +285,7 @@ def test_an_unknown_spec_type_is_refused_by_name(draft: api.Context, target: api
 
 @pytest.mark.parametrize("kind", ["plain", "mrope", "swa"])
 def test_a_drafts_positions_are_read_from_its_cell_records_gaps_included(lib_dir, model_set, kind) -> None:
-    """seq_positions() reads b11434's state records: a gap inside the draft's memory shows, which its
+    """kv_cells.held() reads b11434's state records: a gap inside the draft's memory shows, which its
     first and last positions cannot (the M-RoPE draft's cells carry the 2-D extension, the sliding-window
     draft's memory is an iSWA pair)."""
     with api.Model(model_set.target) as tm, api.Model(model_set.draft_for(kind)) as dm:
@@ -295,8 +296,8 @@ def test_a_drafts_positions_are_read_from_its_cell_records_gaps_included(lib_dir
                 assert n >= 7
                 batch = api.Batch.tokens(toks, pos0=0)
                 assert target.decode(batch) == 0 and spec.process_ok(batch)
-                assert sorted(draft.seq_positions(0)) == list(range(n))
+                assert sorted(kv_cells.held(draft, 0)) == list(range(n))
                 assert draft.seq_rm(0, 3, 5)
                 assert (draft.pos_min(0), draft.pos_max(0)) == (0, n - 1)  # what the ends alone say
-                assert sorted(draft.seq_positions(0)) == [0, 1, 2, *range(5, n)]
-                assert draft.seq_positions(1) == []
+                assert sorted(kv_cells.held(draft, 0)) == [0, 1, 2, *range(5, n)]
+                assert kv_cells.held(draft, 1) == []

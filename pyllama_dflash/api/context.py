@@ -322,47 +322,6 @@ class Context(_Owner):
         n = int(lib.llama_state_seq_get_data(ptr, buf, size, seq_id))
         return bytes(ffi.buffer(buf, n))
 
-    def seq_positions(self, seq_id: int = 0) -> list[int]:
-        """Every position seq_id's cells hold in this context's KV cache (for an iSWA cache, the full
-        one, which keeps every row), in cell order, a repeated position as often as it is held.
-
-        llama.cpp has no call that lists them: they are read from the cell records that
-        llama_state_seq_get_data writes before the tensor data (b11434's ``state_seq_get_data`` and
-        ``state_write``: a magic and the sequence id, the stream count, then for the one stream
-        holding the sequence its cell count and, per cell,
-        its position, its sequence count, the M-RoPE cell extension (x, y, token) on an M-RoPE
-        model, and its sequence ids). A record that does not read as that, or whose first and last
-        positions are not pos_min's and pos_max's, raises PyllamaError."""
-        data = self.state_seq_get(seq_id)
-        ints = np.frombuffer(data[: len(data) - len(data) % 4], dtype="<i4")
-        ext = 3 if self.model.is_mrope else 0  # llama_kv_cell_ext: x, y, tok
-
-        def bad(why: str) -> PyllamaError:
-            return PyllamaError(f"seq {seq_id}'s state does not read as b11434's KV cell records: {why}")
-
-        if len(ints) < 3 or int(ints[1]) != seq_id:
-            raise bad("no header naming the sequence")
-        i, positions = 3, []
-        for _ in range(int(ints[2])):  # streams: the empty ones write their cell count alone
-            if i >= len(ints):
-                raise bad("it ends before its streams do")
-            n_cells, i = int(ints[i]), i + 1
-            if n_cells == 0:
-                continue
-            for _ in range(n_cells):
-                if i + 2 + ext > len(ints):
-                    raise bad("it ends inside its cell records")
-                pos, n_seq = int(ints[i]), int(ints[i + 1])
-                ids = ints[i + 2 + ext : i + 2 + ext + n_seq]
-                if n_seq != 1 or int(ids[0]) != seq_id:
-                    raise bad(f"a cell of position {pos} names the sequences {ids.tolist()}")
-                positions.append(pos)
-                i += 2 + ext + n_seq
-            break  # one stream holds the sequence; its tensor data follows
-        if positions and (min(positions), max(positions)) != (self.pos_min(seq_id), self.pos_max(seq_id)):
-            raise bad(f"positions {min(positions)}..{max(positions)} against the memory's own")
-        return positions
-
     def state_seq_set(self, seq_id: int, data: bytes) -> bool:
         """Replace the sequence's state with one from :meth:`state_seq_get`; False if refused."""
         ffi, lib = self._rt.ffi, self._rt.lib

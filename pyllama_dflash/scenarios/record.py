@@ -20,7 +20,7 @@ SKIP = "SKIP"
 
 # the api of a failing Call that is the session's own check, not a native call's answer: a draft with
 # positions of its own holds its rows other than once each at 0..N-1, a gap inside included
-# (Session._check_draft_rows, which reads every position the draft holds: Context.seq_positions)
+# (Session._check_draft_rows, which reads every position the draft holds: api.kv_cells.held)
 DRAFT_ROWS = "draft rows at 0..N-1"
 
 # the log lines worth quoting next to a failing rc (the batch check, the driver's own report)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import api
+from ..api import kv_cells
 from .config import DEFAULT_CONFIG as DEFAULT_CONFIG  # where the commands found it before config.py
 from .config import SessionConfig
 from .loaded import Loaded
@@ -367,7 +368,7 @@ class Session:
         if not self.own_positions:
             return
         n = len(self.seqs[seq].draft_ids)
-        held = self.draft.seq_positions(seq)
+        held = kv_cells.held(self.draft, seq)
         if sorted(held) != list(range(n)):
             why = f"the draft's memory of seq {seq} holds positions {_spans(held)}, not its {n} rows' 0..{n - 1}"
             pos = (min(held), max(held)) if held else (-1, -1)
