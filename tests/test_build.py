@@ -282,13 +282,14 @@ def test_a_variant_of_another_series_is_published_beside_the_projects_own(varian
     shutil.copytree(REPO / "patches", other)
     ours = variants["full"]
     before = ours.path.read_bytes()
-    (theirs,) = build(["full"], BuildOptions(patches_dir=other, cpu="native", quiet=True))
+    mode = ours.cpu_mode  # native, or what $PYLLAMA_DFLASH_CPU asked the suite for
+    (theirs,) = build(["full"], BuildOptions(patches_dir=other, cpu=mode, quiet=True))
     try:
         tag = series_tag(load_series(other))
         assert tag and theirs.lib_dir.name == f"{ours.lib_dir.name}-{tag}"
         assert ours.path.read_bytes() == before  # not replaced, not rebuilt
-        assert find_built(["full"], cpu_mode="native")[0].lib_dir == ours.lib_dir
-        assert find_built(["full"], cpu_mode="native", patches_dir=other)[0].lib_dir == theirs.lib_dir
+        assert find_built(["full"], cpu_mode=mode)[0].lib_dir == ours.lib_dir
+        assert find_built(["full"], cpu_mode=mode, patches_dir=other)[0].lib_dir == theirs.lib_dir
         listed = build_py("--list").stdout
         project, _, elsewhere = listed.partition("builds of other series:")
         # the project's line names the series folder it was built from (perhaps another clone's)
@@ -300,10 +301,10 @@ def test_a_variant_of_another_series_is_published_beside_the_projects_own(varian
         with pytest.raises(VariantNotBuilt, match="built without llama-server; build it with: .* --server"):
             theirs.binary("llama-server")
         # looked up with the server, the build of the same patches that has one serves (the project's)
-        assert find_built(["full"], cpu_mode="native", patches_dir=other, server=True)[0].lib_dir == ours.lib_dir
-        (again,) = build(["full"], BuildOptions(patches_dir=other, cpu="native", quiet=True, server=True))
+        assert find_built(["full"], cpu_mode=mode, patches_dir=other, server=True)[0].lib_dir == ours.lib_dir
+        (again,) = build(["full"], BuildOptions(patches_dir=other, cpu=mode, quiet=True, server=True))
         assert again.lib_dir == theirs.lib_dir and again.binary("llama-server").is_file()
-        assert find_built(["full"], cpu_mode="native", patches_dir=other, server=True)[0].lib_dir == theirs.lib_dir
+        assert find_built(["full"], cpu_mode=mode, patches_dir=other, server=True)[0].lib_dir == theirs.lib_dir
     finally:
         shutil.rmtree(theirs.lib_dir)
 

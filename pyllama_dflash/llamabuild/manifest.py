@@ -144,7 +144,7 @@ def find(
         why = f" (stale or broken builds: {' | '.join(rejected)})" if rejected else ""
         on = f" for backend {backend}" if backend else ""
         raise VariantNotBuilt(
-            f"variant {variant!r} is not built{on}{f' for a {cpu_mode} CPU' if cpu_mode else ''} in "
+            f"variant {variant!r} is not built{on}{f' for --cpu {cpu_mode}' if cpu_mode else ''} in "
             f"{variants_root()}{why}; run: python build.py --variant {variant}"
             f"{f' --cpu {cpu_mode}' if cpu_mode else ''}{' --server' if binaries else ''} "
             "(--cpu portable: a build that runs on any x86-64 CPU)"
