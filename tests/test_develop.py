@@ -1,4 +1,4 @@
-"""develop and write-back (issue 24): the series as commits of a git work tree, and back, byte for byte.
+"""develop and write-back: the series as commits of a git work tree, and back, byte for byte.
 
 The tests marked slow copy and commit the pinned source (about 180 MB, some seconds, once for the
 module) and work on the project's own series; they build nothing. The others use a tiny source

@@ -28,10 +28,8 @@ from pyllama_dflash.scenarios.session import Session
 NMSE_MAX = 1e-5
 IMPLEMENTED = ("dflash", "dflash-causal", "dspark", "dspark-bonus", "dspark-vocab")
 # each trained draft's text-only mean accepted tokens per round (of 3) through the library must stay
-# above its floor. Measured on 2026-12-02 over seeds 900-902: dense 0.568 (132 rounds), MoE 0.262
-# (164 rounds; the MoE target's continuations are harder to learn: held out 0.199 against 0.557),
-# where the random drafts they were trained from accept about 0.01; a broken training, export or load
-# drafts near 0
+# above its floor, where the random drafts they were trained from accept about 0.01 and a broken
+# training, export or load drafts near 0 (the measured means: docs/performance.md)
 ACCEPTANCE_FLOOR = {"dense": 0.35, "moe": 0.15}
 
 

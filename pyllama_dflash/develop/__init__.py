@@ -1,4 +1,4 @@
-"""Changing the fix: the series as commits of a git work tree, and back (GitHub issue 24).
+"""Changing the fix: the series as commits of a git work tree, and back.
 
 ``tree`` (``pyllama-dflash develop``: a copy of the pinned source, committed, with one commit per
 patch of a variant), ``writeback`` (``pyllama-dflash write-back``: one patch per commit, back into

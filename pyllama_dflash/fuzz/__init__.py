@@ -1,4 +1,4 @@
-"""A hypothesis fuzzer of image/text schedules for the DFlash draft (issue 6).
+"""A hypothesis fuzzer of image/text schedules for the DFlash draft.
 
 The command alone (``__main__``: ``python -m pyllama_dflash.fuzz``); the schedules' format,
 strategy, invariant, search and child processes are the engine's (``pyllama_dflash.engine``:

@@ -249,9 +249,8 @@ def _same_drafts(ctx, e: Expect, verdict: dict | None) -> bool | None:
     "drafts_vs_definition",
     baseline=Expect(500, "any"),
     # without 0005 the reference is not the variant's semantics (its draft skips the image's rows), so the
-    # rounds are measured, not judged (2026-12-02): zero-fill's agree with a fresh request of zero-fill;
-    # full's and slots' differ in the last digits of probabilities in 4 of 18 rounds, never in a drafted
-    # token (0002's fill and removal leave the draft's cells in another order, the likely cause)
+    # rounds are measured, not judged (docs/server.md has what they show: 0002's fill and removal leave the
+    # draft's cells in another order, so probabilities may differ in their last digits)
     fix=Expect(200, "every", cached=True),
     definition=Expect(200, "every", cached=True, same_drafts=True),
 )

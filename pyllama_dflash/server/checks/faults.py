@@ -166,8 +166,8 @@ def restore_swapped_parts(ctx) -> Result:
 def restore_swapped_parts_same_length(ctx) -> Result:
     """restore_swapped_parts with two conversations of the same token count: A's draft part has as many
     tokens as B's target part, but A's. With 0003 the restore is refused all the same: the binding compares
-    the tokens, not only their count (issue 31: the mutant that turns the comparison's || into && survived
-    every check whose parts differ in length)."""
+    the tokens, not only their count (a binding that compared counts alone is caught only by parts of
+    one length)."""
     return _swapped_parts(ctx, "restore_swapped_parts_same_length", same_length=True)
 
 
@@ -287,7 +287,7 @@ def restore_damaged_draft_part(ctx) -> Result:
     restores = {o["restore"] for o in outcomes}
     # the reason names the damage, where it is the frame's: a state cut off whole is a length the frame
     # contradicts, not short tokens; a part of the header's 12 bytes whole is short in its tokens, not short
-    # (issue 31: bound-c3a09a2e refused it as too short)
+    # (the header's own length is where a bound one byte off refuses it for the wrong reason)
     named = all(
         _reason(o["damage"], len(original)) in (o["restore_error"] or "")
         for o in outcomes
@@ -448,8 +448,8 @@ def save_draft_part_unwritable(ctx) -> Result:
     (fresh_r,) = fresh
     refused_well = (
         not r.blocked.ok
-        # the part it could not write, by its temporary name (not a later step's failure: issue 31's
-        # drop-1563258a went on to the target part and failed at the draft part's rename instead)
+        # the part it could not write, by its temporary name (not a later step's failure: a save that went
+        # on past the failed write fails at the draft part's rename instead)
         and "draft's part of the slot (" in r.blocked.error_message
         and "e.bin.draft.tmp" in r.blocked.error_message
         and r.after == r.before  # the previous pair, byte for byte
@@ -479,8 +479,8 @@ def save_target_part_unwritable(ctx) -> Result:
     """A save whose target part cannot be written (a directory stands at ``<file>.tmp``) fails with an
     error that names the target part, not the draft's, leaves the previous pair as it was and
     restorable, and leaves no temporary file; a directory at ``<file>`` itself, on a fresh name, fails
-    the target part's rename, which names it and removes the written temporary target part (issue 31:
-    drop-6b322462 left it). Without 0003 the server writes no temporary file, and the save succeeds."""
+    the target part's rename, which names it and removes the written temporary target part. Without 0003
+    the server writes no temporary file, and the save succeeds."""
     fresh_save, fresh = _fresh_save("fresh.bin")
     r = _save_blocked(ctx, "save_target_part_unwritable", "t.bin", _directory_at("t.bin.tmp"), fresh_save)
     (fresh_r,) = fresh
@@ -512,8 +512,7 @@ def save_target_part_unwritable(ctx) -> Result:
 def save_draft_part_short_write(ctx) -> Result:
     """A save whose draft part's write fails partway (a file-size limit on the server at half its size)
     fails naming the draft part, leaves the previous pair as it was and restorable, and removes the
-    half-written temporary draft part (issue 31: drop-2d08cd85, which left it, survived every check whose
-    failed write created no file)."""
+    half-written temporary draft part (only a failed write that created its file can leave one)."""
     return _short_write(ctx, "save_draft_part_short_write", "d.bin", "draft", "draft's part of the slot (")
 
 
@@ -525,8 +524,8 @@ def save_draft_part_short_write(ctx) -> Result:
 def save_small_draft_part_short_write(ctx) -> Result:
     """A draft part under 1 KiB (a conversation of two tokens) whose write fails: libstdc++ keeps so small
     a part in the stream's buffer until the stream is closed, so only the close's flush can fail, and the
-    save must still refuse it naming the draft part (issue 31: drop-30e76d35, which dropped the close, let
-    the flush fail unseen after the check, and the save failed later on the target part). A file-size
+    save must still refuse it naming the draft part (without the close, the flush fails unseen after the
+    check, and the save fails later on the target part). A file-size
     limit at half the draft part's size, measured by a probe save of the same state."""
     name = "save_small_draft_part_short_write"
     srv, folder = _session(ctx, name, short_writes=True)
