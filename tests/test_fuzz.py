@@ -437,7 +437,8 @@ BUDGET_SEEDS = (0, 1, 2, 3, 4)
 
 @pytest.mark.slow
 @pytest.mark.skipif(
-    not os.environ.get(FUZZ_BUDGET_TEST_ENV), reason=f"opt-in: {FUZZ_BUDGET_TEST_ENV}=1 (7-10 min a seed)"
+    not os.environ.get(FUZZ_BUDGET_TEST_ENV),
+    reason=f"opt-in: {FUZZ_BUDGET_TEST_ENV}=1 (about 7,000 s a seed on 2 cores: docs/regression.md)",
 )
 @pytest.mark.parametrize("seed", BUDGET_SEEDS)
 def test_the_fix_holds_at_twenty_times_the_budget(variants, model_set, tmp_path, seed):
