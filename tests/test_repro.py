@@ -337,3 +337,27 @@ def test_within_a_call_the_oracle_pairs_rounds_at_the_same_position():
     assert found is not None and not found.behind_only and found.differing == 3, found
     # without a behind round, a round only one side drafted is a drift
     assert not compare(run[1:], reference[1:][1:] + [_round(0, 12, [2], 1)]).behind_only
+
+
+@pytest.mark.slow
+def test_the_real_model_path_takes_an_image_of_a_thousand_rows_on_three_sequences(variants, models, tmp_path):
+    """repro's real-model path (--target, --draft, --mmproj, --image) on the tiny files and an 896 px
+    image, a 32x32 grid of 1024 rows on one position, the size users send. S13's three sequences hold
+    it (they had 256 cells each, whatever the context, and every column ERRORed), and the image
+    scenarios keep their verdicts: baseline fails at the hole, the fix and the definition pass. S14's
+    image is one row there too (it was the given file at its own size, so baseline failed S14)."""
+    from pyllama_dflash.tiny import image
+
+    png = tmp_path / "large.png"
+    png.write_bytes(image.png_bytes(image.rgb(896, 896, seed=896)))
+    report = tmp_path / "repro.json"
+    cmd = [sys.executable, "-m", "pyllama_dflash.repro", "--no-build", "--scenarios", "S1,S13,S14"]
+    cmd += ["--json", str(report)]
+    cmd += ["--target", str(models.target), "--draft", str(models.draft), "--mmproj", str(models.mmproj)]
+    proc = subprocess.run([*cmd, "--image", str(png)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (case,) = json.loads(report.read_text())["cases"]
+    for sid, on_baseline in (("S1", "FAIL"), ("S13", "FAIL"), ("S14", "PASS")):
+        statuses = {v: case["results"][sid][v]["status"] for v in ("baseline", FIX, DEFINED)}
+        assert statuses == {"baseline": on_baseline, FIX: "PASS", DEFINED: "PASS"}, (sid, statuses)
+    assert "pos 38" in proc.stdout  # the text after a 32x32 grid resumes 32 positions on: the hole's width

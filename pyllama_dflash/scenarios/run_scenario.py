@@ -29,12 +29,13 @@ from .session import replay_reference
 
 
 def images_for(models: ModelSet) -> dict[str, np.ndarray | bytes]:
-    """The scenarios' images: synthetic arrays for the tiny models, the given files for real ones."""
+    """The scenarios' images: synthetic arrays for the tiny models, the given files for real ones, but
+    S14's 1x1 image: a file is decoded at its own size (image_min_tokens is a floor, not a size), so S14
+    takes the synthetic 28 px image there too, which any projector resizes up to its minimum."""
     if models.image_files:
         files = [p.read_bytes() for p in models.image_files]
-        return {
-            k: files[-1] if k == "small2" else files[0] for k in ("small", "small2", "large", "wide", "tiny", "long")
-        }
+        given = {k: files[-1] if k == "small2" else files[0] for k in ("small", "small2", "large", "wide", "long")}
+        return {**given, "tiny": tiny_image(0)}
     return {
         "small": small_image(0),
         "small2": small_image(1),
