@@ -113,3 +113,20 @@ def test_api_md_and_the_api_docstring_show_the_same_example():
     assert block, "docs/api.md shows the API in a python block"
     shown = textwrap.indent(block.group(1), "    ")
     assert shown in api.__doc__, "pyllama_dflash.api's docstring shows another example than docs/api.md"
+
+
+def test_architecture_md_names_every_module():
+    """Every module of the package (but a package's __init__.py) is named in the layout table, by its path,
+    its file name or its stem, so that a new file gets a line saying what it owns."""
+    named = set()
+    for token in re.findall(r"`([^`]+)`", _section(DOCS / "architecture.md", "## Layout")):
+        named.update(part.strip("/") for part in re.split(r"[ ,]+", token))
+    package = REPO / "pyllama_dflash"
+    missing = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package)
+        if path.name == "__init__.py" or "__pycache__" in rel.parts:
+            continue
+        if not {path.name, path.stem, str(rel), str(rel.with_suffix("")), f"pyllama_dflash/{rel}"} & named:
+            missing.append(str(rel))
+    assert missing == [], f"docs/architecture.md's layout table does not name {missing}"
