@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .env import CPU_ENV, PATCHES_ENV
 from .errors import UsageError
+from .llamabuild.cpu import MODES as CPU_MODES
 from .shard import parse_shard
 
 PROG = "pyllama-dflash"
@@ -63,7 +64,7 @@ SHARED: dict[str, _Shared] = {
         "AVX2 without AVX-512, how an AVX2 machine rounds) or portable (the "
         "x86-64 baseline, runs on any x86-64 CPU); for a lookup, the builds to use",
         unset="$PYLLAMA_DFLASH_CPU, else native for a build and native first for a lookup",
-        kwargs={"choices": ("native", "avx2", "portable")},
+        kwargs={"choices": CPU_MODES},
     ),
     "drafters": _Shared(
         ("--drafters",),
