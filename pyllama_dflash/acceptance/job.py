@@ -32,6 +32,8 @@ class AcceptanceJob:
     models: ModelSet
     seeds: tuple[int, ...]
     session: SessionConfig  # before the column's own: its variant's slot loop, or the definition's
+    paired: bool = False  # drafts at every position of the target's replies (script.run_conversation)
+    image_px: int | None = None  # the images' size (None: the corpus's drawn sizes)
 
     def to_json(self) -> dict:
         return {
@@ -39,6 +41,8 @@ class AcceptanceJob:
             "models": self.models.to_json(),
             "seeds": list(self.seeds),
             "session": self.session.to_json(),
+            "paired": self.paired,
+            "image_px": self.image_px,
         }
 
     @classmethod
@@ -48,4 +52,6 @@ class AcceptanceJob:
             ModelSet.from_json(d["models"]),
             tuple(d["seeds"]),
             SessionConfig.from_json(d["session"]),
+            d.get("paired", False),
+            d.get("image_px"),
         )

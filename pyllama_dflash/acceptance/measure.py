@@ -26,7 +26,7 @@ from .script import PHASES
 from .stats import bootstrap_mean, paired_difference
 
 MODEL = "reference model"
-AFTER_IMAGES = {"after image", "later", "after second image", "after restore"}
+AFTER_IMAGES = {"after image", "later", "after second image", "after restore", "later after restore"}
 TEXT_ONLY = "text only"
 SESSION = SessionConfig(n_ctx=1024, n_batch=64, n_ubatch=64, n_max=3)
 

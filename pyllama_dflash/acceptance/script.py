@@ -9,19 +9,32 @@ One seeded conversation, on one sequence, as a chat client drives llama-server:
    follows (``after restore``, then ``later``).
 
 The text-only ceiling is the same conversation with its images left out. The words and images come
-from the corpus's drawing (draftmodel.corpus), the distribution the trained drafts learnt.
+from the corpus's drawing (draftmodel.corpus), the distribution the trained drafts learnt; an image
+size (``image_px``) replaces the drawn images by ones of that size, seeded alike.
+
+Two ways to drive the replies: round by round, as llama-server serves them (each column's rounds fall
+on its own tokens), or paired (``Session.generate_paired``): the draft drafts at every position of the
+target's reply from the target's own history, and the accepted length at that position is the
+measure, so every column is judged on the same tokens. A paired position's phase goes by its index in
+the reply: the first ``FIRST_POSITIONS`` after an image or a restore, ``later`` after them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..draftmodel.corpus import Turn, draw_turns, user_text
 from ..scenarios.session import Session
+from ..tiny.image import rgb
 
-PHASES = ("text", "after image", "later", "after second image", "after restore")
+PHASES = ("text", "after image", "later", "after second image", "after restore", "later after restore")
 FIRST_ROUNDS = 2  # the rounds of a turn that count as "after" its image or restore
 N_GENERATE = 24  # tokens per reply
+FIRST_POSITIONS = 8  # a paired reply's positions that count as "after" its image or restore
+# the image sizes of the paired table: 8x8, 16x16 and 32x32 merged tokens through the tiny qwen2vl projector
+IMAGE_ROWS_PX = {64: 224, 256: 448, 1024: 896}
 
 
 @dataclass(frozen=True)
@@ -30,13 +43,17 @@ class RoundResult:
     phase: str
     drafted: int
     accepted: int
+    index: int = -1  # paired: the anchor's index in its reply (-1: a round as llama-server serves it)
+    turn: str = ""  # paired: what the reply follows (``text``, ``after image``, ...), its phase at index 0
 
 
-def turns_for(seed: int, images: bool = True) -> list[Turn]:
+def turns_for(seed: int, images: bool = True, image_px: int | None = None) -> list[Turn]:
     """The conversation's four turns: text, image, image, text (and the interlude's)."""
     drawn = draw_turns(seed, n_turns=5, n_generate=N_GENERATE)
     text = [t.text for t in drawn]
     pics = [t.images for t in drawn]
+    if image_px is not None:  # the drawn images' place and seed, at that size
+        pics = [(rgb(image_px, image_px, seed=seed * 8 + k),) for k in range(len(drawn))]
     keep = (lambda ims: ims) if images else (lambda ims: ())
     return [
         Turn(text[0], (), N_GENERATE),
@@ -47,20 +64,77 @@ def turns_for(seed: int, images: bool = True) -> list[Turn]:
     ]
 
 
-def run_conversation(s: Session, seed: int, out: list[RoundResult], images: bool = True, restore: bool = True) -> None:
-    """Drive the conversation through a session's slot loop (sequence 0), its rounds added to ``out``
-    by phase as they run (a conversation the variant fails keeps the rounds before the failure).
-    Without ``restore`` it ends after the third turn."""
-    turns = turns_for(seed, images)
+TRAINING_IMAGE_PX = (IMAGE_ROWS_PX[64], IMAGE_ROWS_PX[256])  # 1024 rows: see draftmodel.__main__
+
+
+def training_turns(seed: int, with_images: bool) -> list[Turn]:
+    """A training conversation shaped as the bench's: its four turns (a restore that restores the draft
+    changes nothing the draft sees, so the fourth turn follows the third), each image turn keeping an
+    image of 64 or 256 rows at even odds (text after no image is in distribution too), or none."""
+    rng = np.random.default_rng([seed, 11])
+    turns = turns_for(seed)[:4]
+    out = []
+    for k, t in enumerate(turns):
+        px = int(rng.choice(TRAINING_IMAGE_PX))
+        keep = with_images and k in (1, 2) and rng.random() < 0.5
+        out.append(Turn(t.text, (rgb(px, px, seed=seed * 8 + k),) if keep else (), t.n_generate))
+    return out
+
+
+def phase_of(after: str | None, k: int, first: int) -> str:
+    """The phase of a turn's k-th round or position: ``text`` before any image, ``after`` for its
+    first ones, and ``later`` after them (past a restore, ``later after restore``: a draft restored
+    with the slot and one that was not hold different rows there)."""
+    if after is None:
+        return "text"
+    if k < first:
+        return after
+    return "later after restore" if after == "after restore" else "later"
+
+
+def paired_results(seed: int, after: str | None, reply: list[int], rounds: list, n_max: int) -> list[RoundResult]:
+    """A paired reply's positions judged on the target's tokens: ``reply`` is the anchor of its first
+    position followed by the tokens generated; positions whose next ``n_max`` tokens are all in the reply."""
+    out = []
+    for i, r in enumerate(rounds[: len(reply) - n_max]):
+        truth = reply[i + 1 : i + 1 + n_max]
+        k = 0
+        while k < min(len(r.tokens), n_max) and r.tokens[k] == truth[k]:
+            k += 1
+        out.append(RoundResult(seed, phase_of(after, i, FIRST_POSITIONS), n_max, k, index=i, turn=after or "text"))
+    return out
+
+
+def run_conversation(
+    s: Session,
+    seed: int,
+    out: list[RoundResult],
+    images: bool = True,
+    restore: bool = True,
+    paired: bool = False,
+    image_px: int | None = None,
+    replies: list[list[int]] | None = None,
+) -> None:
+    """Drive the conversation through a session's slot loop (sequence 0), its rounds (or, ``paired``,
+    its positions) added to ``out`` by phase as they run (a conversation the variant fails keeps the
+    ones before the failure), and each reply's tokens to ``replies``. Without ``restore`` it ends
+    after the third turn."""
+    turns = turns_for(seed, images, image_px)
     marker = s.projector.marker if s.projector is not None else ""
 
     def turn(t: Turn, after: str | None, step: str) -> None:
         s.prompt(0, user_text(t, marker), list(t.images), step=step)
         start = len(s.record.rounds)
-        s.generate(0, t.n_generate, step=f"{step} reply")
-        for k, r in enumerate(s.record.rounds[start:]):
-            phase = "text" if after is None else after if k < FIRST_ROUNDS else "later"
-            out.append(RoundResult(seed, phase, r.drafted, r.accepted))
+        anchor = s.seqs[0].id_last
+        if paired:
+            reply = [anchor, *s.generate_paired(0, t.n_generate, step=f"{step} reply")]
+            out.extend(paired_results(seed, after, reply, s.record.rounds[start:], s.cfg.n_max))
+        else:
+            reply = [anchor, *s.generate(0, t.n_generate, step=f"{step} reply")]
+            for k, r in enumerate(s.record.rounds[start:]):
+                out.append(RoundResult(seed, phase_of(after, k, FIRST_ROUNDS), r.drafted, r.accepted))
+        if replies is not None:
+            replies.append(reply)
 
     turn(turns[0], None, "turn 1")
     # phases by the turn's place, images or not: the text-only ceiling's rounds line up with them
@@ -72,7 +146,7 @@ def run_conversation(s: Session, seed: int, out: list[RoundResult], images: bool
     interlude = len(s.record.rounds)
     s.rewind(0, 0, step="another conversation")
     s.prompt(0, user_text(turns[4], marker), step="another conversation")
-    s.generate(0, 8, step="another conversation reply")
+    s.generate(0, 8, step="another conversation reply")  # drafted round by round either way
     del s.record.rounds[interlude:]  # not this conversation's
     s.restore_slot(0, saved)
     turn(turns[3], "after restore", "turn 4")

@@ -47,14 +47,28 @@ def run_one(raw: dict) -> dict:
     drafter = reference_model_drafter(models) if col.mode == "model" else None
     rounds: list[RoundResult] = []
     failed = []
+    replies: dict[int, list[list[int]]] = {}
     with Loaded() as loaded:
         for seed in job.seeds:
             with Session(models, cfg, Record(), loaded=loaded, definition_drafter=drafter) as s:
                 try:
-                    run_conversation(s, seed, rounds, images=col.images)
+                    run_conversation(
+                        s,
+                        seed,
+                        rounds,
+                        images=col.images,
+                        paired=job.paired,
+                        image_px=job.image_px,
+                        replies=replies.setdefault(seed, []),
+                    )
                 except StopScenario as stop:  # what llama-server answers with HTTP 500
                     failed.append({"seed": seed, "reason": str(stop)[:800]})
-    return {"status": "OK", "rounds": [asdict(r) for r in rounds], "failed": failed}
+    return {
+        "status": "OK",
+        "rounds": [asdict(r) for r in rounds],
+        "failed": failed,
+        "replies": {str(k): v for k, v in replies.items()},
+    }
 
 
 if __name__ == "__main__":

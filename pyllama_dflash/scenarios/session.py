@@ -529,6 +529,38 @@ class Session:
                 st.image_pending = False
         return new_tokens
 
+    def generate_paired(self, seq: int, n_tokens: int, step: str = "generate") -> list[int]:
+        """Greedy generation of n_tokens, one a round: at every position the draft drafts ``n_max``
+        tokens from the target's own history, and the round keeps none of them (as a round whose draft
+        is rejected whole, without the rejected rows' decode). The rounds record what was drafted at
+        each position; the tokens the target generated judge them afterwards, so every column run on
+        the same conversation is judged on the same tokens (paired acceptance)."""
+        self.ops.append(Generate(seq, n_tokens, step))
+        self._settle_history(seq)
+        st = self.seqs[seq]
+        if st.id_last is None or self.spec is None:
+            raise ValueError(f"generate_paired: sequence {seq} needs a sampled token and a draft")
+        self.record.generate_calls += 1
+        out = []
+        for r in range(n_tokens):
+            pos0, id_last = st.n_past, st.id_last
+            drafted, behind, refused = self._draft(seq, f"{step} position {r}", self.cfg.n_max)
+            verify = api.Batch.tokens([id_last], pos0=pos0, seq_id=seq, logits="all")
+            self._decode_target(verify, step, seq)
+            self._add_rows(st, [pos0], [id_last])
+            self._spec_process(verify, step, seq)
+            st.n_past, st.id_last = pos0 + 1, self.target.argmax(0)
+            self._after_verify(seq, step, [], 0)
+            if drafted and self.definition_drafter is None:
+                self.spec.accept(seq, 0)
+            rnd = Round(seq, pos0, len(drafted), 0, st.image_pending, drafted, behind, refused)
+            rnd.generate_call = self.record.generate_calls
+            self.record.rounds.append(rnd)
+            st.image_pending = False
+            out.append(st.id_last)
+        self.record.generated.setdefault(seq, []).extend(out)
+        return out
+
     def _draft(self, seq: int, step: str, n_draft: int) -> tuple[list[int], bool, bool]:
         """The round's drafts (libcommon's, or the definition's): (drafted, the draft was behind, libcommon
         refused to draft)."""
