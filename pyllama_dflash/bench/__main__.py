@@ -21,6 +21,9 @@ Sections (``--only``):
             for every variant and reference (pyllama_dflash.acceptance), with bootstrap intervals;
             then the same conversations through each variant's llama-server: the acceptance rate
             from its timings, and tokens/s with the draft over without, side by side
+  paired    paired acceptance (pyllama_dflash.acceptance.paired): the text-trained and the image-trained
+            drafts of each target, images of 64, 256 and 1024 rows, every semantics judged at every
+            position of the same target replies, with paired differences and bootstrap intervals
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ class SectionUnavailable(PyllamaError, RuntimeError):
     """A section that cannot run on this machine; the message says why in one line."""
 
 
-SECTIONS = ("build", "matrix", "overhead", "instructions", "portable", "fill", "bindings", "acceptance")
+SECTIONS = ("build", "matrix", "overhead", "instructions", "portable", "fill", "bindings", "acceptance", "paired")
 HOLES = (3, 6, 12, 24, 48, 96, 192, 384, 768, 1024)
 
 
@@ -283,6 +286,25 @@ def bench_acceptance(conversations: int, target_kind: str) -> dict:
     return result
 
 
+def bench_paired(conversations: int, targets: list[str], sizes: list[int]) -> dict:
+    from ..acceptance.paired import measure_paired
+    from ..draftmodel.trained import TRAINED_ON, trained_models
+
+    # held-out seeds: the committed drafts trained on conversations 0..999 at most
+    seeds, runs = range(1000, 1000 + conversations), {}
+    total, t0 = len(targets) * len(TRAINED_ON) * len(sizes), time.monotonic()
+    for target in targets:
+        for trained_on in TRAINED_ON:
+            models = trained_models(target, trained_on=trained_on)
+            for rows in sizes:
+                key = f"{target}/{trained_on}/{rows}"
+                runs[key] = measure_paired(models, seeds, rows, log=lambda line: print(line, file=sys.stderr))
+                spent = time.monotonic() - t0
+                left = spent / len(runs) * (total - len(runs))
+                print(f"bench: paired {key} done ({len(runs)}/{total}, about {left:.0f} s left)", file=sys.stderr)
+    return {"conversations": conversations, "runs": runs}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog=tool_prog("python -m pyllama_dflash.bench"),
@@ -295,13 +317,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=7, help="repeats per point of the fill curve")
     ap.add_argument("--conversations", type=int, default=24, help="conversations per acceptance column")
     ap.add_argument("--target", choices=("dense", "moe"), default="dense", help="the tiny target of the trained draft")
+    ap.add_argument(
+        "--paired-targets", default="dense,moe", help="the paired section's targets (comma-separated; default both)"
+    )
+    ap.add_argument(
+        "--image-rows", default="64,256,1024", help="the paired section's image sizes in rows: 64, 256, 1024"
+    )
     ap.add_argument("--json", type=Path, default=cache_root() / "bench" / "bench.json")
     ap.add_argument("--markdown", type=Path, help="also write the Markdown table here")
+    ap.add_argument(
+        "--plot",
+        type=Path,
+        metavar="DIR",
+        help="the paired section's pictures, paired-acceptance-TARGET.svg in DIR (the plot extra: matplotlib)",
+    )
     args = ap.parse_args(argv)
     only = args.only.split(",") if args.only else list(SECTIONS)
     unknown = [s for s in only if s not in SECTIONS]
     if unknown:
         ap.error(f"--only: unknown section(s) {', '.join(unknown)}")
+    if args.plot:  # before the runs, not after them
+        command.require("matplotlib", extra="plot", command="bench --plot")
+    targets = [t for t in args.paired_targets.split(",") if t]
+    if not targets or any(t not in ("dense", "moe") for t in targets):
+        ap.error(f"--paired-targets {args.paired_targets!r}: name dense, moe or both")
+    try:
+        sizes = [int(x) for x in args.image_rows.split(",") if x]
+    except ValueError:
+        sizes = []
+    if not sizes or any(x not in (64, 256, 1024) for x in sizes):
+        ap.error(f"--image-rows {args.image_rows!r}: a comma-separated choice of 64, 256, 1024")
 
     head = build(["baseline"], BuildOptions(quiet=True))[0]
     report: dict = {
@@ -322,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         "fill": lambda: bench_fill(args.repeats),
         "bindings": bench_bindings,
         "acceptance": lambda: bench_acceptance(args.conversations, args.target),
+        "paired": lambda: bench_paired(args.conversations, targets, sizes),
     }
     for section in only:
         t0 = time.monotonic()
@@ -337,6 +383,12 @@ def main(argv: list[str] | None = None) -> int:
     table = markdown(report)
     if args.markdown:
         atomic_write_bytes(args.markdown, table.encode())
+    if args.plot and "runs" in report.get("paired", {}):
+        from ..acceptance.plot import plot_since_image
+
+        for target in targets:
+            path = plot_since_image(report["paired"]["runs"], target, args.plot / f"paired-acceptance-{target}.svg")
+            print(f"bench: wrote {path}", file=sys.stderr)
     print(table)
     print(f"bench: JSON in {args.json}", file=sys.stderr)
     return 0

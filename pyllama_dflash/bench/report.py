@@ -149,4 +149,13 @@ def markdown(r: dict) -> str:
                 "",
                 server_markdown(a["server"]),
             ]
+    if "paired" in r and "runs" in r["paired"]:
+        from ..acceptance.paired import markdown as paired_tables
+
+        out += [
+            "",
+            f"Paired acceptance, {r['paired']['conversations']} conversations, through the library:",
+            "",
+            paired_tables(r["paired"]["runs"]),
+        ]
     return "\n".join(out) + "\n"

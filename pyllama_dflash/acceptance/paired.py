@@ -1,0 +1,205 @@
+"""Paired acceptance: every column judged on the same target tokens, position by position.
+
+Each column runs the bench's conversation (script.py) through its variant's libraries with
+``paired``: at every position of the target's replies the draft drafts from the target's own history,
+and the accepted length there is the measure. The target's replies are the same in every column
+(checked: a column whose replies differ on a conversation is an error, not a figure), so a paired
+difference compares the same tokens.
+
+The columns, per trained draft and image size:
+
+- ``twin semantics``: ``slots`` with the legacy draft, which drafts what its reconverted twin drafts
+  (image rows skipped, the target's positions: b11434's semantics) and restores the draft with a slot;
+- ``definition``: every row, image rows included, at the draft's own positions; restores too;
+- ``b11434 twin``: b11434 itself with the reconverted twin; its draft is not restored with a slot;
+- ``zero-fill``: the seed's fill of the hole with zero rows; not restored either;
+- ``text only``: the same conversation without its images (the ceiling; its tokens after the first
+  turn are not the others', so it is compared by interval only).
+
+After the restore, only columns alike in restoring the draft are compared with one another.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
+
+from ..llamabuild import variant as variant_of
+from ..llamabuild.patchset import BASELINE
+from ..scenarios.models import ModelSet
+from .job import AcceptanceJob, Column
+from .measure import SESSION, run_column, summarise
+from .script import IMAGE_ROWS_PX, PHASES
+from .stats import bootstrap_mean, paired_difference, resample
+
+TWIN = "twin semantics"
+DEFINITION = "definition"
+B11434_TWIN = "b11434 twin"
+ZERO_FILL = "zero-fill"
+TEXT_ONLY = "text only"
+BEFORE_RESTORE = ("text", "after image", "later", "after second image")
+
+COLUMNS = (
+    Column(TWIN, "slots"),
+    Column(DEFINITION, "definition"),
+    Column(B11434_TWIN, BASELINE, twin=True),
+    Column(ZERO_FILL, "zero-fill"),
+    Column(TEXT_ONLY, "definition", images=False),
+)
+# (a, b, the phases where a - b compares the same tokens from drafts alike in restoring or not)
+PAIRS = (
+    (DEFINITION, TWIN, PHASES),
+    (ZERO_FILL, TWIN, BEFORE_RESTORE),
+    (B11434_TWIN, TWIN, BEFORE_RESTORE),
+    (ZERO_FILL, B11434_TWIN, PHASES),
+)
+# n_ctx for two images of 1024 rows and the turns' text, with the draft holding every row (definition)
+N_CTX = 4096
+
+
+def restores_draft(col: Column) -> bool:
+    return variant_of(col.variant).saves_draft
+
+
+def check_paired(columns: dict[str, dict]) -> None:
+    """Every image column's replies equal on every conversation (the text-only column's first one)."""
+    ref_name, ref = next((n, c) for n, c in columns.items() if c["column"]["images"])
+    for name, col in columns.items():
+        for seed, replies in col["replies"].items():
+            want = ref["replies"].get(seed)
+            if want is None:
+                continue
+            mine, theirs = (replies[:1], want[:1]) if not col["column"]["images"] else (replies, want)
+            if mine != theirs:
+                raise RuntimeError(
+                    f"paired acceptance: column {name!r} saw other target tokens than {ref_name!r} on "
+                    f"conversation {seed}: the comparison would not be paired"
+                )
+
+
+def since_image(positions: list[dict], seeds: Sequence[int]) -> list[dict]:
+    """Mean accepted at each index of the reply after the first image, with a 95% interval from
+    resampling the conversations: the curve of accepted length against tokens since the image."""
+    out = []
+    reply = [p for p in positions if p["turn"] == "after image"]
+    for i in sorted({p["index"] for p in reply}):
+        per_conv = [(sum(p["accepted"] for p in reply if p["seed"] == s and p["index"] == i), 1) for s in seeds]
+        lo, hi = bootstrap_mean(per_conv)
+        out.append({"index": i, "mean_accepted": sum(a for a, _ in per_conv) / len(per_conv), "ci95": [lo, hi]})
+    return out
+
+
+def ratio_to_text(per_text: list, per_phase: list) -> dict:
+    """A column's pooled mean accepted in a phase over its own in the text phase, with a 95% interval
+    from resampling the conversations once for both."""
+    idx = resample(len(per_text))
+
+    def pooled(pc: list, ix: np.ndarray) -> np.ndarray:
+        acc = np.array([a for a, _ in pc], float)[ix].sum(axis=1)
+        n = np.array([k for _, k in pc], float)[ix].sum(axis=1)
+        return acc / np.maximum(n, 1)
+
+    whole = np.arange(len(per_text))[None]
+    point = pooled(per_phase, whole)[0] / max(pooled(per_text, whole)[0], 1e-12)
+    r = pooled(per_phase, idx) / np.maximum(pooled(per_text, idx), 1e-12)
+    lo, hi = np.quantile(r, [0.025, 0.975])
+    return {"ratio": float(point), "ci95": [float(lo), float(hi)]}
+
+
+def measure_paired(
+    models: ModelSet, seeds: Sequence[int], image_rows: int, cols: Sequence[Column] = COLUMNS, log=print
+) -> dict:
+    """Every column on the same conversations with images of ``image_rows`` rows."""
+    px = IMAGE_ROWS_PX[image_rows]
+    session = replace(SESSION, n_ctx=N_CTX)
+    table: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="pyllama-dflash-paired-") as tmp:
+        for col in cols:
+            job = AcceptanceJob(col, models, tuple(seeds), session, paired=True, image_px=px)
+            result = run_column(job, Path(tmp))
+            if result["failed"]:
+                raise RuntimeError(f"paired acceptance: column {col.name} failed: {result['failed'][0]}")
+            table[col.name] = {
+                "column": asdict(col),
+                "restores_draft": restores_draft(col),
+                "phases": summarise(result["rounds"], seeds),
+                "since_image": since_image(result["rounds"], seeds),
+                "replies": result["replies"],
+            }
+            log(f"  {image_rows} rows, {col.name}: " + _brief(table[col.name]["phases"]))
+    check_paired(table)
+    differences = {}
+    for a, b, phases in PAIRS:
+        if a in table and b in table:
+            pa, pb = table[a]["phases"], table[b]["phases"]
+            differences[f"{a} - {b}"] = {
+                p: paired_difference(pa[p]["per_conversation"], pb[p]["per_conversation"])
+                for p in phases
+                if p in pa and p in pb
+            }
+    ratios = {
+        name: {
+            p: ratio_to_text(e["phases"]["text"]["per_conversation"], e["phases"][p]["per_conversation"])
+            for p in PHASES[1:]
+            if p in e["phases"] and e["column"]["images"]
+        }
+        for name, e in table.items()
+    }
+    for e in table.values():
+        del e["replies"]
+    return {
+        "image_rows": image_rows,
+        "image_px": px,
+        "conversations": len(seeds),
+        "seeds": [min(seeds), max(seeds)],
+        "session": session.to_json(),
+        "table": table,
+        "differences": differences,
+        "ratio_to_text": ratios,
+    }
+
+
+def _brief(phases: dict) -> str:
+    return ", ".join(f"{p} {f['mean_accepted']:.2f}" for p, f in phases.items() if p in PHASES)
+
+
+def _cell(f: dict | None, signed: bool = False) -> str:
+    if f is None:
+        return ""
+    if "difference" in f:
+        mark = "" if f["told_apart"] else " ~"
+        return f"{f['difference']:+.2f} [{f['ci95'][0]:+.2f}, {f['ci95'][1]:+.2f}]{mark}"
+    if "ratio" in f:
+        return f"{f['ratio']:.2f} [{f['ci95'][0]:.2f}, {f['ci95'][1]:.2f}]"
+    return f"{f['mean_accepted']:.2f} [{f['ci95'][0]:.2f}, {f['ci95'][1]:.2f}]"
+
+
+def markdown(runs: dict[str, dict]) -> str:
+    """The paired tables of ``runs`` (``"target/trained_on/rows"`` -> measure_paired's result): mean
+    accepted per position, each column's after-image phases over its own text phase, and the paired
+    differences (``~``: the interval holds 0, not told apart)."""
+    out = []
+    head = "| draft | image rows | column | " + " | ".join(PHASES) + " |"
+    rule = "|---|---|---|" + "---|" * len(PHASES)
+    for title, key, rows_of in (
+        ("Mean accepted per position (of n_max) [95% interval]", "table", lambda r: r["table"]),
+        ("Over the column's own text phase [95% interval]", "ratio_to_text", lambda r: r["ratio_to_text"]),
+        ("Paired differences [95% interval]", "differences", lambda r: r["differences"]),
+    ):
+        for target in sorted({k.split("/")[0] for k in runs}):
+            out += ["", f"{title}, the {target} target:", "", head, rule]
+            for k, r in runs.items():
+                t, trained_on, rows = k.split("/")
+                if t != target:
+                    continue
+                for name, entry in rows_of(r).items():
+                    phases = entry["phases"] if key == "table" else entry
+                    if not phases:
+                        continue
+                    cells = [_cell(phases.get(p)) for p in PHASES]
+                    out.append(f"| {trained_on} | {rows} | {name} | " + " | ".join(cells) + " |")
+    return "\n".join(out).lstrip("\n")
