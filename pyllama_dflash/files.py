@@ -74,8 +74,8 @@ def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> N
         os.fsync(f.fileno())
 
 
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+def atomic_write_json(path: Path, obj: Any, *, mode: int | None = None) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode(), mode=mode)
 
 
 def replace_dir(tmp_dir: Path, final_dir: Path) -> None:

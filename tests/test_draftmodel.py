@@ -18,7 +18,13 @@ from pyllama_dflash import api
 from pyllama_dflash.acceptance.measure import SESSION
 from pyllama_dflash.acceptance.script import run_conversation
 from pyllama_dflash.draftmodel import forward
-from pyllama_dflash.draftmodel.trained import StaleTrainedDraft, read_manifest, trained_models
+from pyllama_dflash.draftmodel.trained import (
+    TRAINED_ON,
+    StaleTrainedDraft,
+    file_name,
+    read_manifest,
+    trained_models,
+)
 from pyllama_dflash.draftmodel.weights import load_draft
 from pyllama_dflash.errors import GGUFError
 from pyllama_dflash.scenarios.models import tiny_models
@@ -70,9 +76,10 @@ def test_reference_model_logits_match_llamacpp(lib_dir, drafter, mrope):
     assert forward.drafted(w, got) == forward.drafted(w, ref)
 
 
+@pytest.mark.parametrize("trained_on", TRAINED_ON)
 @pytest.mark.parametrize("kind", sorted(ACCEPTANCE_FLOOR))
-def test_reference_model_logits_match_llamacpp_for_the_trained_draft(lib_dir, kind):
-    models = trained_models(kind)
+def test_reference_model_logits_match_llamacpp_for_the_trained_draft(lib_dir, kind, trained_on):
+    models = trained_models(kind, trained_on=trained_on)
     w = load_draft(models.draft, models.target)
     feats = np.random.default_rng(3).normal(size=(41, 128)).astype(np.float32)
     tokens = np.array([50, w.hp.mask_id, w.hp.mask_id, w.hp.mask_id])
@@ -98,18 +105,21 @@ def test_a_trained_draft_whose_bytes_changed_is_refused(tmp_path):
 
 def test_the_trained_drafts_record_says_how_to_regenerate_them():
     files = read_manifest()["files"]
-    assert sorted(files) == sorted(f"dflash-{kind}.gguf" for kind in ACCEPTANCE_FLOOR)  # one per target kind
+    # one per target kind and training corpus
+    assert sorted(files) == sorted(file_name(kind, on) for kind in ACCEPTANCE_FLOOR for on in TRAINED_ON)
     for name, record in files.items():
         # the command a record was made with: the console form, or the module's form the first records name
         assert record["command"].startswith(("pyllama-dflash train", "python -m pyllama_dflash.draftmodel train")), name
         assert record["held_out_mean_accepted"] > 0, name
+        assert name == file_name(record["target"], record["trained_on"]), name
 
 
+@pytest.mark.parametrize("trained_on", TRAINED_ON)
 @pytest.mark.parametrize("kind", sorted(ACCEPTANCE_FLOOR))
-def test_the_trained_draft_drafts_above_its_floor_without_images(lib_dir, kind):
-    """Text-only conversations through the library (baseline's libcommon and slot loop): a training,
-    export or loading regression drafts nothing the target accepts."""
-    models = trained_models(kind)
+def test_the_trained_draft_drafts_above_its_floor_without_images(lib_dir, kind, trained_on):
+    """Text-only conversations through the library (baseline's libcommon and slot loop), held out from
+    training: a training, export or loading regression drafts nothing the target accepts."""
+    models = trained_models(kind, trained_on=trained_on)
     rounds = []
     for seed in (900, 901, 902):
         with Session(models, SESSION, Record()) as s:

@@ -273,15 +273,16 @@ def bench_bindings() -> dict:
     return worker("baseline", BindingsFill(rows=4096, n_embd=(64, 2048)))
 
 
-def bench_acceptance(conversations: int, target_kind: str) -> dict:
+def bench_acceptance(conversations: int, target_kind: str, trained_on: str) -> dict:
     from ..acceptance.measure import measure
     from ..acceptance.served import measure_server
     from ..draftmodel.trained import trained_models
 
     # held-out seeds: the committed drafts trained on conversations 0..999 at most
-    models, seeds = trained_models(target_kind), range(1000, 1000 + conversations)
+    models, seeds = trained_models(target_kind, trained_on=trained_on), range(1000, 1000 + conversations)
     result = measure(models, seeds)
     result["target"] = target_kind
+    result["trained_on"] = trained_on
     result["server"] = measure_server(models, seeds)  # the same conversations, as a chat client sends them
     return result
 
@@ -317,6 +318,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=7, help="repeats per point of the fill curve")
     ap.add_argument("--conversations", type=int, default=24, help="conversations per acceptance column")
     ap.add_argument("--target", choices=("dense", "moe"), default="dense", help="the tiny target of the trained draft")
+    ap.add_argument(
+        "--trained-on",
+        choices=("images", "text"),
+        default="images",
+        help="the acceptance section's draft: trained on conversations with images or on text only",
+    )
     ap.add_argument(
         "--paired-targets", default="dense,moe", help="the paired section's targets (comma-separated; default both)"
     )
@@ -366,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         "portable": lambda: bench_portable(args.rounds),
         "fill": lambda: bench_fill(args.repeats),
         "bindings": bench_bindings,
-        "acceptance": lambda: bench_acceptance(args.conversations, args.target),
+        "acceptance": lambda: bench_acceptance(args.conversations, args.target, args.trained_on),
         "paired": lambda: bench_paired(args.conversations, targets, sizes),
     }
     for section in only:

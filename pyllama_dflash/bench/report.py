@@ -137,7 +137,8 @@ def markdown(r: dict) -> str:
         out += [
             "",
             f"Mean accepted tokens per round (of {a['session']['n_max']}) [95% interval], "
-            f"{a['conversations']} conversations, the {a.get('target', 'dense')} target, through the library:",
+            f"{a['conversations']} conversations, the {a.get('target', 'dense')} target's "
+            f"{a.get('trained_on', 'images')}-trained draft, through the library:",
             "",
             acceptance_table(a),
         ]

@@ -15,20 +15,17 @@ import time
 from pathlib import Path
 
 from .. import command, load
-from ..files import atomic_write_json, sha256_file
+from ..acceptance.script import training_turns
+from ..files import atomic_write_json, default_file_mode, sha256_file
 from ..flags import tool_prog
 from ..tiny._write import stored_fingerprint
 from ..tiny.config import TinyConfig
 from ..tiny.draft import write_draft
 from . import trained
-from .corpus import Collector, draw_turns
+from .corpus import Collector
 from .evaluate import mean_accepted
-from .train import Recipe, train
+from .train import Recipe, eta, train
 from .weights import load_draft
-
-# the corpus of the committed drafts: two turns, each with an image or not (even odds), so that text
-# after no image is in distribution too and the acceptance table's text-only column is a ceiling
-N_TURNS, N_GENERATE, P_IMAGE = 2, 32, 0.5
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +34,12 @@ def main(argv: list[str] | None = None) -> int:
         argv = argv[1:]
     ap = argparse.ArgumentParser(prog=tool_prog("python -m pyllama_dflash.draftmodel train"), description=__doc__)
     ap.add_argument("--target", choices=trained.TARGET_KINDS, default="dense")
+    ap.add_argument(
+        "--trained-on",
+        choices=trained.TRAINED_ON,
+        default="images",
+        help="conversations with images (every row at the draft's own positions) or text only, as public drafts are",
+    )
     ap.add_argument("--conversations", type=int, default=600, help="training conversations (default 600)")
     ap.add_argument("--held-out", type=int, default=40, help="held-out conversations (default 40)")
     ap.add_argument("--steps", type=int, default=Recipe.steps)
@@ -61,13 +64,17 @@ def _train(args: argparse.Namespace) -> int:
     n_train, n_total = args.conversations, args.conversations + args.held_out
     t0 = time.perf_counter()
     with Collector(models) as c:
-        convs = [c.run(draw_turns(seed, N_TURNS, N_GENERATE, P_IMAGE)) for seed in range(n_total)]
+        convs = []
+        for seed in range(n_total):
+            convs.append(c.run(training_turns(seed, args.trained_on == "images")))
+            if len(convs) % max(1, n_total // 10) == 0:
+                print(f"corpus: {len(convs)}/{n_total} conversations, {eta(len(convs), n_total, t0)}", flush=True)
     corpus_s = time.perf_counter() - t0
     print(f"corpus: {n_total} conversations, {sum(len(c.tokens) for c in convs)} rows, {corpus_s:.0f} s")
     recipe = Recipe(steps=args.steps)
     params, summary = train(load_draft(models.draft, models.target), convs[:n_train], recipe)
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / trained.file_name(args.target)
+    path = args.out / trained.file_name(args.target, args.trained_on)
     write_draft(path, TinyConfig(), seed=0, trained=params)
     weights = load_draft(path, models.target)
     n_max = weights.hp.block_size - 1
@@ -79,21 +86,21 @@ def _train(args: argparse.Namespace) -> int:
         "target": args.target,
         "target_fingerprint": stored_fingerprint(models.target),
         "drafter": "dflash",
+        "trained_on": args.trained_on,
         "corpus": {
             "train_seeds": [0, n_train],
             "held_out_seeds": [n_train, n_total],
-            "turns": N_TURNS,
-            "n_generate": N_GENERATE,
-            "p_image": P_IMAGE,
+            "shape": "acceptance.script.training_turns: the bench's four turns, each image turn with an "
+            + ("image of 64 or 256 rows at even odds" if args.trained_on == "images" else "no image"),
         },
         "recipe": dataclasses.asdict(recipe),
         "train_seconds": summary["seconds"],
         "corpus_seconds": round(corpus_s, 1),
         "history": summary["history"],
         "held_out_mean_accepted": round(held_out, 4),
-        "command": trained.regenerate_command(args.target),
+        "command": trained.regenerate_command(args.target, args.trained_on),
     }
-    atomic_write_json(args.out / trained.MANIFEST, manifest)
+    atomic_write_json(args.out / trained.MANIFEST, manifest, mode=default_file_mode())
     print(f"wrote {path} and {args.out / trained.MANIFEST}")
     return 0
 

@@ -102,6 +102,12 @@ def _adam(jax: Any, jnp: Any, lr_at: Callable[[Any], Any], wd: float):
     return init, update
 
 
+def eta(done: int, total: int, t0: float) -> str:
+    """Elapsed seconds and an estimate of those left, from the mean pace so far."""
+    spent = time.perf_counter() - t0
+    return f"{spent:.0f} s spent, about {spent / max(done, 1) * (total - done):.0f} s left"
+
+
 def train(
     init: DraftWeights,
     convs: Sequence[Conversation],
@@ -142,7 +148,7 @@ def train(
                 f"step {it}/{recipe.steps}: loss {float(loss):.3f}, slot hits {np.round(np.asarray(hit), 3).tolist()}"
             )
             history.append({"step": it, "loss": float(loss), "hits": [float(h) for h in hit]})
-            log(line)
+            log(f"{line} ({eta(it, recipe.steps, t0)})")
     out = {k: np.asarray(v, dtype=np.float32) for k, v in params.items()}
     return out, {"seconds": round(time.perf_counter() - t0, 1), "history": history}
 

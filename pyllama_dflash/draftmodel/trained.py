@@ -22,18 +22,22 @@ from ..tiny._write import stored_fingerprint
 TRAINED_DIR = REPO_DIR / "tests" / "data" / "trained"
 MANIFEST = "manifest.json"
 TARGET_KINDS = ("dense", "moe")
+# what a draft's training conversations held: images (every row at the draft's own positions, as
+# SpecForge's multimodal DFlash training has it) or text only (as the public DFlash drafts were trained)
+TRAINED_ON = ("images", "text")
 
 
 class StaleTrainedDraft(PyllamaError, RuntimeError):
     """A committed trained draft that no longer matches its record or its target."""
 
 
-def regenerate_command(target_kind: str) -> str:
-    return f"pyllama-dflash train --target {target_kind}"
+def regenerate_command(target_kind: str, trained_on: str = "images") -> str:
+    extra = "" if trained_on == "images" else f" --trained-on {trained_on}"
+    return f"pyllama-dflash train --target {target_kind}{extra}"
 
 
-def file_name(target_kind: str) -> str:
-    return f"dflash-{target_kind}.gguf"
+def file_name(target_kind: str, trained_on: str = "images") -> str:
+    return f"dflash-{target_kind}.gguf" if trained_on == "images" else f"dflash-{target_kind}-{trained_on}.gguf"
 
 
 def read_manifest(directory: Path = TRAINED_DIR) -> dict:
@@ -43,14 +47,17 @@ def read_manifest(directory: Path = TRAINED_DIR) -> dict:
     return json.loads(path.read_text())
 
 
-def trained_models(target_kind: str = "dense", directory: Path = TRAINED_DIR) -> ModelSet:
-    """The tiny target of that kind with its trained draft (and the draft's reconverted twin)."""
+def trained_models(target_kind: str = "dense", directory: Path = TRAINED_DIR, trained_on: str = "images") -> ModelSet:
+    """The tiny target of that kind with its draft trained on ``trained_on`` conversations (and the
+    draft's reconverted twin)."""
     if target_kind not in TARGET_KINDS:
         raise ValueError(f"target kind {target_kind!r}: trained drafts exist for {', '.join(TARGET_KINDS)}")
-    name = file_name(target_kind)
+    if trained_on not in TRAINED_ON:
+        raise ValueError(f"trained_on {trained_on!r}: drafts are trained on {' or '.join(TRAINED_ON)}")
+    name = file_name(target_kind, trained_on)
     path = directory / name
     record = read_manifest(directory)["files"].get(name)
-    remedy = f"regenerate it with: {regenerate_command(target_kind)}"
+    remedy = f"regenerate it with: {regenerate_command(target_kind, trained_on)}"
     if record is None or not path.is_file():
         raise StaleTrainedDraft(f"{path}: no trained draft recorded in {directory / MANIFEST}; {remedy}")
     if sha256_file(path) != record["sha256"]:
