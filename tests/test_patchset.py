@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from pyllama_dflash.errors import PatchError
+from pyllama_dflash.llamabuild import default_fix
 from pyllama_dflash.llamabuild.patchset import BASELINE, apply_file_patch, load_series, parse_patch
 
 DATA = Path(__file__).parent / "data"
@@ -120,3 +121,13 @@ def test_a_series_line_names_its_role_or_is_refused_naming_the_line(tmp_path):
     (tmp_path / "series").write_text("a.patch  *  seed\n")  # a patch for every variant makes none
     with pytest.raises(PatchError, match=r"series:1: bad role 'seed'"):
         load_series(tmp_path)
+
+
+def test_fix_means_the_last_variant_exact_to_the_twin_unless_named():
+    """--fix's default: the drafts users have were trained on text only, and paired acceptance measures
+    that they accept best served as the twin (docs/performance.md); definition is named when wanted."""
+    series = load_series(REPO / "patches")
+    fixes = [v for v in series.variants if v != "baseline" and series.role(v) == "fix"]
+    assert default_fix(series.variants) == fixes[-1] == "slots"
+    assert default_fix(["baseline", "zero-fill", "full"]) == "full"
+    assert default_fix(["baseline", "definition"]) == "definition"  # no fix among those run: the last

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import command
+from .paired import TRAINED
 
 # one colour per column, the same in every panel
 COLOURS = {
@@ -35,7 +36,7 @@ def plot_since_image(runs: dict[str, dict], target: str, path: Path) -> Path:
         for j, rows in enumerate(sizes):
             ax = axes[i][j]
             run = runs.get(f"{target}/{draft}/{rows}")
-            ax.set_title(f"{draft}-trained draft, {rows}-row image", fontsize=9)
+            ax.set_title(f"{TRAINED[draft]} draft, {rows}-row image", fontsize=9)
             if run is None:
                 continue
             for name, entry in run["table"].items():

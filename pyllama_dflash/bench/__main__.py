@@ -47,7 +47,7 @@ import numpy as np
 from .. import child, command
 from ..env import CACHE_ENV, CPU_ENV, THREADS_ENV
 from ..errors import PyllamaError
-from ..files import atomic_write_bytes, atomic_write_json
+from ..files import atomic_write_bytes, atomic_write_json, default_file_mode
 from ..flags import tool_prog
 from ..llamabuild import BuildError, BuildOptions, build, find_built
 from ..llamabuild.patchset import load_series
@@ -306,7 +306,7 @@ def bench_paired(conversations: int, targets: list[str], sizes: list[int]) -> di
     return {"conversations": conversations, "runs": runs}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog=tool_prog("python -m pyllama_dflash.bench"),
         description=__doc__,
@@ -338,13 +338,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DIR",
         help="the paired section's pictures, paired-acceptance-TARGET.svg in DIR (the plot extra: matplotlib)",
     )
-    args = ap.parse_args(argv)
-    only = args.only.split(",") if args.only else list(SECTIONS)
-    unknown = [s for s in only if s not in SECTIONS]
-    if unknown:
-        ap.error(f"--only: unknown section(s) {', '.join(unknown)}")
-    if args.plot:  # before the runs, not after them
-        command.require("matplotlib", extra="plot", command="bench --plot")
+    return ap
+
+
+def _paired_choices(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[str], list[int]]:
+    """The paired section's targets and image sizes, or the parser's error naming the flag."""
     targets = [t for t in args.paired_targets.split(",") if t]
     if not targets or any(t not in ("dense", "moe") for t in targets):
         ap.error(f"--paired-targets {args.paired_targets!r}: name dense, moe or both")
@@ -354,6 +352,19 @@ def main(argv: list[str] | None = None) -> int:
         sizes = []
     if not sizes or any(x not in (64, 256, 1024) for x in sizes):
         ap.error(f"--image-rows {args.image_rows!r}: a comma-separated choice of 64, 256, 1024")
+    return targets, sizes
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
+    args = ap.parse_args(argv)
+    only = args.only.split(",") if args.only else list(SECTIONS)
+    unknown = [s for s in only if s not in SECTIONS]
+    if unknown:
+        ap.error(f"--only: unknown section(s) {', '.join(unknown)}")
+    if args.plot:  # before the runs, not after them
+        command.require("matplotlib", extra="plot", command="bench --plot")
+    targets, sizes = _paired_choices(ap, args)
 
     head = build(["baseline"], BuildOptions(quiet=True))[0]
     report: dict = {
@@ -386,10 +397,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench: {section} cannot run here: {e}", file=sys.stderr, flush=True)
             continue
         print(f"bench: {section} done in {time.monotonic() - t0:.0f}s", file=sys.stderr, flush=True)
-    atomic_write_json(args.json, report)
+    atomic_write_json(args.json, report, mode=default_file_mode())
     table = markdown(report)
     if args.markdown:
-        atomic_write_bytes(args.markdown, table.encode())
+        atomic_write_bytes(args.markdown, table.encode(), mode=default_file_mode())
     if args.plot and "runs" in report.get("paired", {}):
         from ..acceptance.plot import plot_since_image
 

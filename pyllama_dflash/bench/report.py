@@ -122,11 +122,10 @@ def markdown(r: dict) -> str:
     out = [
         f"Measured {r['date']} on {m['cpus']} cores ({m['machine']}, Python {m['python']}), "
         f"llama.cpp {lc['release']} ({(lc['commit'] or '')[:7]}), {lc['backend']} build.",
-        "",
-        "| figure | value |",
-        "|---|---|",
     ]
-    out += [f"| {k} | {v} |" for k, v in _figures(r)]
+    figures = _figures(r)
+    if figures:  # a run of the table sections alone (acceptance, paired) has none
+        out += ["", "| figure | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in figures)]
     if "fill" in r and "plain_draft" in r["fill"]:
         out += ["", *_fill_table(r["fill"])]
     if "acceptance" in r and "table" in r["acceptance"]:

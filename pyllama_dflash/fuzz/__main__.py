@@ -2,7 +2,7 @@
 
 Each variant runs the hypothesis loop in a child process of its own. A broken invariant is
 shrunk, printed and written as a schedule file that ``python -m pyllama_dflash.repro --schedule
-FILE`` replays. Exits 0 when the fix variant (default: the last of the series) broke nothing.
+FILE`` replays. Exits 0 when the fix variant (default: the last variant of role fix) broke nothing.
 Builds nothing: build first with ``python build.py``.
 
 ``--seeds 0-4`` searches at each of several seeds in turn; ``--shard I/N`` keeps slice I of N of them
@@ -26,7 +26,7 @@ from ..engine.schedule_runner import examples_from_env, search_variants, seed_fr
 from ..errors import UsageError
 from ..files import atomic_write_json
 from ..flags import common_parser, export, pick, tool_prog
-from ..llamabuild import find_built
+from ..llamabuild import default_fix, find_built
 from ..llamabuild.patchset import BASELINE
 from ..scenarios.models import tiny_models
 from ..shard import check_slices, load_reports, parse_seeds, shard_from_json, shard_json
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     variants = [m.variant for m in find_built(names, backend=backend)]
     if not args.no_drift:
         find_built([BASELINE], backend=backend)  # the drift oracle's reference runs on baseline
-    fix = args.fix or variants[-1]
+    fix = args.fix or default_fix(variants)
     examples = args.examples or examples_from_env()
     every_seed = args.seeds or [seed_from_env() if args.seed is None else args.seed]
     seeds = args.shard.by_place(every_seed) if args.shard else every_seed

@@ -22,7 +22,7 @@ from .patchset import BASELINE, DEFINITION_ROLE, FIX_ROLE, SEED_ROLE, load_serie
 SERVER_SOURCE = "tools/server/server-context.cpp"
 
 BASELINE_ROLE = "baseline"
-__all__ = ["BASELINE_ROLE", "DEFINITION_ROLE", "FIX_ROLE", "SEED_ROLE", "Variant", "variant"]
+__all__ = ["BASELINE_ROLE", "DEFINITION_ROLE", "FIX_ROLE", "SEED_ROLE", "Variant", "default_fix", "variant"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,16 @@ def variant(name: str, patches_dir: Path | None = None) -> Variant:
         return Variant(name, (), False)
     role = BASELINE_ROLE if name == BASELINE else series.role(name)
     return Variant(name, tuple(p.name for p in series.prefix(name)), series.changes(name, SERVER_SOURCE), role)
+
+
+def default_fix(names: list[str], patches_dir: Path | None = None) -> str:
+    """The variant ``--fix`` means when it is not given, of those run: the last whose role is ``fix``,
+    else the last. A ``fix`` variant serves a draft as the public DFlash drafts were trained (text
+    only: image rows skipped, the target's positions), and paired acceptance measures that those
+    drafts accept best so; a draft trained with image rows accepts best under ``definition``, which
+    ``--fix definition`` names (docs/performance.md, "Which semantics for which draft")."""
+    fixes = [n for n in names if variant(n, patches_dir).role == FIX_ROLE]
+    return fixes[-1] if fixes else names[-1]
 
 
 def saves_draft_with_slot(name: str, patches_dir: Path | None = None) -> bool:

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..engine import ctest_row
 from ..errors import UsageError
 from ..flags import pick
-from ..llamabuild import BuildOptions, build, find_built
+from ..llamabuild import BuildOptions, build, default_fix, find_built
 from ..llamabuild.manifest import Manifest
 from ..llamabuild.patchset import BASELINE
 from ..paths import cache_root
@@ -44,8 +44,8 @@ def manifests(args: argparse.Namespace) -> list[Manifest]:
 
 
 def fix_of(args: argparse.Namespace, variants: list[str]) -> str:
-    """The variant that must pass: ``--fix``, else the last of the series; UsageError when not run."""
-    fix = args.fix or variants[-1]
+    """The variant that must pass: ``--fix``, else default_fix's; UsageError when not run."""
+    fix = args.fix or default_fix(variants)
     if fix not in variants:
         raise UsageError(f"--fix {fix!r} is not among the variants run ({', '.join(variants)})")
     return fix

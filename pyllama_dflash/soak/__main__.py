@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [v.strip() for v in args.variants.split(",")] if args.variants else None
     manifests = find_built(names or ["all"], backend=args.backend, server=True)
     if names is None:
-        manifests = manifests[-1:]  # the fix, the last of the series
+        manifests = manifests[-1:]  # the last of the series, which carries every patch
     models = tiny_models(drafter=args.drafter)
     work = Path(tempfile.mkdtemp(prefix="pyllama-dflash-soak-"))
     reports, ok = {}, True

@@ -1,0 +1,90 @@
+"""Paired acceptance: every column drafts at every position of the same target replies.
+
+The smoke run (two conversations, 64-row images, the dense target's text-trained draft) checks what
+makes the table paired: the target's replies are the same in every column, and before the first
+image every semantics drafts alike, so the text phase is the same per conversation in every column.
+After the image the semantics part: the definition's draft sees the image's rows and the twin's
+does not. The figures themselves are the bench's (``pyllama-dflash bench --only paired``), in
+docs/performance.md, generated from docs/figures/paired.json (checked below).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pyllama_dflash.acceptance import paired
+from pyllama_dflash.acceptance.script import FIRST_POSITIONS, paired_results, phase_of
+from pyllama_dflash.bench.report import markdown
+from pyllama_dflash.draftmodel.trained import trained_models
+from pyllama_dflash.paths import REPO_DIR
+from pyllama_dflash.scenarios.record import Round
+
+SEEDS = (2000, 2001)
+RECORD = REPO_DIR / "docs" / "figures" / "paired.json"
+
+
+@pytest.fixture(scope="module")
+def smoke(variants):
+    return paired.measure_paired(trained_models("dense", trained_on="text"), SEEDS, 64, log=lambda line: None)
+
+
+def test_a_positions_phase_goes_by_its_index_in_the_reply():
+    assert phase_of(None, 30, FIRST_POSITIONS) == "text"
+    assert phase_of("after image", FIRST_POSITIONS - 1, FIRST_POSITIONS) == "after image"
+    assert phase_of("after image", FIRST_POSITIONS, FIRST_POSITIONS) == "later"
+    assert phase_of("after restore", FIRST_POSITIONS, FIRST_POSITIONS) == "later after restore"
+
+
+def test_a_position_accepts_the_drafts_prefix_that_the_target_generated():
+    reply = [5, 6, 7, 8, 9, 10]
+    rounds = [Round(0, p, 3, 0, False, tokens) for p, tokens in enumerate([[6, 7, 1], [7, 8, 9], [1, 8, 9]])]
+    got = paired_results(7, "after image", reply, rounds, n_max=3)
+    # three positions have three tokens after them; the first accepts two, the second all three
+    assert [(r.index, r.accepted, r.drafted) for r in got] == [(0, 2, 3), (1, 3, 3), (2, 0, 3)]
+
+
+def test_a_column_that_saw_other_target_tokens_is_refused():
+    cols = {
+        "a": {"column": {"images": True}, "replies": {"1": [[1, 2]]}},
+        "b": {"column": {"images": True}, "replies": {"1": [[1, 3]]}},
+    }
+    with pytest.raises(RuntimeError, match="'b' saw other target tokens than 'a' on conversation 1"):
+        paired.check_paired(cols)
+
+
+@pytest.mark.slow
+def test_before_the_image_every_semantics_drafts_alike(smoke):
+    text = {name: e["phases"]["text"]["per_conversation"] for name, e in smoke["table"].items()}
+    assert len(set(map(str, text.values()))) == 1, text
+    for pair, by_phase in smoke["differences"].items():
+        assert by_phase["text"]["difference"] == 0.0, pair
+
+
+@pytest.mark.slow
+def test_after_the_image_the_definition_drafts_otherwise_than_the_twin(smoke):
+    d = smoke["differences"][f"{paired.DEFINITION} - {paired.TWIN}"]
+    assert any(d[p]["difference"] != 0.0 for p in ("after image", "later", "after second image")), d
+
+
+@pytest.mark.slow
+def test_every_column_measures_every_position_of_the_replies(smoke):
+    counts = {name: {p: f["rounds"] for p, f in e["phases"].items()} for name, e in smoke["table"].items()}
+    image_columns = [c for n, c in counts.items() if n != paired.TEXT_ONLY]
+    assert all(c == image_columns[0] for c in image_columns), counts
+    assert image_columns[0]["after image"] == FIRST_POSITIONS * len(SEEDS)
+
+
+def test_the_committed_tables_are_the_committed_records():
+    """docs/performance.md's paired tables are what the bench's --markdown makes of the committed JSON."""
+    report = json.loads(RECORD.read_text())
+    page = (REPO_DIR / "docs" / "performance.md").read_text()
+    table = markdown(report).strip()
+    assert table in page, f"docs/performance.md does not carry {RECORD.name}'s tables as the bench writes them"
+
+
+def test_the_readmes_table_is_the_committed_record():
+    report = json.loads(RECORD.read_text())
+    readme = (REPO_DIR / "README.md").read_text()
+    assert paired.summary_markdown(report["paired"]["runs"]) in readme, "README.md's table is not paired.json's"
