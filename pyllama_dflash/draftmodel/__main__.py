@@ -1,9 +1,10 @@
-"""``pyllama-dflash train --target dense``: regenerate a committed trained draft.
+"""``pyllama-dflash train --target dense [--trained-on text]``: regenerate a committed trained draft.
 
-Runs the tiny target of that kind (baseline's build) over a seeded corpus of conversations with
-images, trains the DFlash draft on it with the DFlash recipe (JAX, the ``train`` extra), writes the
-GGUF and its record into ``tests/data/trained``, and reports the held-out mean accepted length of
-the reference model drafting as the definition has it.
+Runs the tiny target of that kind (baseline's build) over a seeded corpus shaped as the acceptance
+bench's conversations (``acceptance.script.training_turns``), with images of 64 or 256 rows or, for
+``--trained-on text``, none; trains the DFlash draft on it with the DFlash recipe (JAX, the ``train``
+extra), writes the GGUF and its record into ``tests/data/trained``, and reports the held-out mean
+accepted length of the reference model drafting as the definition has it.
 """
 
 from __future__ import annotations
