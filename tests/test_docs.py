@@ -7,8 +7,11 @@ held to the code's own list (the scenario catalogue, ``cli.TOOLS``, pyproject's 
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+
+import pytest
 
 from pyllama_dflash import cli
 from pyllama_dflash.scenarios.catalog import SCENARIOS
@@ -130,3 +133,13 @@ def test_architecture_md_names_every_module():
         if not {path.name, path.stem, str(rel), str(rel.with_suffix("")), f"pyllama_dflash/{rel}"} & named:
             missing.append(str(rel))
     assert missing == [], f"docs/architecture.md's layout table does not name {missing}"
+
+
+@pytest.mark.parametrize("record", sorted((REPO / "docs" / "figures").glob("*.json")), ids=lambda p: p.name)
+def test_the_performance_pages_tables_are_the_committed_records(record):
+    """Each table of figures the bench measured is on docs/performance.md as its --markdown writes it from
+    the committed JSON record: a figure edited by hand, or a record rerun without its page, fails."""
+    from pyllama_dflash.bench.report import markdown
+
+    table = markdown(json.loads(record.read_text())).strip()
+    assert table in (REPO / "docs" / "performance.md").read_text(), f"docs/performance.md does not carry {record.name}"

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import DEFINED, FIX, LAST, VARIANTS
+from conftest import DEFINED, FIX, VARIANTS
 from pyllama_dflash.engine.matrix import DEFINITION, REFERENCE, run_matrix, run_table, server_config
 from pyllama_dflash.llamabuild import variant as variant_of
 from pyllama_dflash.scenarios.catalog import SCENARIOS, expectations, meets
@@ -196,7 +196,7 @@ def test_repro_cli_json_and_exit_status(variants, tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(out.read_text())
-    assert report["variants"] == list(VARIANTS) and report["fix"] == LAST and report["ok"] is True
+    assert report["variants"] == list(VARIANTS) and report["fix"] == FIX and report["ok"] is True
     assert report["reference"] == {"variant": "baseline", "draft": "reconverted twin"}
     assert report["references"] == {v: DEFINITION if v == DEFINED else REFERENCE for v in VARIANTS}
     # a case per drafter and target, every cell naming both

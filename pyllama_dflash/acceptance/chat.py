@@ -38,6 +38,7 @@ class TurnResult:
     predicted_n: int
     predicted_ms: float
     reply: str  # the answer's text: with the draft and without, it must be the same
+    prompt_ms: float = 0.0  # the prompt's processing (the draft's prefill included): time to first token
 
 
 class ChatFailed(PyllamaError, RuntimeError):
@@ -56,11 +57,13 @@ def _ask(srv: ServerProcess, messages: list[dict], n_predict: int) -> dict:
     return r
 
 
-def run_chat(srv: ServerProcess, seed: int, out: list[TurnResult], images: bool = True) -> None:
+def run_chat(
+    srv: ServerProcess, seed: int, out: list[TurnResult], images: bool = True, image_px: int | None = None
+) -> None:
     """One conversation on slot 0 of ``srv`` (started with one slot and ``--slot-save-path``); its turns
     are added to ``out`` as they are answered. Raises :class:`ChatFailed` at the first request not
     answered with 200."""
-    turns = turns_for(seed, images)
+    turns = turns_for(seed, images, image_px)
     history: list[dict] = []
 
     def turn(t, phase: str) -> None:
@@ -78,6 +81,7 @@ def run_chat(srv: ServerProcess, seed: int, out: list[TurnResult], images: bool 
                 int(tm.get("predicted_n", 0)),
                 float(tm.get("predicted_ms", 0.0)),
                 r.content or "",
+                float(tm.get("prompt_ms", 0.0)),
             )
         )
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from .. import child
@@ -29,6 +29,13 @@ MODEL = "reference model"
 AFTER_IMAGES = {"after image", "later", "after second image", "after restore", "later after restore"}
 TEXT_ONLY = "text only"
 SESSION = SessionConfig(n_ctx=1024, n_batch=64, n_ubatch=64, n_max=3)
+# n_ctx for two images of 1024 rows and the turns' text, with the draft holding every row (definition)
+N_CTX_LARGE_IMAGES = 4096
+
+
+def session_for(image_px: int | None) -> SessionConfig:
+    """The session of a conversation whose images are ``image_px`` wide (None: the corpus's small ones)."""
+    return SESSION if image_px is None else replace(SESSION, n_ctx=N_CTX_LARGE_IMAGES)
 
 
 def columns(variants: Sequence[str] | None = None) -> list[Column]:
@@ -95,12 +102,15 @@ def summarise(rounds: list[dict], seeds: Sequence[int]) -> dict[str, dict]:
     return out
 
 
-def measure(models: ModelSet, seeds: Sequence[int], cols: Sequence[Column] | None = None, log=print) -> dict:
+def measure(
+    models: ModelSet, seeds: Sequence[int], cols: Sequence[Column] | None = None, log=print, image_px: int | None = None
+) -> dict:
     cols = list(cols or columns())
+    session = session_for(image_px)
     table = {}
     with tempfile.TemporaryDirectory(prefix="pyllama-dflash-acceptance-") as tmp:
         for col in cols:
-            job = AcceptanceJob(col, models, tuple(seeds), SESSION)
+            job = AcceptanceJob(col, models, tuple(seeds), session, image_px=image_px)
             result = run_column(job, Path(tmp))
             table[col.name] = {
                 "column": asdict(col),
@@ -121,7 +131,8 @@ def measure(models: ModelSet, seeds: Sequence[int], cols: Sequence[Column] | Non
     return {
         "conversations": len(seeds),
         "seeds": [min(seeds), max(seeds)],
-        "session": SESSION.to_json(),
+        "session": session.to_json(),
+        "image_px": image_px,
         "table": table,
         "differences": differences,
     }

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +32,7 @@ from ..llamabuild import variant as variant_of
 from ..llamabuild.patchset import BASELINE
 from ..scenarios.models import ModelSet
 from .job import AcceptanceJob, Column
-from .measure import SESSION, run_column, summarise
+from .measure import run_column, session_for, summarise
 from .script import IMAGE_ROWS_PX, PHASES
 from .stats import bootstrap_mean, paired_difference, resample
 
@@ -58,8 +58,6 @@ PAIRS = (
     (B11434_TWIN, TWIN, BEFORE_RESTORE),
     (ZERO_FILL, B11434_TWIN, PHASES),
 )
-# n_ctx for two images of 1024 rows and the turns' text, with the draft holding every row (definition)
-N_CTX = 4096
 
 
 def restores_draft(col: Column) -> bool:
@@ -116,7 +114,7 @@ def measure_paired(
 ) -> dict:
     """Every column on the same conversations with images of ``image_rows`` rows."""
     px = IMAGE_ROWS_PX[image_rows]
-    session = replace(SESSION, n_ctx=N_CTX)
+    session = session_for(px)
     table: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="pyllama-dflash-paired-") as tmp:
         for col in cols:

@@ -20,7 +20,7 @@ from ..scenarios.models import ModelSet
 from ..server import ServerOptions, serve
 from .chat import TURN_PHASES, ChatFailed, TurnResult, fresh_slot_dir, run_chat
 from .job import Column
-from .measure import SESSION, columns, per_phase
+from .measure import SESSION, columns, per_phase, session_for
 from .stats import bootstrap_mean, resample
 
 
@@ -30,11 +30,11 @@ def server_columns(cols: Sequence[Column]) -> list[Column]:
     return [c for c in cols if c.mode == "variant"]
 
 
-def _server_options(slot_dir: Path, draft: bool) -> ServerOptions:
+def _server_options(slot_dir: Path, draft: bool, n_ctx: int = SESSION.n_ctx) -> ServerOptions:
     return ServerOptions(
         draft=draft,
         n_parallel=1,
-        n_ctx=SESSION.n_ctx,
+        n_ctx=n_ctx,
         n_batch=SESSION.n_batch,
         n_ubatch=SESSION.n_ubatch,
         n_draft_max=SESSION.n_max,
@@ -43,9 +43,10 @@ def _server_options(slot_dir: Path, draft: bool) -> ServerOptions:
     )
 
 
-def serve_column(col: Column, models: ModelSet, seeds: Sequence[int], work: Path) -> dict:
+def serve_column(col: Column, models: ModelSet, seeds: Sequence[int], work: Path, image_px: int | None = None) -> dict:
     """One column through llama-server: each conversation on a server with the draft, then on one without
     (the same variant, started beside it), so that the tokens/s ratio is measured side by side."""
+    n_ctx = session_for(image_px).n_ctx
     drafted_models = models.with_draft(models.draft_mrope) if col.twin else models
     turns: list[TurnResult] = []
     plain: list[TurnResult] = []
@@ -53,21 +54,24 @@ def serve_column(col: Column, models: ModelSet, seeds: Sequence[int], work: Path
     slots = fresh_slot_dir(work, col.name)
     plain_slots = fresh_slot_dir(work, col.name + "_no_draft")
     with (
-        serve(col.variant, drafted_models, _server_options(slots, True), log_path=slots / "server.log") as srv,
+        serve(col.variant, drafted_models, _server_options(slots, True, n_ctx), log_path=slots / "server.log") as srv,
         serve(
-            col.variant, drafted_models, _server_options(plain_slots, False), log_path=plain_slots / "server.log"
+            col.variant,
+            drafted_models,
+            _server_options(plain_slots, False, n_ctx),
+            log_path=plain_slots / "server.log",
         ) as ref,
     ):
         for seed in seeds:
             mine: list[TurnResult] = []
             try:
-                run_chat(srv, seed, mine, images=col.images)
+                run_chat(srv, seed, mine, images=col.images, image_px=image_px)
             except ChatFailed as e:  # what an operator's client gets back: the server goes on
                 failed.append({"seed": seed, "reason": str(e)[:800]})
                 turns += mine
                 continue
             theirs: list[TurnResult] = []
-            run_chat(ref, seed, theirs, images=col.images)
+            run_chat(ref, seed, theirs, images=col.images, image_px=image_px)
             turns += mine
             plain += theirs
     return {"turns": [asdict(t) for t in turns], "plain": [asdict(t) for t in plain], "failed": failed}
@@ -119,30 +123,59 @@ def throughput_ratio(turns: list[dict], plain: list[dict], seeds: Sequence[int])
     }
 
 
-def measure_server(models: ModelSet, seeds: Sequence[int], cols: Sequence[Column] | None = None, log=print) -> dict:
+def prefill_ratio(turns: list[dict], plain: list[dict], seeds: Sequence[int]) -> dict | None:
+    """The image turns' prompt processing (time to first token) with the draft over without, pooled over
+    the conversations both servers ran, with a 95% interval from resampling them."""
+    image_turns = ("after image", "after second image")
+
+    def per_seed(ts: list[dict]) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for t in ts:
+            if t["phase"] in image_turns:
+                out[t["seed"]] = out.get(t["seed"], 0.0) + t.get("prompt_ms", 0.0)
+        return out
+
+    a, b = per_seed(turns), per_seed(plain)
+    both = [s for s in seeds if a.get(s, 0) > 0 and b.get(s, 0) > 0]
+    if not both:
+        return None
+    am, bm = np.array([a[s] for s in both]), np.array([b[s] for s in both])
+    idx = resample(len(both))
+    lo, hi = np.quantile(am[idx].sum(1) / bm[idx].sum(1), [0.025, 0.975])
+    return {"conversations": len(both), "ratio": float(am.sum() / bm.sum()), "ci95": [float(lo), float(hi)]}
+
+
+def measure_server(
+    models: ModelSet,
+    seeds: Sequence[int],
+    cols: Sequence[Column] | None = None,
+    log=print,
+    image_px: int | None = None,
+) -> dict:
     cols = server_columns(cols or columns())
     build(sorted({c.variant for c in cols}), BuildOptions(server=True, quiet=True))
     table = {}
     with tempfile.TemporaryDirectory(prefix="pyllama-dflash-acceptance-server-") as tmp:
         for col in cols:
-            result = serve_column(col, models, seeds, Path(tmp))
+            result = serve_column(col, models, seeds, Path(tmp), image_px)
             table[col.name] = {
                 "column": asdict(col),
                 "phases": summarise_turns(result["turns"], seeds),
                 "throughput": throughput_ratio(result["turns"], result["plain"], seeds),
+                "prefill": prefill_ratio(result["turns"], result["plain"], seeds),
                 "failed": result["failed"],
                 "turns": {"drafted": result["turns"], "plain": result["plain"]},
             }
             rate = table[col.name]["phases"].get("all after images", {}).get("rate", 0.0)
             log(f"  {col.name} (llama-server): acceptance rate after images {rate:.3f}")
-    return {"conversations": len(seeds), "seeds": [min(seeds), max(seeds)], "table": table}
+    return {"conversations": len(seeds), "seeds": [min(seeds), max(seeds)], "image_px": image_px, "table": table}
 
 
 def server_markdown(result: dict) -> str:
     phases = (*TURN_PHASES, "all after images")
     lines = [
-        "| column | " + " | ".join(phases) + " | tok/s with draft / without |",
-        "|" + "---|" * (len(phases) + 2),
+        "| column | " + " | ".join(phases) + " | tok/s with draft / without | image turns' prefill with / without |",
+        "|" + "---|" * (len(phases) + 3),
     ]
     for name, entry in result["table"].items():
         cells = []
@@ -150,6 +183,8 @@ def server_markdown(result: dict) -> str:
             f = entry["phases"].get(p)
             cells.append("" if f is None else f"{f['rate']:.2f} [{f['ci95'][0]:.2f}, {f['ci95'][1]:.2f}]")
         t = entry["throughput"]
+        cells.append("" if t is None else f"{t['ratio']:.2f} [{t['ci95'][0]:.2f}, {t['ci95'][1]:.2f}]")
+        t = entry.get("prefill")
         cells.append("" if t is None else f"{t['ratio']:.2f} [{t['ci95'][0]:.2f}, {t['ci95'][1]:.2f}]")
         failed = f" ({len(entry['failed'])} failed)" if entry["failed"] else ""
         lines.append(f"| {name}{failed} | " + " | ".join(cells) + " |")

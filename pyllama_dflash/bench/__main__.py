@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import child, command
+from ..acceptance.script import IMAGE_ROWS_PX
 from ..env import CACHE_ENV, CPU_ENV, THREADS_ENV
 from ..errors import PyllamaError
 from ..files import atomic_write_bytes, atomic_write_json, default_file_mode
@@ -273,17 +274,21 @@ def bench_bindings() -> dict:
     return worker("baseline", BindingsFill(rows=4096, n_embd=(64, 2048)))
 
 
-def bench_acceptance(conversations: int, target_kind: str, trained_on: str) -> dict:
+def bench_acceptance(conversations: int, target_kind: str, trained_on: str, image_rows: list[int]) -> dict:
     from ..acceptance.measure import measure
     from ..acceptance.served import measure_server
     from ..draftmodel.trained import trained_models
 
     # held-out seeds: the committed drafts trained on conversations 0..999 at most
+    if len(image_rows) > 1:
+        raise SectionUnavailable(f"the acceptance section takes one image size, not {image_rows}")
+    image_px = IMAGE_ROWS_PX[image_rows[0]] if image_rows else None
     models, seeds = trained_models(target_kind, trained_on=trained_on), range(1000, 1000 + conversations)
-    result = measure(models, seeds)
+    result = measure(models, seeds, image_px=image_px)
     result["target"] = target_kind
     result["trained_on"] = trained_on
-    result["server"] = measure_server(models, seeds)  # the same conversations, as a chat client sends them
+    # the same conversations, as a chat client sends them
+    result["server"] = measure_server(models, seeds, image_px=image_px)
     return result
 
 
@@ -328,7 +333,9 @@ def parser() -> argparse.ArgumentParser:
         "--paired-targets", default="dense,moe", help="the paired section's targets (comma-separated; default both)"
     )
     ap.add_argument(
-        "--image-rows", default="64,256,1024", help="the paired section's image sizes in rows: 64, 256, 1024"
+        "--image-rows",
+        help="image sizes in rows, of 64, 256 and 1024 (comma-separated): the paired section's (default all "
+        "three), or the acceptance section's one (default: the corpus's drawn images, 9 to 25 rows)",
     )
     ap.add_argument("--json", type=Path, default=cache_root() / "bench" / "bench.json")
     ap.add_argument("--markdown", type=Path, help="also write the Markdown table here")
@@ -346,11 +353,13 @@ def _paired_choices(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tu
     targets = [t for t in args.paired_targets.split(",") if t]
     if not targets or any(t not in ("dense", "moe") for t in targets):
         ap.error(f"--paired-targets {args.paired_targets!r}: name dense, moe or both")
+    if args.image_rows is None:
+        return targets, []
     try:
         sizes = [int(x) for x in args.image_rows.split(",") if x]
     except ValueError:
         sizes = []
-    if not sizes or any(x not in (64, 256, 1024) for x in sizes):
+    if not sizes or any(x not in IMAGE_ROWS_PX for x in sizes):
         ap.error(f"--image-rows {args.image_rows!r}: a comma-separated choice of 64, 256, 1024")
     return targets, sizes
 
@@ -384,8 +393,8 @@ def main(argv: list[str] | None = None) -> int:
         "portable": lambda: bench_portable(args.rounds),
         "fill": lambda: bench_fill(args.repeats),
         "bindings": bench_bindings,
-        "acceptance": lambda: bench_acceptance(args.conversations, args.target, args.trained_on),
-        "paired": lambda: bench_paired(args.conversations, targets, sizes),
+        "acceptance": lambda: bench_acceptance(args.conversations, args.target, args.trained_on, sizes),
+        "paired": lambda: bench_paired(args.conversations, targets, sizes or list(IMAGE_ROWS_PX)),
     }
     for section in only:
         t0 = time.monotonic()

@@ -136,7 +136,8 @@ def markdown(r: dict) -> str:
         out += [
             "",
             f"Mean accepted tokens per round (of {a['session']['n_max']}) [95% interval], "
-            f"{a['conversations']} conversations, the {a.get('target', 'dense')} target's "
+            + (f"{a['image_px']} px images, " if a.get("image_px") else "")
+            + f"{a['conversations']} conversations, the {a.get('target', 'dense')} target's "
             f"{a.get('trained_on', 'images')}-trained draft, through the library:",
             "",
             acceptance_table(a),
@@ -144,7 +145,8 @@ def markdown(r: dict) -> str:
         if "server" in a:
             out += [
                 "",
-                f"Acceptance rate (accepted / drafted) per turn [95% interval], and tokens/s with the draft over "
+                f"Acceptance rate (accepted / drafted) per turn [95% interval], tokens/s with the draft over "
+                f"without, and the image turns' prompt processing (time to first token) with the draft over "
                 f"without, {a['server']['conversations']} conversations, through llama-server:",
                 "",
                 server_markdown(a["server"]),
