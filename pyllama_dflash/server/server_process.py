@@ -61,6 +61,9 @@ HOST = "127.0.0.1"
 _ENV_PREFIXES = ("LLAMA_ARG_", "LLAMA_SERVER_", "LLAMA_TRACE")
 
 
+SLOT_ACTIONS = ("save", "restore")
+
+
 class ServerModels(Protocol):
     target: Path
     draft: Path
@@ -413,6 +416,26 @@ class ServerProcess:
 
     def post(self, path: str, body: Any, timeout: float = 120.0) -> Response:
         return self.request("POST", path, body, timeout)
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool | None = None) -> list[int]:
+        """``POST /tokenize``: the ids the server gives ``text``. Anything else raises ServerError with the
+        answer, so a check built on the ids never runs on an empty prompt (the check fails, and says so).
+        ``parse_special`` left out is the server's default (true in b11434)."""
+        body: dict[str, Any] = {"content": text, "add_special": add_special}
+        if parse_special is not None:
+            body["parse_special"] = parse_special
+        r = self.post("/tokenize", body, timeout=30.0)
+        tokens = r.body.get("tokens") if r.ok and isinstance(r.body, dict) else None
+        if not isinstance(tokens, list):
+            raise ServerError(f"POST /tokenize answered {r.describe()}", self.log_tail(), self.log_path)
+        return [int(t) for t in tokens]
+
+    def slot_action(self, action: str, filename: str, slot: int = 0, timeout: float = 120.0) -> Response:
+        """``POST /slots/{slot}?action=save|restore`` for ``filename`` under ``--slot-save-path``; the answer as
+        it is, since a check may expect a refusal."""
+        if action not in SLOT_ACTIONS:
+            raise ValueError(f"slot action {action!r}: one of {', '.join(SLOT_ACTIONS)}")
+        return self.post(f"/slots/{slot}?action={action}", {"filename": filename}, timeout)
 
     def get(self, path: str, timeout: float = 30.0) -> Response:
         return self.request("GET", path, None, timeout)

@@ -160,7 +160,7 @@ def _send(srv: ServerProcess, req: Request, timeout: float) -> Answer:
         if req.kind in ("openai_image", "openai_stream"):
             return _openai(base, req, timeout, t0)
         if req.kind in ("save", "restore"):
-            r = srv.post(f"/slots/{req.slot}?action={req.kind}", {"filename": f"soak-{req.slot}.bin"}, timeout)
+            r = srv.slot_action(req.kind, f"soak-{req.slot}.bin", req.slot, timeout)
         elif req.kind == "bad_image":
             broken = {"type": "image_url", "image_url": {"url": "data:image/png;base64,bm90IGFuIGltYWdl"}}
             r = srv.post(
@@ -171,7 +171,7 @@ def _send(srv: ServerProcess, req: Request, timeout: float) -> Answer:
         elif req.kind == "bad_slot":
             r = srv.post("/slots/abc?action=save", {"filename": "soak-x.bin"}, timeout)  # not a number
         else:  # bad_filename
-            r = srv.post(f"/slots/{req.slot}?action=save", {"filename": "../outside.bin"}, timeout)
+            r = srv.slot_action("save", "../outside.bin", req.slot, timeout)
         return Answer(req, r.status, None, 0, "" if r.ok else r.error_message, time.monotonic() - t0)
     except Exception as e:  # a client error is an answer too: the soak judges it
         return Answer(req, None, None, 0, f"{type(e).__name__}: {e}", time.monotonic() - t0)

@@ -52,7 +52,7 @@ import shutil
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ...errors import PyllamaError
+from ...errors import PyllamaError, ServerError
 from .. import bodies
 from ..drafts import DEBUG_VERBOSITY, LOGS_NO_DRAFTS, drafted_candidates, request_logs, rounds_with_history
 from ..expect import Expect, Result, Seen, judged
@@ -86,10 +86,10 @@ class NotComparable(PyllamaError, RuntimeError):
 
 
 def _tokens(srv, text: str) -> list[int]:
-    r = srv.post("/tokenize", {"content": text, "add_special": False, "parse_special": True})
-    if not r.ok:
-        raise NotComparable(f"/tokenize answered {r.describe()}")
-    return r.body["tokens"]
+    try:
+        return srv.tokenize(text, add_special=False, parse_special=True)
+    except ServerError as e:
+        raise NotComparable(str(e)) from e
 
 
 def _text_of(srv, ids: tuple[int, ...]) -> str:
@@ -318,11 +318,11 @@ def restore_image_drafts(ctx) -> Result:
         with ctx.server(name, verbosity=DEBUG_VERBOSITY, n_parallel=1, slot_save_path=save_dir, cache_ram_mib=0) as srv:
             a = ImagePrompt(BEFORE, ctx.image(0), tuple(_tokens(srv, TAIL)))
             ra = _complete(srv, a)
-            save = srv.post("/slots/0?action=save", {"filename": "a.bin"})
+            save = srv.slot_action("save", "a.bin")
             had_part = (save_dir / "a.bin.draft").exists()
             b = ImagePrompt("<|im_start|>user\nWhat is in this other picture", ctx.image(1), a.after)
             rb = _complete(srv, b)
-            restore = srv.post("/slots/0?action=restore", {"filename": "a.bin"})
+            restore = srv.slot_action("restore", "a.bin")
             more = a.then((ra.tokens or []) + _tokens(srv, bodies.RESTORE_MORE))
             last = _complete(srv, more)
             facts = server_facts(srv)

@@ -39,30 +39,25 @@ def _session(ctx, name: str, **options):
     return ctx.server(name, n_parallel=1, slot_save_path=save_dir, cache_ram_mib=0, **options), save_dir
 
 
-def _tokens(srv, text: str, bos: bool = True) -> list[int]:
-    r = srv.post("/tokenize", {"content": text, "add_special": bos})
-    return r.body["tokens"] if r.ok else []
-
-
 def _continue(srv, prompt: list[int]):
     """The conversation continued: its prompt plus MORE, greedy."""
-    return srv.completion(prompt + _tokens(srv, MORE, bos=False), n_predict=bodies.N_PREDICT)
+    return srv.completion(prompt + srv.tokenize(MORE, add_special=False), n_predict=bodies.N_PREDICT)
 
 
 def _reference(ctx, name: str, prompt: str | list[int], first_tokens: list[int]) -> list[int] | None:
     """What the target alone continues the same conversation (its text, or its tokens) with (a server
     without the draft)."""
     with ctx.server(name + "_no_draft", draft=False) as srv:
-        r = _continue(srv, (_tokens(srv, prompt) if isinstance(prompt, str) else prompt) + first_tokens)
+        r = _continue(srv, (srv.tokenize(prompt) if isinstance(prompt, str) else prompt) + first_tokens)
         return r.tokens if r.ok else None
 
 
 def _save(srv, filename: str):
-    return srv.post("/slots/0?action=save", {"filename": filename})
+    return srv.slot_action("save", filename)
 
 
 def _restore(srv, filename: str):
-    return srv.post("/slots/0?action=restore", {"filename": filename})
+    return srv.slot_action("restore", filename)
 
 
 # the restores below meet a draft that is behind the restored target on baseline (the target comes
@@ -100,7 +95,7 @@ def _two_saved_one_tampered(
     A's token count, so the two parts hold as many tokens."""
     srv, folder = _session(ctx, name)
     with srv:
-        a, b = _tokens(srv, SHORT), _tokens(srv, LONG)
+        a, b = srv.tokenize(SHORT), srv.tokenize(LONG)
         if b_as_long_as_a:
             b = b[: len(a)]  # SHORT and LONG differ from their first word on: other tokens, as many
         ra = srv.completion(a, n_predict=bodies.N_PREDICT)
@@ -109,7 +104,7 @@ def _two_saved_one_tampered(
         saves.append(_save(srv, "b.bin"))
         parts = [_draft_count(folder / f"{x}.bin.draft") for x in "ab"]  # None without 0003: no draft part
         tamper(folder)
-        other = srv.completion(_tokens(srv, OTHER), n_predict=bodies.N_PREDICT)
+        other = srv.completion(srv.tokenize(OTHER), n_predict=bodies.N_PREDICT)
         restore = _restore(srv, "a.bin")
         prompt, ref_prompt, first = (a, SHORT, ra) if continues == "A" else (b, b, rb)
         last = _continue(srv, prompt + (first.tokens or []))
@@ -261,13 +256,13 @@ def restore_damaged_draft_part(ctx) -> Result:
     part = folder / "a.bin.draft"
     outcomes = []
     with srv:
-        a = _tokens(srv, LONG)
+        a = srv.tokenize(LONG)
         first = srv.completion(a, n_predict=bodies.N_PREDICT)
         saved = _save(srv, "a.bin")
         responses = [first]
         original = part.read_bytes() if part.exists() else b""
         for what, data in _truncations(original) if original else [("no draft part", b"")]:
-            other = srv.completion(_tokens(srv, OTHER), n_predict=bodies.N_PREDICT)
+            other = srv.completion(srv.tokenize(OTHER), n_predict=bodies.N_PREDICT)
             if original:
                 part.write_bytes(data)
             restore = _restore(srv, "a.bin")
@@ -376,17 +371,19 @@ def _save_blocked(
     file and continue the conversation, beside what the target alone continues it with."""
     srv, folder = _session(ctx, name, short_writes=blocker.short_writes)
     with srv:
-        a = _tokens(srv, LONG)
+        a = srv.tokenize(LONG)
         first = srv.completion(a, n_predict=bodies.N_PREDICT)
         saved = _save(srv, filename)
         before = _files(folder)
-        more = srv.completion(a + (first.tokens or []) + _tokens(srv, MORE, bos=False), n_predict=bodies.N_PREDICT)
+        more = srv.completion(
+            a + (first.tokens or []) + srv.tokenize(MORE, add_special=False), n_predict=bodies.N_PREDICT
+        )
         blocker.block(srv, folder)
         blocked = _save(srv, filename)
         blocker.unblock(srv, folder)
         after = _files(folder)
         then(srv, folder)
-        other = srv.completion(_tokens(srv, OTHER), n_predict=bodies.N_PREDICT)
+        other = srv.completion(srv.tokenize(OTHER), n_predict=bodies.N_PREDICT)
         restore = _restore(srv, filename)
         last = _continue(srv, a + (first.tokens or []))
         left = sorted(p.name for p in folder.iterdir())
@@ -531,12 +528,12 @@ def save_small_draft_part_short_write(ctx) -> Result:
     srv, folder = _session(ctx, name, short_writes=True)
     blocker = _file_size_limit("draft")
     with srv:
-        first = srv.completion(_tokens(srv, OTHER)[:2], n_predict=1)
+        first = srv.completion(srv.tokenize(OTHER)[:2], n_predict=1)
         blocker.block(srv, folder)
         blocked = _save(srv, "s.bin")
         blocker.unblock(srv, folder)
         left = sorted(p.name for p in folder.iterdir())
-        after = srv.completion(_tokens(srv, OTHER)[:2], n_predict=1)
+        after = srv.completion(srv.tokenize(OTHER)[:2], n_predict=1)
         facts = server_facts(srv)
     writes_draft = bool(ctx.variant and ctx.variant.saves_draft)
     refused_well = (
@@ -599,7 +596,7 @@ def save_killed(ctx, rounds: int = 3) -> Result:
     outcomes, responses = [], []
     for k in range(rounds):
         with ctx.server(f"save_killed_{k}", n_parallel=1, slot_save_path=save_dir, cache_ram_mib=0) as srv:
-            prompt = _tokens(srv, LONG)
+            prompt = srv.tokenize(LONG)
             stop = threading.Event()
 
             def saves(srv=srv, prompt=prompt, stop=stop):
@@ -623,10 +620,10 @@ def save_killed(ctx, rounds: int = 3) -> Result:
         with ctx.server(f"save_killed_{k}_restart", n_parallel=1, slot_save_path=save_dir, cache_ram_mib=0) as srv:
             restore = _restore(srv, "k.bin")
             # the saved conversation's first part and MORE: a restored slot serves its common prefix
-            last = srv.completion(prompt + _tokens(srv, MORE, bos=False), n_predict=bodies.N_PREDICT)
+            last = srv.completion(prompt + srv.tokenize(MORE, add_special=False), n_predict=bodies.N_PREDICT)
             alive = srv.alive
         with ctx.server(f"save_killed_{k}_no_draft", draft=False) as ref_srv:
-            ref = ref_srv.completion(prompt + _tokens(ref_srv, MORE, bos=False), n_predict=bodies.N_PREDICT)
+            ref = ref_srv.completion(prompt + ref_srv.tokenize(MORE, add_special=False), n_predict=bodies.N_PREDICT)
         responses.append(last)
         outcomes.append(
             {
@@ -661,12 +658,12 @@ def restore_clears_without_draft_part(ctx) -> Result:
     for label, between in (("after_b", True), ("fresh", False)):
         srv, folder = _session(ctx, f"restore_clears_{label}", verbosity=DEBUG_VERBOSITY)
         with srv:
-            a = _tokens(srv, SHORT)
+            a = srv.tokenize(SHORT)
             first = srv.completion(a, n_predict=bodies.N_PREDICT)
             saved = _save(srv, "a.bin")
             (folder / "a.bin.draft").unlink(missing_ok=True)
             if between:
-                srv.completion(_tokens(srv, LONG), n_predict=bodies.N_PREDICT)
+                srv.completion(srv.tokenize(LONG), n_predict=bodies.N_PREDICT)
             else:
                 srv.post("/slots/0?action=erase", {})  # nothing of A left on the slot, draft included
             restore = _restore(srv, "a.bin")
@@ -707,12 +704,12 @@ def save_without_draft_removes_stale_part(ctx) -> Result:
     earlier save left under that name, so a restore never pairs it with the new target part."""
     srv, folder = _session(ctx, "stale_part_with_draft")
     with srv:
-        first = srv.completion(_tokens(srv, SHORT), n_predict=bodies.N_PREDICT)
+        first = srv.completion(srv.tokenize(SHORT), n_predict=bodies.N_PREDICT)
         with_draft = _save(srv, "s.bin")
     had_part = (folder / "s.bin.draft").exists()
     srv = ctx.server("stale_part_without_draft", draft=False, n_parallel=1, slot_save_path=folder, cache_ram_mib=0)
     with srv:
-        second = srv.completion(_tokens(srv, LONG), n_predict=bodies.N_PREDICT)
+        second = srv.completion(srv.tokenize(LONG), n_predict=bodies.N_PREDICT)
         without = _save(srv, "s.bin")
         facts = server_facts(srv)
     left = (folder / "s.bin.draft").exists()

@@ -42,12 +42,12 @@ def _image_turns(ctx, name: str) -> Result:
         first = bodies.image_message(ctx.image())
         turn1 = srv.chat([first], max_tokens=bodies.N_PREDICT)
         turn2 = srv.chat(bodies.two_turn(first, turn1.content or "It is a picture."), max_tokens=bodies.N_PREDICT)
-        a = srv.post("/tokenize", {"content": bodies.RESTORE_A, "add_special": True}).body.get("tokens", [])
+        a = srv.tokenize(bodies.RESTORE_A)
         ra = srv.completion(a, n_predict=bodies.N_PREDICT)
-        save = srv.post("/slots/0?action=save", {"filename": "s.bin"})
+        save = srv.slot_action("save", "s.bin")
         srv.completion(bodies.SHORT_TEXT, n_predict=bodies.N_PREDICT)
-        restore = srv.post("/slots/0?action=restore", {"filename": "s.bin"})
-        more = srv.post("/tokenize", {"content": bodies.RESTORE_MORE, "add_special": False}).body.get("tokens", [])
+        restore = srv.slot_action("restore", "s.bin")
+        more = srv.tokenize(bodies.RESTORE_MORE, add_special=False)
         last = srv.completion(a + (ra.tokens or []) + more, n_predict=bodies.N_PREDICT)
         facts = server_facts(srv)
     with ctx.server(name + "_no_draft", draft=False) as srv:
@@ -115,7 +115,7 @@ def mtp_drafts_vs_fresh(ctx) -> Result:
     round of both against the first round of a fresh server given the history so far as one request (the
     reference of drafts_vs_definition). Then a request that keeps three output ids of the first, measured."""
     with ctx.server("mtp_drafts_vs_fresh", verbosity=DEBUG_VERBOSITY, n_parallel=1, cache_ram_mib=0) as srv:
-        a = srv.post("/tokenize", {"content": bodies.RAW_TEXT_PROMPT, "add_special": True}).body.get("tokens", [])
+        a = srv.tokenize(bodies.RAW_TEXT_PROMPT)
         first = ImagePrompt("", None, tuple(a))
         r1 = _complete(srv, first)
         out = r1.tokens or []
@@ -229,11 +229,11 @@ def _reloaded_conversation(ctx, name: str, *, via_slot_file: bool) -> Result:
             tail = tuple(_tokens(srv, TAIL))
             a = ImagePrompt(BEFORE, ctx.image(0), tail)
             ra = _complete(srv, a, n_predict=1)
-            save = srv.post("/slots/0?action=save", {"filename": "a.bin"}) if via_slot_file else None
+            save = srv.slot_action("save", "a.bin") if via_slot_file else None
             other_last = next(t for t in tail if t != tail[-1])
             b = ImagePrompt(BEFORE, ctx.image(1), tail[:-1] + (other_last,))
             rb = _complete(srv, b, n_predict=1)
-            restore = srv.post("/slots/0?action=restore", {"filename": "a.bin"}) if via_slot_file else None
+            restore = srv.slot_action("restore", "a.bin") if via_slot_file else None
             c = a.then([tail[-1], *_tokens(srv, bodies.RESTORE_MORE)])
             rc = _complete(srv, c)
             facts = server_facts(srv)

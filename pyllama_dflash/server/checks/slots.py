@@ -41,23 +41,18 @@ def restore_run(
     part.unlink(missing_ok=True)
     logged = {"verbosity": DEBUG_VERBOSITY, "cache_ram_mib": 0} if read_drafts else {}
     with ctx.server(name, draft=draft, n_parallel=1, slot_save_path=save_dir, **logged) as srv:
-
-        def tokens(text: str, bos: bool = True) -> list[int]:
-            r = srv.post("/tokenize", {"content": text, "add_special": bos})
-            return r.body["tokens"] if r.ok else []
-
-        a, b, extra = tokens(first), tokens(between), tokens(more, bos=False)
+        a, b, extra = srv.tokenize(first), srv.tokenize(between), srv.tokenize(more, add_special=False)
         responses = [srv.completion(a, n_predict=bodies.N_PREDICT)]
         had_part = None
         if interrupt:
-            responses.append(srv.post("/slots/0?action=save", {"filename": "slot.bin"}))
+            responses.append(srv.slot_action("save", "slot.bin"))
             had_part = part.exists()
             responses.append(srv.completion(b, n_predict=bodies.N_PREDICT))
             if damage == "remove":
                 part.unlink(missing_ok=True)
             elif damage == "corrupt":
                 part.write_bytes(b"not a llama.cpp sequence state")
-            responses.append(srv.post("/slots/0?action=restore", {"filename": "slot.bin"}))
+            responses.append(srv.slot_action("restore", "slot.bin"))
         since = srv.log_path.stat().st_size
         last = srv.completion(a + (responses[0].tokens or []) + extra, n_predict=bodies.N_PREDICT)
         responses.append(last)
