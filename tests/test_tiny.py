@@ -350,3 +350,21 @@ def test_gguf_module_leaves_sys_modules_alone(gguf, monkeypatch):
 def test_gguf_module_clear_error(tmp_path, monkeypatch):
     with pytest.raises(tiny.GgufUnavailable):
         tiny.gguf_module(tmp_path)  # no gguf-py under it
+
+
+def test_a_long_context_target_differs_in_its_context_length_alone(tmp_path):
+    """llama-server caps a slot at the training context the target records: the copy that lifts it keeps
+    every other entry and every tensor byte, so it computes what the target computes."""
+    from pyllama_dflash.gguf_stream import read_gguf
+    from pyllama_dflash.scenarios.models import tiny_models
+    from pyllama_dflash.tiny.long_context import long_context_target
+
+    src = tiny_models().target
+    out = long_context_target(src, 4096, tmp_path)
+    assert long_context_target(src, 4096, tmp_path) == out  # made once
+    a, b = read_gguf(src), read_gguf(out)
+    key = f"{a.get('general.architecture')}.context_length"
+    assert (a.get(key), b.get(key)) == (256, 4096)
+    assert [(k.key, k.value) for k in a.kvs if k.key != key] == [(k.key, k.value) for k in b.kvs if k.key != key]
+    assert [t.raw for t in a.tensors] == [t.raw for t in b.tensors]
+    assert src.read_bytes()[a.data_offset :] == out.read_bytes()[b.data_offset :]

@@ -92,7 +92,7 @@ def run_chat(
         if action is None:  # another conversation on the slot in between, not counted
             _ask(srv, [_user(turns[4])], 8)
             continue
-        r = srv.post(f"/slots/0?action={action}", {"filename": SLOT_FILE})
+        r = srv.slot_action(action, SLOT_FILE)
         if not r.ok:
             raise ChatFailed(f"POST /slots/0?action={action}: {r.describe()}")
     turn(turns[3], "after restore")

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 
 from ..llamabuild.builder import BuildOptions, build
+from ..paths import cache_root
 from ..scenarios.models import ModelSet
 from ..server import ServerOptions, serve
+from ..tiny.long_context import long_context_target
 from .chat import TURN_PHASES, ChatFailed, TurnResult, fresh_slot_dir, run_chat
 from .job import Column
 from .measure import SESSION, columns, per_phase, session_for
@@ -153,6 +155,9 @@ def measure_server(
     image_px: int | None = None,
 ) -> dict:
     cols = server_columns(cols or columns())
+    if image_px is not None:  # llama-server caps a slot at the training context the tiny target records
+        n_ctx = session_for(image_px).n_ctx
+        models = replace(models, target=long_context_target(models.target, n_ctx, cache_root() / "long-context"))
     build(sorted({c.variant for c in cols}), BuildOptions(server=True, quiet=True))
     table = {}
     with tempfile.TemporaryDirectory(prefix="pyllama-dflash-acceptance-server-") as tmp:
