@@ -34,7 +34,7 @@ from ..scenarios.models import ModelSet
 from .job import AcceptanceJob, Column
 from .measure import run_column, session_for, summarise
 from .script import IMAGE_ROWS_PX, PHASES
-from .stats import bootstrap_mean, paired_difference, resample
+from .stats import bootstrap_mean, paired_difference, resample, resampled_means
 
 TWIN = "twin semantics"
 DEFINITION = "definition"
@@ -95,16 +95,9 @@ def since_image(positions: list[dict], seeds: Sequence[int]) -> list[dict]:
 def ratio_to_text(per_text: list, per_phase: list) -> dict:
     """A column's pooled mean accepted in a phase over its own in the text phase, with a 95% interval
     from resampling the conversations once for both."""
-    idx = resample(len(per_text))
-
-    def pooled(pc: list, ix: np.ndarray) -> np.ndarray:
-        acc = np.array([a for a, _ in pc], float)[ix].sum(axis=1)
-        n = np.array([k for _, k in pc], float)[ix].sum(axis=1)
-        return acc / np.maximum(n, 1)
-
-    whole = np.arange(len(per_text))[None]
-    point = pooled(per_phase, whole)[0] / max(pooled(per_text, whole)[0], 1e-12)
-    r = pooled(per_phase, idx) / np.maximum(pooled(per_text, idx), 1e-12)
+    idx, whole = resample(len(per_text)), np.arange(len(per_text))[None]
+    point = resampled_means(per_phase, whole)[0] / max(resampled_means(per_text, whole)[0], 1e-12)
+    r = resampled_means(per_phase, idx) / np.maximum(resampled_means(per_text, idx), 1e-12)
     lo, hi = np.quantile(r, [0.025, 0.975])
     return {"ratio": float(point), "ci95": [float(lo), float(hi)]}
 
@@ -166,7 +159,7 @@ def _brief(phases: dict) -> str:
     return ", ".join(f"{p} {f['mean_accepted']:.2f}" for p, f in phases.items() if p in PHASES)
 
 
-def _cell(f: dict | None, signed: bool = False) -> str:
+def _cell(f: dict | None) -> str:
     if f is None:
         return ""
     if "difference" in f:
