@@ -97,27 +97,37 @@ def summarise_turns(turns: list[dict], seeds: Sequence[int]) -> dict[str, dict]:
     return out
 
 
+def _paired_sums(
+    turns: list[dict], plain: list[dict], seeds: Sequence[int], keys: tuple[str, ...], phases: tuple[str, ...] = ()
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per conversation both servers ran (the last key's sum above 0 on both), the sums of ``keys`` over
+    its turns (those of ``phases``, or all), with the draft and without: ``[n_conv, len(keys)]`` each."""
+
+    def sums(ts: list[dict]) -> dict[int, np.ndarray]:
+        out: dict[int, np.ndarray] = {}
+        for t in ts:
+            if not phases or t["phase"] in phases:
+                out[t["seed"]] = out.get(t["seed"], 0.0) + np.array([float(t.get(k, 0.0)) for k in keys])
+        return out
+
+    a, b = sums(turns), sums(plain)
+    both = [s for s in seeds if s in a and s in b and a[s][-1] > 0 and b[s][-1] > 0]
+    shape = (len(both), len(keys))
+    return np.array([a[s] for s in both]).reshape(shape), np.array([b[s] for s in both]).reshape(shape)
+
+
 def throughput_ratio(turns: list[dict], plain: list[dict], seeds: Sequence[int]) -> dict | None:
     """Tokens per second with the draft over without, pooled over the conversations both servers ran,
     with a 95% interval from resampling those conversations."""
-
-    def per_seed(ts: list[dict]) -> dict[int, tuple[float, float]]:
-        out: dict[int, tuple[float, float]] = {}
-        for t in ts:
-            n, ms = out.get(t["seed"], (0.0, 0.0))
-            out[t["seed"]] = (n + t["predicted_n"], ms + t["predicted_ms"])
-        return out
-
-    a, b = per_seed(turns), per_seed(plain)
-    both = [s for s in seeds if s in a and s in b and a[s][1] > 0 and b[s][1] > 0]
-    if not both:
+    a, b = _paired_sums(turns, plain, seeds, ("predicted_n", "predicted_ms"))
+    if not len(a):
         return None
-    an, ams, bn, bms = (np.array([src[s][k] for s in both]) for src in (a, b) for k in (0, 1))
-    idx = resample(len(both))
+    (an, ams), (bn, bms) = a.T, b.T
+    idx = resample(len(a))
     ratios = (an[idx].sum(1) / ams[idx].sum(1)) / (bn[idx].sum(1) / bms[idx].sum(1))
     lo, hi = np.quantile(ratios, [0.025, 0.975])
     return {
-        "conversations": len(both),
+        "conversations": len(a),
         "with_draft_tok_s": float(an.sum() / ams.sum() * 1000),
         "without_draft_tok_s": float(bn.sum() / bms.sum() * 1000),
         "ratio": float((an.sum() / ams.sum()) / (bn.sum() / bms.sum())),
@@ -128,23 +138,13 @@ def throughput_ratio(turns: list[dict], plain: list[dict], seeds: Sequence[int])
 def prefill_ratio(turns: list[dict], plain: list[dict], seeds: Sequence[int]) -> dict | None:
     """The image turns' prompt processing (time to first token) with the draft over without, pooled over
     the conversations both servers ran, with a 95% interval from resampling them."""
-    image_turns = ("after image", "after second image")
-
-    def per_seed(ts: list[dict]) -> dict[int, float]:
-        out: dict[int, float] = {}
-        for t in ts:
-            if t["phase"] in image_turns:
-                out[t["seed"]] = out.get(t["seed"], 0.0) + t.get("prompt_ms", 0.0)
-        return out
-
-    a, b = per_seed(turns), per_seed(plain)
-    both = [s for s in seeds if a.get(s, 0) > 0 and b.get(s, 0) > 0]
-    if not both:
+    a, b = _paired_sums(turns, plain, seeds, ("prompt_ms",), ("after image", "after second image"))
+    if not len(a):
         return None
-    am, bm = np.array([a[s] for s in both]), np.array([b[s] for s in both])
-    idx = resample(len(both))
+    am, bm = a[:, 0], b[:, 0]
+    idx = resample(len(a))
     lo, hi = np.quantile(am[idx].sum(1) / bm[idx].sum(1), [0.025, 0.975])
-    return {"conversations": len(both), "ratio": float(am.sum() / bm.sum()), "ci95": [float(lo), float(hi)]}
+    return {"conversations": len(a), "ratio": float(am.sum() / bm.sum()), "ci95": [float(lo), float(hi)]}
 
 
 def measure_server(
