@@ -46,6 +46,7 @@ import numpy as np
 
 from .. import child, command
 from ..acceptance.script import IMAGE_ROWS_PX
+from ..draftmodel.trained import TARGET_KINDS, TRAINED_ON
 from ..env import CACHE_ENV, CPU_ENV, THREADS_ENV
 from ..errors import PyllamaError
 from ..files import atomic_write_bytes, atomic_write_json, default_file_mode
@@ -274,16 +275,20 @@ def bench_bindings() -> dict:
     return worker("baseline", BindingsFill(rows=4096, n_embd=(64, 2048)))
 
 
+def held_out_seeds(conversations: int) -> range:
+    """The bench's conversations: the committed drafts trained on conversations 0..999 at most."""
+    return range(1000, 1000 + conversations)
+
+
 def bench_acceptance(conversations: int, target_kind: str, trained_on: str, image_rows: list[int]) -> dict:
     from ..acceptance.measure import measure
     from ..acceptance.served import measure_server
     from ..draftmodel.trained import trained_models
 
-    # held-out seeds: the committed drafts trained on conversations 0..999 at most
     if len(image_rows) > 1:
         raise SectionUnavailable(f"the acceptance section takes one image size, not {image_rows}")
     image_px = IMAGE_ROWS_PX[image_rows[0]] if image_rows else None
-    models, seeds = trained_models(target_kind, trained_on=trained_on), range(1000, 1000 + conversations)
+    models, seeds = trained_models(target_kind, trained_on=trained_on), held_out_seeds(conversations)
     result = measure(models, seeds, image_px=image_px)
     result["target"] = target_kind
     result["trained_on"] = trained_on
@@ -294,10 +299,9 @@ def bench_acceptance(conversations: int, target_kind: str, trained_on: str, imag
 
 def bench_paired(conversations: int, targets: list[str], sizes: list[int]) -> dict:
     from ..acceptance.paired import measure_paired
-    from ..draftmodel.trained import TRAINED_ON, trained_models
+    from ..draftmodel.trained import trained_models
 
-    # held-out seeds: the committed drafts trained on conversations 0..999 at most
-    seeds, runs = range(1000, 1000 + conversations), {}
+    seeds, runs = held_out_seeds(conversations), {}
     total, t0 = len(targets) * len(TRAINED_ON) * len(sizes), time.monotonic()
     for target in targets:
         for trained_on in TRAINED_ON:
@@ -322,10 +326,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--rounds", type=int, default=16, help="interleaved rounds for the overhead ratio")
     ap.add_argument("--repeats", type=int, default=7, help="repeats per point of the fill curve")
     ap.add_argument("--conversations", type=int, default=24, help="conversations per acceptance column")
-    ap.add_argument("--target", choices=("dense", "moe"), default="dense", help="the tiny target of the trained draft")
+    ap.add_argument("--target", choices=TARGET_KINDS, default="dense", help="the tiny target of the trained draft")
     ap.add_argument(
         "--trained-on",
-        choices=("images", "text"),
+        choices=TRAINED_ON,
         default="images",
         help="the acceptance section's draft: trained on conversations with images or on text only",
     )
@@ -351,8 +355,8 @@ def parser() -> argparse.ArgumentParser:
 def _paired_choices(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[str], list[int]]:
     """The paired section's targets and image sizes, or the parser's error naming the flag."""
     targets = [t for t in args.paired_targets.split(",") if t]
-    if not targets or any(t not in ("dense", "moe") for t in targets):
-        ap.error(f"--paired-targets {args.paired_targets!r}: name dense, moe or both")
+    if not targets or any(t not in TARGET_KINDS for t in targets):
+        ap.error(f"--paired-targets {args.paired_targets!r}: a comma-separated choice of {', '.join(TARGET_KINDS)}")
     if args.image_rows is None:
         return targets, []
     try:
