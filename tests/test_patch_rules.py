@@ -10,6 +10,7 @@ Each case runs in a child process per (variant, draft), since the variants share
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -184,6 +185,13 @@ def test_the_fix_injects_a_jump_inside_one_batch_as_the_twin_does(runs):
     assert runs[(FIX, "twin")]["drafts"] == twin["drafts"]  # and the twin itself is left alone
 
 
+def _caller_unnamed(log: list[str]) -> list[str]:
+    """The log lines with the name of the driver's function that logged them left out: llama.cpp's own
+    lines are the answer; which of libcommon's functions passes it on (process(), or 0006's helper of
+    it for a draft trained on text) is not."""
+    return [re.sub(r"^\[common:(\w+)\] \w+: ", r"[common:\1] ", line) for line in log]
+
+
 @pytest.mark.parametrize("draft", ["legacy", "twin"])
 def test_positions_that_do_not_increase_get_baselines_answer(runs, draft):
     """The fix neither fills nor trims such a batch: llama_process answers it as without the fix,
@@ -193,7 +201,7 @@ def test_positions_that_do_not_increase_get_baselines_answer(runs, draft):
     base, fixed = runs[("baseline", draft)], runs[(FIX, draft)]
     for case in ("back", "back_gap", "repeat_gap"):
         assert fixed[case] is base[case], (case, fixed[case + "_log"], base[case + "_log"])
-        assert fixed[case + "_log"] == base[case + "_log"], case
+        assert _caller_unnamed(fixed[case + "_log"]) == _caller_unnamed(base[case + "_log"]), case
         assert fixed[case + "_pos_max"] == base[case + "_pos_max"], case
         assert not any("WARN" in line for line in fixed[case + "_log"]), fixed[case + "_log"]  # no trim
         if case != "repeat_gap" or draft == "legacy":

@@ -77,12 +77,14 @@ def test_the_project_series_names_zero_fill_first():
     series = load_series(REPO / "patches")
     assert series.variants[:2] == [BASELINE, "zero-fill"]
     # what each variant is judged as comes from its series line
-    assert [series.role(v) for v in series.variants[1:]] == ["seed", "fix", "fix", "definition"]
+    assert [series.role(v) for v in series.variants[1:]] == ["seed", "fix", "fix", "definition", "as-trained"]
     # the fix lives in libcommon's driver; 0003 saves the draft with llama-server's slots; 0005 (the
-    # definition) changes both, and the header libcommon's callers read
+    # definition) changes both, and the header libcommon's callers read; 0006 (each draft as trained)
+    # changes libcommon and its header only: llama-server asks the drafter which positions it keeps
     assert [p.touched for p in series.own] == [["common/speculative.cpp"]] * 2 + [
         ["tools/server/server-context.cpp"],
         ["common/speculative.cpp", "common/speculative.h", "tools/server/server-context.cpp"],
+        ["common/speculative.cpp", "common/speculative.h"],
     ]
     # and a C++ regression test that every variant carries, baseline included (test_ctest.py)
     assert [p.touched for p in series.every] == [["tests/CMakeLists.txt", "tests/test-speculative-dflash-image.cpp"]]
@@ -123,11 +125,13 @@ def test_a_series_line_names_its_role_or_is_refused_naming_the_line(tmp_path):
         load_series(tmp_path)
 
 
-def test_fix_means_the_last_variant_exact_to_the_twin_unless_named():
-    """--fix's default: the drafts users have were trained on text only, and paired acceptance measures
-    that they accept best served as the twin (docs/performance.md); definition is named when wanted."""
+def test_fix_means_the_variant_that_serves_each_draft_as_trained_unless_named():
+    """--fix's default: paired acceptance measures that each draft accepts best served as it was trained
+    (docs/performance.md), which the as-trained variant does per draft; without it, the last fix exact
+    to the twin (what the drafts users have, trained on text only, were trained for)."""
     series = load_series(REPO / "patches")
+    assert default_fix(series.variants) == "as-trained"
     fixes = [v for v in series.variants if v != "baseline" and series.role(v) == "fix"]
-    assert default_fix(series.variants) == fixes[-1] == "slots"
+    assert default_fix([v for v in series.variants if v != "as-trained"]) == fixes[-1] == "slots"
     assert default_fix(["baseline", "zero-fill", "full"]) == "full"
     assert default_fix(["baseline", "definition"]) == "definition"  # no fix among those run: the last

@@ -6,8 +6,9 @@ variant called ``baseline`` is the empty prefix. A patch whose variant column is
 the variant's own patches. That is how a regression test that must exist on the unfixed
 tree (to fail there) travels with the series. The role says what a variant is judged as
 (:data:`ROLES`; default ``fix``): the seed's zero-fill, a fix judged against the draft's reconverted
-twin, or a fix judged against the draft's definition. Patches are unified diffs (as
-``git format-patch`` writes them, header and all) applied with ``git apply``
+twin, a fix judged against the draft's definition, or a fix that serves each draft as it was trained
+(judged as a ``definition`` fix with a draft trained with image rows, as a ``fix`` with any other).
+Patches are unified diffs (as ``git format-patch`` writes them, header and all) applied with ``git apply``
 semantics: exact context, a hunk may have moved by some lines, no fuzz. A hunk
 that does not apply is reported with the patch, the file and the hunk header.
 """
@@ -25,9 +26,10 @@ from ..files import sha256_bytes
 BASELINE = "baseline"
 EVERY = "*"  # the variant column of a patch applied to every variant
 # what a variant is judged as: the seed's zero-fill (shown, not fixed), a fix exact to the draft's
-# reconverted twin (0002's semantics), or a fix exact to the draft's definition (every row, own positions)
-SEED_ROLE, FIX_ROLE, DEFINITION_ROLE = "seed", "fix", "definition"
-ROLES = (SEED_ROLE, FIX_ROLE, DEFINITION_ROLE)
+# reconverted twin (0002's semantics), a fix exact to the draft's definition (every row, own positions),
+# or a fix that is either, per draft: the definition for a draft trained with image rows, the twin else
+SEED_ROLE, FIX_ROLE, DEFINITION_ROLE, AS_TRAINED_ROLE = "seed", "fix", "definition", "as-trained"
+ROLES = (SEED_ROLE, FIX_ROLE, DEFINITION_ROLE, AS_TRAINED_ROLE)
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
