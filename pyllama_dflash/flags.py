@@ -37,8 +37,8 @@ SHARED: dict[str, _Shared] = {
     "fix": _Shared(
         ("--fix",),
         "the variant that must pass: every scenario in repro, every schedule in fuzz",
-        unset="the last variant of role fix run (slots in this series: how the public, text-trained drafts "
-        "accept best), else the last run",
+        unset="the last variant of role as-trained run (each draft served as it was trained), else the "
+        "last of role fix, else the last run",
     ),
     "backend": _Shared(
         ("--backend",),

@@ -10,7 +10,7 @@ import pytest
 from pyllama_dflash import api, tiny
 from pyllama_dflash.env import CPU_ENV, JOBS_ENV
 from pyllama_dflash.llamabuild import BuildOptions, Manifest, build
-from pyllama_dflash.llamabuild.patchset import DEFINITION_ROLE, FIX_ROLE, load_series
+from pyllama_dflash.llamabuild.patchset import AS_TRAINED_ROLE, DEFINITION_ROLE, FIX_ROLE, load_series
 from pyllama_dflash.paths import default_patches_dir
 from pyllama_dflash.scenarios.models import ModelSet, tiny_models
 
@@ -25,6 +25,9 @@ VARIANTS: tuple[str, ...] = tuple(_SERIES.variants)
 LAST = VARIANTS[-1]
 FIX = next((v for v in reversed(VARIANTS[1:]) if _SERIES.role(v) == FIX_ROLE), LAST)
 DEFINED = next((v for v in VARIANTS[1:] if _SERIES.role(v) == DEFINITION_ROLE), None)
+# the variant that serves each draft as it was trained (0006): a DEFINED with drafts marked as trained
+# with image rows, a FIX with any other; None if the series has none
+AS_TRAINED = next((v for v in VARIANTS[1:] if _SERIES.role(v) == AS_TRAINED_ROLE), None)
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DEFINED, FIX, VARIANTS
+from conftest import AS_TRAINED, DEFINED, FIX, VARIANTS
 from pyllama_dflash import tiny
 from pyllama_dflash.llamabuild import variant as variant_of
 from pyllama_dflash.scenarios.models import tiny_models
@@ -72,6 +72,16 @@ def checks(variants, models, model_set, tmp_path_factory) -> dict[str, dict[str,
     work = tmp_path_factory.mktemp("server-checks")
     reference = (variants["baseline"], replace(models, draft=model_set.draft_mrope))
     return {v: run_server_checks(variants[v], models, work_dir=work, reference=reference) for v in VARIANTS}
+
+
+@pytest.fixture(scope="session")
+def checks_as_trained(variants, models, tmp_path_factory) -> dict[str, dict[str, dict]]:
+    """Every check with the drafts marked as trained with image rows, on the variant that serves each
+    draft as trained (judged there as the definition is) and on the definition itself."""
+    assert AS_TRAINED, "the series has no as-trained variant"
+    work = tmp_path_factory.mktemp("server-checks-image-rows")
+    keyed = tiny.write_models(work / "models", image_rows=True)
+    return {v: run_server_checks(variants[v], keyed, work_dir=work) for v in (AS_TRAINED, DEFINED)}
 
 
 def _explain(result: dict) -> str:
@@ -329,6 +339,28 @@ def test_a_speculative_checkpoint_after_an_image_is_restored_exactly(checks):
         r = checks[v]["spec_checkpoint_image"]
         assert r["checkpoints_restored"] > 0 and r["same_tokens_as_no_draft"] is True, f"{v}: {_explain(r)}"
     assert checks[DEFINED]["spec_checkpoint_image"]["definition"]["same"] is True
+
+
+@pytest.mark.parametrize("check", CHECKS)
+def test_a_draft_trained_with_image_rows_is_served_as_the_definition_serves_it(checks_as_trained, check):
+    """0006 gives a draft with the image-rows key every row at positions of its own: through llama-server it
+    meets the definition's expectations, and answers, drafts and saves what the definition does."""
+    r, d = checks_as_trained[AS_TRAINED][check], checks_as_trained[DEFINED][check]
+    assert r["ok"], f"{check} on {AS_TRAINED} with image rows: expected {r.get('expected')}\n{_explain(r)}"
+    assert r["expected"] == d["expected"] and r["status"] == d["status"], (_explain(r), _explain(d))
+    for key in ("same_drafts", "same_tokens_as_no_draft", "definition", "n_saved", "restore_error"):
+        if key in d:
+            assert r.get(key) == d[key], f"{check}: {key} differs from {DEFINED}'s\n{_explain(r)}\n{_explain(d)}"
+
+
+def test_a_draft_trained_on_text_is_served_as_the_fix_serves_it(checks):
+    """0006 serves a draft without the key as 0002 and 0003 do: every check as on the fix with the slot patch."""
+    for name in CHECKS:
+        r, s = checks[AS_TRAINED][name], checks["slots"][name]
+        assert r["expected"] == s["expected"] and r["status"] == s["status"], (name, _explain(r), _explain(s))
+        for key in ("same_drafts", "same_tokens_as_no_draft", "n_saved", "restore_error"):
+            if key in s:
+                assert r.get(key) == s[key], f"{name}: {key} differs from slots'\n{_explain(r)}\n{_explain(s)}"
 
 
 def test_a_forged_draft_part_is_refused_with_what_it_holds(checks):

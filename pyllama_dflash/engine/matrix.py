@@ -23,7 +23,7 @@ from ..llamabuild import variant as variant_of
 from ..llamabuild.patchset import BASELINE
 from ..scenarios.config import SessionConfig
 from ..scenarios.drift import judge
-from ..scenarios.models import ModelSet, case_name
+from ..scenarios.models import ModelSet, case_name, judged_variant
 from ..scenarios.record import DRIFT, PASS
 from ..scenarios.scenario_job import ScenarioJob
 
@@ -102,15 +102,18 @@ def definition_config(config: SessionConfig) -> SessionConfig:
     return replace(server_config(BASELINE, config), definition_reference=True)
 
 
-def reference_columns(variants: Iterable[str]) -> list[str]:
-    """The reference columns that judge these variants, in the tables' order."""
-    return sorted({reference_of(v) for v in variants}, key=(REFERENCE, DEFINITION).index)
+def reference_columns(variants: Iterable[str], cases: Iterable[ModelSet]) -> list[str]:
+    """The reference columns that judge these variants on these cases' models, in the tables' order:
+    every case's table has all of them."""
+    variants = list(variants)
+    return sorted({reference_of(v, m) for m in cases for v in variants}, key=(REFERENCE, DEFINITION).index)
 
 
-def reference_of(variant: str) -> str:
-    """The column a variant's drafts are judged against: the definition's for a ``definition``
-    variant, the twin's for every other."""
-    return DEFINITION if variant_of(variant).own_positions else REFERENCE
+def reference_of(variant: str, models: ModelSet) -> str:
+    """The column a variant's drafts are judged against on these models: the definition's for a
+    ``definition`` variant (an ``as-trained`` one with drafts trained with image rows), the twin's for
+    every other."""
+    return DEFINITION if judged_variant(variant_of(variant), models).own_positions else REFERENCE
 
 
 Table = dict[str, dict[str, dict]]  # table[scenario][column]
@@ -136,7 +139,7 @@ def run_cases(
     ``job_options`` go to every :class:`ScenarioJob`.
     """
     cases = list(cases)
-    references = reference_columns(variants) if drift else []
+    references = reference_columns(variants, [m for m, _ in cases]) if drift else []
     jobs: list[ScenarioJob] = []
     for models, scenarios in cases:
         for sid in scenarios:
@@ -158,18 +161,17 @@ def run_cases(
                 row[column] = by_key[(case, sid, column)]
             for v in variants:
                 if drift:
-                    judge(row[v], row[reference_of(v)])
+                    judge(row[v], row[reference_of(v, models)])
         tables[case] = table
-    twin_judged = [v for v in variants if reference_of(v) == REFERENCE]
-    if drift and twin_judged:
-        prove_ties(
-            [(models, tables[case_name(models)]) for models, _ in cases],
-            twin_judged,
-            config,
-            parallel,
-            work_dir,
-            **job_options,
-        )
+    # the variants judged against the twin differ by case only for an as-trained variant: one replay
+    # pool per set of them
+    by_judged: dict[tuple[str, ...], list[tuple[ModelSet, Table]]] = {}
+    for models, _ in cases if drift else ():
+        twin_judged = tuple(v for v in variants if reference_of(v, models) == REFERENCE)
+        if twin_judged:
+            by_judged.setdefault(twin_judged, []).append((models, tables[case_name(models)]))
+    for twin_judged, judged_cases in by_judged.items():
+        prove_ties(judged_cases, list(twin_judged), config, parallel, work_dir, **job_options)
     return tables
 
 

@@ -15,6 +15,7 @@ import time
 
 from ..child import job_main
 from ..llamabuild import variant
+from ..scenarios.models import judged_variant
 from . import schedule_job
 from .reference import ReferenceProcess
 from .schedule_job import SearchJob
@@ -29,8 +30,9 @@ def run_job(job_json: dict) -> dict:
     # pools in two children on two cores starve each other (measured: 50x slower than 1 thread)
     os.environ[api.THREADS_ENV] = str(job.threads)
     load(job.variant, backend=job.backend)
-    # a variant judged against the draft's definition (0005) is fuzzed against the definition reference
-    definition = variant(job.variant).own_positions
+    # a variant judged against the draft's definition (0005; 0006 with a draft trained with image rows) is
+    # fuzzed against the definition reference
+    definition = judged_variant(variant(job.variant), job.models).own_positions
     with contextlib.ExitStack() as stack:
         reference = None
         if job.drift:  # the drift oracle: baseline with the reconverted twin, in a child of its own

@@ -76,6 +76,12 @@ def _search_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--max-steps", type=int, default=8, help="raw steps per schedule (a request is up to 4 steps)")
     ap.add_argument("--exact", action="store_true", help="also compare the output with decoding without the draft")
     ap.add_argument(
+        "--image-rows",
+        action="store_true",
+        help="drafts marked as trained with image rows (dflash.trained_with_image_rows): an as-trained "
+        "variant then serves them, and is judged, as the definition is",
+    )
+    ap.add_argument(
         "--no-drift",
         action="store_true",
         help="skip the drift oracle (each schedule also run on baseline with the draft's reconverted "
@@ -226,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         "ignore": [k for k in args.ignore.split(",") if k],
         "drafters": pick(args.drafters, tuple(DRAFTERS), "--drafters"),
         "targets": pick(args.targets, TARGET_KINDS, "--targets"),
+        "image_rows": args.image_rows,
     }
     t0 = time.monotonic()
     broken, by_seed = False, {}
@@ -251,7 +258,7 @@ def _search(variants: list[str], seed: int, selection: dict, args: argparse.Name
     """One seed's search on every variant, as the selection (the report's) has it."""
     return search_variants(
         variants,
-        tiny_models(),
+        tiny_models(image_rows=selection["image_rows"]),
         examples=selection["examples"],
         seed=seed,
         max_steps=selection["max_steps"],

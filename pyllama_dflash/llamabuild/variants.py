@@ -1,8 +1,9 @@
 """What a variant is: the one place every table of expectations derives from.
 
 A variant of the series is ``baseline`` (the unpatched tree), the seed's zero-fill (kept to show what
-it does), a fix exact to the draft's reconverted twin, or a fix exact to the draft's definition: its
-series line says which (``patches/series``' role column). Whether its llama-server saves and restores
+it does), a fix exact to the draft's reconverted twin, a fix exact to the draft's definition, or a fix
+that serves each draft as it was trained (either of the two, per draft: :meth:`Variant.judged_as`):
+its series line says which (``patches/series``' role column). Whether its llama-server saves and restores
 the draft with a slot follows from its patches (they change ``tools/server/server-context.cpp``: 0003).
 A name the series does not know (a llama-server given by path, a mutant of another series) is a fix
 whose server restores the target alone, as b11434's does. The scenario matrix's expectations
@@ -12,17 +13,26 @@ and :attr:`Variant.saves_draft`, through this one rule.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..paths import default_patches_dir
-from .patchset import BASELINE, DEFINITION_ROLE, FIX_ROLE, SEED_ROLE, load_series
+from .patchset import AS_TRAINED_ROLE, BASELINE, DEFINITION_ROLE, FIX_ROLE, SEED_ROLE, load_series
 
 # the file whose patches make a variant's llama-server save and restore the draft with a slot (0003)
 SERVER_SOURCE = "tools/server/server-context.cpp"
 
 BASELINE_ROLE = "baseline"
-__all__ = ["BASELINE_ROLE", "DEFINITION_ROLE", "FIX_ROLE", "SEED_ROLE", "Variant", "default_fix", "variant"]
+__all__ = [
+    "AS_TRAINED_ROLE",
+    "BASELINE_ROLE",
+    "DEFINITION_ROLE",
+    "FIX_ROLE",
+    "SEED_ROLE",
+    "Variant",
+    "default_fix",
+    "variant",
+]
 
 
 @dataclass(frozen=True)
@@ -30,13 +40,27 @@ class Variant:
     name: str
     patches: tuple[str, ...]  # the patch files it carries, in order (the series' every-variant ones too)
     saves_draft: bool  # its llama-server saves and restores the draft's state with a slot
-    # ``baseline``, ``seed`` (the seed's zero-fill), ``fix`` (exact to the twin) or ``definition`` (exact
-    # to the draft's definition): what is expected of it, from its series line
+    # ``baseline``, ``seed`` (the seed's zero-fill), ``fix`` (exact to the twin), ``definition`` (exact
+    # to the draft's definition) or ``as-trained`` (either, per draft): what is expected of it, from its
+    # series line
     role: str = FIX_ROLE
+
+    def judged_as(self, image_rows: bool, *, dflash_family: bool = True) -> Variant:
+        """The variant as it is judged with drafts that carry (``image_rows``) or lack the key of a draft
+        trained with image rows. An ``as-trained`` variant (patch 0006) is a ``definition`` fix with a
+        DFlash-family draft that has the key and a ``fix`` with one that has not; the other drafters
+        (EAGLE3, MTP) read no key and get 0005's semantics, a ``definition`` fix's. Every other variant
+        reads no key and is itself."""
+        if self.role != AS_TRAINED_ROLE:
+            return self
+        return replace(self, role=DEFINITION_ROLE if image_rows or not dflash_family else FIX_ROLE)
 
     @property
     def own_positions(self) -> bool:
-        """Whether its draft keeps positions of its own (patch 0005): trimmed by the row count."""
+        """Whether its draft keeps positions of its own (patch 0005): trimmed by the row count. An
+        ``as-trained`` variant's depends on the draft: ask :meth:`judged_as` first."""
+        if self.role == AS_TRAINED_ROLE:
+            raise ValueError(f"variant {self.name!r} keeps positions of its own or not per draft: judged_as() first")
         return self.role == DEFINITION_ROLE
 
 
@@ -51,13 +75,15 @@ def variant(name: str, patches_dir: Path | None = None) -> Variant:
 
 
 def default_fix(names: list[str], patches_dir: Path | None = None) -> str:
-    """The variant ``--fix`` means when it is not given, of those run: the last whose role is ``fix``,
-    else the last. A ``fix`` variant serves a draft as the public DFlash drafts were trained (text
-    only: image rows skipped, the target's positions), and paired acceptance measures that those
-    drafts accept best so; a draft trained with image rows accepts best under ``definition``, which
-    ``--fix definition`` names (docs/performance.md, "Which semantics for which draft")."""
-    fixes = [n for n in names if variant(n, patches_dir).role == FIX_ROLE]
-    return fixes[-1] if fixes else names[-1]
+    """The variant ``--fix`` means when it is not given, of those run: the last whose role is
+    ``as-trained``, else the last ``fix``, else the last. Paired acceptance measures that a draft
+    accepts best served as it was trained (docs/performance.md, "Which semantics for which draft"):
+    an ``as-trained`` variant does that per draft, a ``fix`` variant for drafts trained on text."""
+    for role in (AS_TRAINED_ROLE, FIX_ROLE):
+        chosen = [n for n in names if variant(n, patches_dir).role == role]
+        if chosen:
+            return chosen[-1]
+    return names[-1]
 
 
 def saves_draft_with_slot(name: str, patches_dir: Path | None = None) -> bool:

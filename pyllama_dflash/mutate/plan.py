@@ -14,7 +14,16 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..llamabuild import BuildOptions, build
-from ..llamabuild.patchset import DEFINITION_ROLE, EVERY, FIX_ROLE, Series, apply_series, load_series, tree_reader
+from ..llamabuild.patchset import (
+    AS_TRAINED_ROLE,
+    DEFINITION_ROLE,
+    EVERY,
+    FIX_ROLE,
+    Series,
+    apply_series,
+    load_series,
+    tree_reader,
+)
 from ..paths import default_patches_dir
 from .operators import Mutant, mutants
 
@@ -23,7 +32,10 @@ from .operators import Mutant, mutants
 class Plan:
     series: Series
     fix: str
-    role: str  # FIX_ROLE (judged against the twin) or DEFINITION_ROLE (against the draft's definition)
+    # FIX_ROLE (judged against the twin), DEFINITION_ROLE (against the draft's definition) or AS_TRAINED_ROLE
+    # (per draft; the mutants run on drafts without the image-rows key, judged against the twin, and the C++
+    # test's runs with the key against the definition reference)
+    role: str
     pristine: Path  # baseline's source tree
     read: Callable[[str], str]  # a file of the pristine tree
     own: dict[str, str]  # the files the fix's own patches touch, as the fix has them
@@ -38,7 +50,7 @@ def plan(args: argparse.Namespace) -> Plan:
     fix = args.fix or series.variants[-1]
     # each mutant is judged as its fix is: against the twin, or against the draft's definition (0005)
     role = series.role(fix) if fix in series.variants[1:] else FIX_ROLE
-    if role not in (FIX_ROLE, DEFINITION_ROLE):
+    if role not in (FIX_ROLE, DEFINITION_ROLE, AS_TRAINED_ROLE):
         raise UsageError(f"--fix {fix!r} is judged as {role!r}: not a fix to mutate")
     (base,) = build(["baseline"], BuildOptions(cpu="native", quiet=True))
     pristine = Path(base.data["source"]["path"])
@@ -70,7 +82,7 @@ def plan(args: argparse.Namespace) -> Plan:
 def stale(p: Plan, equivalents: dict[str, dict]) -> list[str]:
     """The equivalent mutants on file that are mutants of no fix of the series (equivalent.json serves
     every fix of the series: a mutant of another fix is not stale)."""
-    fixes = [v for v in p.series.variants[1:] if p.series.role(v) in (FIX_ROLE, DEFINITION_ROLE)]
+    fixes = [v for v in p.series.variants[1:] if p.series.role(v) in (FIX_ROLE, DEFINITION_ROLE, AS_TRAINED_ROLE)]
     known = {
         m.id
         for v in fixes

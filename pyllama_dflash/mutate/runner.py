@@ -296,7 +296,8 @@ def _matrix_kills(
     results = run_matrix(jobs, parallel, work)
     ref = refs()  # the drift references: computed once, by the first mutant that gets this far
     table = {sid: {VARIANT: judge(results[(sid, VARIANT)], ref[sid]), REFERENCE: ref[sid]} for sid in SCENARIOS}
-    if not trial.mutant_variant.own_positions:  # the layout replay is 0002's: it proves no tie of the definition
+    # the layout replay is 0002's: it proves no tie of the definition
+    if not trial.mutant_variant.judged_as(models.image_rows).own_positions:
         prove_ties([(models, table)], [VARIANT], config, parallel, work)
     return any(trial.killed(sid, table[sid][VARIANT]) for sid in SCENARIOS)
 
@@ -348,7 +349,7 @@ def _eagle3_server_kills(out: Outcome, series_dir: Path, models: ModelSet, work:
 
 def _rules_kill(trial: _Trial, series_dir: Path) -> bool:
     """Stage 5: the fix's rules that no scenario reaches, when the checkout has their tests."""
-    rules_tests = RULES_TESTS[trial.mutant_variant.role]
+    rules_tests = RULES_TESTS[trial.mutant_variant.judged_as(False).role]
     if not rules_tests.is_file():
         return False
     rules = _rules(series_dir, rules_tests)

@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.schedule:
         return replay_schedule(args, plan)
     scenarios = planning.scenario_ids(args)
-    matrix = tables.run_matrix(args, plan, planning.cases(args, plan.models, scenarios), scenarios)
+    matrix = tables.run_matrix(args, plan, planning.cases(args, plan.models, scenarios, plan.variants), scenarios)
     print_matrix(matrix, {**SCENARIOS, ctest_row.ROW: ctest_row.TITLE}, detail=args.detail)
     reasons = verdict.matrix_problems(matrix, fix, args.expect_baseline_fail, args.check_expected)
     server = family = siblings = None

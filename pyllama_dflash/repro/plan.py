@@ -10,9 +10,10 @@ from pathlib import Path
 from ..engine import ctest_row
 from ..errors import UsageError
 from ..flags import pick
-from ..llamabuild import BuildOptions, build, default_fix, find_built
+from ..llamabuild import BuildOptions, build, default_fix, find_built, variant
 from ..llamabuild.manifest import Manifest
 from ..llamabuild.patchset import BASELINE
+from ..llamabuild.variants import AS_TRAINED_ROLE
 from ..paths import cache_root
 from ..scenarios.catalog import SCENARIOS
 from ..scenarios.config import DEFAULT_CONFIG, SessionConfig
@@ -75,20 +76,26 @@ def scenario_ids(args: argparse.Namespace) -> list[str]:
     return ids
 
 
-def cases(args: argparse.Namespace, models: ModelSet, scenarios: list[str]) -> list[tuple[ModelSet, list[str]]]:
+def cases(
+    args: argparse.Namespace, models: ModelSet, scenarios: list[str], variants: list[str] = ()
+) -> list[tuple[ModelSet, list[str]]]:
     """The (models, scenario ids) of every table: for the tiny models every drafter on the dense
-    target, and on the MoE target the image scenarios; real models make one table."""
+    target, and on the MoE target the image scenarios; real models make one table. Where an
+    ``as-trained`` variant runs, which judges a draft by its image-rows key, every tiny table comes
+    twice: with the drafts as generated (trained on text) and with the key (trained with image rows)."""
     ids = [sid for sid in scenarios if sid in SCENARIOS]
     if models.real or args.draft:
         if args.drafters or args.targets:
             raise UsageError("--drafters and --targets choose the tiny models; not with --draft")
         return [(models, ids)]
+    keys = (False, True) if any(variant(v).role == AS_TRAINED_ROLE for v in variants) else (False,)
     out = []
-    for target in pick(args.targets, TARGET_KINDS, "--targets"):
-        for drafter in pick(args.drafters, tuple(DRAFTERS), "--drafters"):
-            on_target = ids if target == "dense" else [sid for sid in ids if SCENARIOS[sid].image]
-            if on_target:
-                out.append((tiny_models(drafter=drafter, target=target), on_target))
+    for image_rows in keys:
+        for target in pick(args.targets, TARGET_KINDS, "--targets"):
+            for drafter in pick(args.drafters, tuple(DRAFTERS), "--drafters"):
+                on_target = ids if target == "dense" else [sid for sid in ids if SCENARIOS[sid].image]
+                if on_target:
+                    out.append((tiny_models(drafter=drafter, target=target, image_rows=image_rows), on_target))
     return out
 
 

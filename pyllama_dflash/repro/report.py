@@ -158,15 +158,16 @@ def print_matrix(matrix, rows: dict, *, detail: bool) -> None:
             print(format_table(matrix.tables[case_name(case_models)], matrix.columns, rows))
             print()
     if several and not detail:
-        for target in dict.fromkeys(m.target_kind for m, _ in matrix.cases):
-            on_target = [m for m, _ in matrix.cases if m.target_kind == target]
+        for target, image_rows in dict.fromkeys((m.target_kind, m.image_rows) for m, _ in matrix.cases):
+            on_target = [m for m, _ in matrix.cases if (m.target_kind, m.image_rows) == (target, image_rows)]
+            keyed = ", the drafts marked as trained with image rows" if image_rows else ""
             print(
                 format_drafters(
                     {m.drafter: matrix.tables[case_name(m)] for m in on_target},
                     [m.drafter for m in on_target],
                     matrix.columns,
                     rows,
-                    f"== every drafter on the {target} target ({_target_arch(target)}) ==",
+                    f"== every drafter on the {target} target ({_target_arch(target)}){keyed} ==",
                 )
             )
             print()
@@ -191,7 +192,8 @@ def case_title(models) -> str:
 
     form = DRAFTERS.get(models.drafter)
     drafter = f"{form.title} ({models.drafter}, {models.spec_type})" if form else models.drafter
-    return f"drafter: {drafter}; target: {models.target_kind}"
+    keyed = "; marked as trained with image rows" if models.image_rows else ""
+    return f"drafter: {drafter}; target: {models.target_kind}{keyed}"
 
 
 def _target_arch(kind: str) -> str:
@@ -227,16 +229,24 @@ def json_report(plan, matrix, args, server, family, siblings, ok: bool, wall_s: 
         "variants": variants,
         "fix": plan.fix,
         "reference": {"variant": BASELINE, "draft": "reconverted twin"} if drift else None,
-        # the column each variant's drafts were judged against
-        "references": {v: reference_of(v) for v in variants} if drift else {},
+        # the column each variant's drafts were judged against, per case
+        "references": {case_name(m): {v: reference_of(v, m) for v in variants} for m, _ in matrix.cases}
+        if drift
+        else {},
         "cases": [
             {
                 "drafter": m.drafter,
                 "target": m.target_kind,
                 "spec_type": m.spec_type,
                 "models": m.to_json(),
+                "image_rows": m.image_rows,
                 "expected": {
-                    v: {s: list(e) for s, e in expectations(v, drafter=m.drafter, target=m.target_kind).items()}
+                    v: {
+                        s: list(e)
+                        for s, e in expectations(
+                            v, drafter=m.drafter, target=m.target_kind, image_rows=m.image_rows
+                        ).items()
+                    }
                     for v in variants
                 },
                 "results": matrix.tables[case_name(m)],

@@ -63,7 +63,7 @@ def run_matrix(args: argparse.Namespace, plan: Plan, cases: list[tuple[ModelSet,
         check_exact=not args.no_exact,
         timeout_s=args.timeout,
     )
-    references = [] if args.no_drift else reference_columns(variants)
+    references = [] if args.no_drift else reference_columns(variants, [m for m, _ in cases])
     matrix = Matrix(cases, tables, variants, references)
     if ctest_row.ROW in scenarios and not args.no_ctest:
         # the C++ test builds its own models in memory, every drafter of it: one row, in the first table
@@ -84,8 +84,9 @@ def _label(table: Table, models: ModelSet) -> None:
 
 
 def run_server(args: argparse.Namespace, plan: Plan, cases: list[tuple[ModelSet, list[str]]]) -> tuple[dict, dict]:
-    """The llama-server checks on every variant with the plan's models, and the image and restore
-    checks (FAMILY) for every other drafter and target of the tables: ``(server, family)``."""
+    """The llama-server checks on every variant with the plan's models and with the first drafts marked
+    as trained with image rows, and the image and restore checks (FAMILY) for every other drafter and
+    target of the tables: ``(server, family)``."""
     from ..server import FAMILY
     from ..server.run_checks import run_on_each
 
@@ -96,8 +97,14 @@ def run_server(args: argparse.Namespace, plan: Plan, cases: list[tuple[ModelSet,
         return (base, m.with_draft(twin)) if twin else None
 
     server = run_on_each(plan.manifests, plan.models, reference=twin_reference(plan.models))
+    # every check on the first case whose drafts carry the image-rows key as well (an as-trained
+    # variant serves them as the definition does), the image and restore checks on the others
+    first_keyed = next((m for m, _ in cases if m.image_rows), None)
     family = {
-        case_name(m): run_on_each(plan.manifests, m, checks=FAMILY, reference=twin_reference(m)) for m, _ in cases[1:]
+        case_name(m): run_on_each(
+            plan.manifests, m, checks=None if m is first_keyed else FAMILY, reference=twin_reference(m)
+        )
+        for m, _ in cases[1:]
     }
     return server, family
 

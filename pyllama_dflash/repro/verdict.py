@@ -56,7 +56,7 @@ def unexpected(table: Table, variants: list[str], models: ModelSet) -> list[str]
     """Every cell whose status is not among what its variant is expected to do there."""
     out = []
     for v in variants:
-        bar = expectations(v, drafter=models.drafter, target=models.target_kind)
+        bar = expectations(v, drafter=models.drafter, target=models.target_kind, image_rows=models.image_rows)
         for sid, row in table.items():
             allowed = bar.get(sid)
             if allowed is not None and not meets(allowed, row[v]):

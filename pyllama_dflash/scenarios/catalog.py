@@ -420,12 +420,15 @@ def _for_the_family(role: str, table: dict[str, tuple[str, ...]]) -> dict[str, t
     return out
 
 
-def expectations(v: Variant | str, *, drafter: str = "dflash", target: str = "dense") -> dict[str, tuple[str, ...]]:
+def expectations(
+    v: Variant | str, *, drafter: str = "dflash", target: str = "dense", image_rows: bool = False
+) -> dict[str, tuple[str, ...]]:
     """What a variant must do (a name is looked up in the package's series; a name the series does
     not know, such as a mutant's, is a fix, see llamabuild.variants): its role's row of EXPECTED, with
     S12 DRIFT for a fix whose llama-server restores the target alone, where even an exact driver
-    drifts, as full does; widened as _for_the_family says for another drafter or target."""
-    v = variant(v) if isinstance(v, str) else v
+    drifts, as full does; widened as _for_the_family says for another drafter or target. An
+    ``as-trained`` variant is judged by the drafts' image-rows key (``image_rows``, Variant.judged_as)."""
+    v = (variant(v) if isinstance(v, str) else v).judged_as(image_rows)
     table = dict(EXPECTED[v.role])
     if v.role == FIX_ROLE and not v.saves_draft:
         table["S12"] = (DRIFT,)

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import tiny
+from ..llamabuild.variants import Variant
 from ..paths import cache_root
 from ..tiny import image as tiny_image_module
 
@@ -43,6 +44,9 @@ class ModelSet:
     spec_type: str | None = None
     drafter: str = tiny.DFLASH.name
     target_kind: str = "dense"
+    # every draft of the set carries the key of a draft trained with image rows (tiny.draft.IMAGE_ROWS_KEY):
+    # an as-trained variant gives it every row at positions of its own, and is judged as a definition fix
+    image_rows: bool = False
 
     def with_draft(self, draft: Path) -> ModelSet:
         return replace(self, draft=draft)
@@ -80,6 +84,7 @@ class ModelSet:
             "spec_type": self.spec_type,
             "drafter": self.drafter,
             "target_kind": self.target_kind,
+            "image_rows": self.image_rows,
         }
 
     @classmethod
@@ -98,19 +103,26 @@ class ModelSet:
             spec_type=d.get("spec_type"),
             drafter=d.get("drafter", tiny.DFLASH.name),
             target_kind=d.get("target_kind", "dense"),
+            image_rows=d.get("image_rows", False),
         )
 
 
 def tiny_models(
-    out_dir: Path | None = None, seed: int = 0, drafter: str = tiny.DFLASH.name, target: str = "dense"
+    out_dir: Path | None = None,
+    seed: int = 0,
+    drafter: str = tiny.DFLASH.name,
+    target: str = "dense",
+    *,
+    image_rows: bool = False,
 ) -> ModelSet:
     """Write (or reuse) a tiny target of a kind (dense | moe), the drafts of one drafter (plain,
-    M-RoPE, sliding-window, and the sliding-window draft's M-RoPE twin) and the projector."""
+    M-RoPE, sliding-window, and the sliding-window draft's M-RoPE twin) and the projector; with
+    ``image_rows`` every draft marked as trained with image rows."""
     out = Path(out_dir) if out_dir else cache_root() / "tiny" / f"seed{seed}"
     form = tiny.drafter(drafter)
 
     def write(**kw):
-        return tiny.write_models(out, seed=seed, form=form, target_kind=target, **kw)
+        return tiny.write_models(out, seed=seed, form=form, target_kind=target, image_rows=image_rows, **kw)
 
     plain = write()
     mrope = write(draft_mrope=True)
@@ -127,12 +139,17 @@ def tiny_models(
         spec_type=form.spec_type,
         drafter=form.name,
         target_kind=target,
+        image_rows=image_rows,
     )
 
 
+IMAGE_ROWS_CASE = "+image-rows"  # the suffix of a case whose drafts are marked as trained with image rows
+
+
 def case_name(models: ModelSet) -> str:
-    """``<drafter>/<target kind>``: which models a scenario runs on, a table of the matrix."""
-    return f"{models.drafter}/{models.target_kind}"
+    """``<drafter>/<target kind>``, with IMAGE_ROWS_CASE for drafts marked as trained with image rows:
+    which models a scenario runs on, a table of the matrix."""
+    return f"{models.drafter}/{models.target_kind}" + (IMAGE_ROWS_CASE if models.image_rows else "")
 
 
 SIBLINGS = ("mtp", "eagle3")  # the drafters that keep a memory of the conversation but are not DFlash's
@@ -172,7 +189,18 @@ def for_schedule(models: ModelSet, drafter: str | None, target: str | None) -> M
         return models
     if models.real:
         raise ValueError("a schedule that names a tiny drafter or target runs on the tiny models, not on real ones")
-    return tiny_models(models.target.parent, drafter=drafter or models.drafter, target=target or models.target_kind)
+    return tiny_models(
+        models.target.parent,
+        drafter=drafter or models.drafter,
+        target=target or models.target_kind,
+        image_rows=models.image_rows,
+    )
+
+
+def judged_variant(v: Variant, models: ModelSet) -> Variant:
+    """The variant as it is judged on these models (Variant.judged_as): an ``as-trained`` variant per
+    draft, by the image-rows key of a DFlash-family draft."""
+    return v.judged_as(models.image_rows, dflash_family=models.drafter not in SIBLINGS)
 
 
 def small_image(seed: int = 0) -> np.ndarray:

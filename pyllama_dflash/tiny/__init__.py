@@ -51,6 +51,7 @@ class TinyModels:
     draft_swa: int | None
     written: tuple[str, ...]  # which of target/draft/mmproj this call (re)wrote
     form: Drafter = DFLASH
+    image_rows: bool = False  # the draft is marked as trained with image rows (draft.IMAGE_ROWS_KEY)
 
     @property
     def spec_type(self) -> str:
@@ -127,12 +128,16 @@ class TinyModels:
         return args
 
 
-def draft_filename(mrope: bool = False, swa: int | None = None, form: Drafter = DFLASH) -> str:
+def draft_filename(
+    mrope: bool = False, swa: int | None = None, form: Drafter = DFLASH, image_rows: bool = False
+) -> str:
     parts = [f"tiny-{form.name}"]
     if mrope:
         parts.append("mrope")
     if swa is not None:
         parts.append(f"swa{swa}")
+    if image_rows:
+        parts.append("image-rows")
     return "-".join(parts) + ".gguf"
 
 
@@ -146,24 +151,26 @@ def write_models(
     target_kind: str = "dense",
     config: TinyConfig | None = None,
     gguf_tree: Path | None = None,
+    image_rows: bool = False,
 ) -> TinyModels:
     """Write (or reuse) the three tiny GGUFs in `out_dir`.
 
     Files already present with the same generator fingerprint are left
     untouched; others are written to a temp file and renamed into place.
-    Draft forms and target kinds get distinct names, so one directory can hold them all.
+    Draft forms and target kinds get distinct names, so one directory can hold them all; so do
+    drafts marked as trained with image rows (``image_rows``, tiny.draft.IMAGE_ROWS_KEY).
     """
     cfg = config or TinyConfig()
     cfg.validate()
     out = Path(out_dir)
     g = gguf_module(gguf_tree)
     target = out / target_filename(target_kind)
-    draft = out / draft_filename(draft_mrope, draft_swa, form)
+    draft = out / draft_filename(draft_mrope, draft_swa, form, image_rows)
     mmproj = out / "tiny-mmproj-qwen2vl.gguf"
     written = []
     if write_target(target, cfg, seed=seed, kind=target_kind, gguf=g):
         written.append("target")
-    if write_draft(draft, cfg, seed=seed, mrope=draft_mrope, swa=draft_swa, form=form, gguf=g):
+    if write_draft(draft, cfg, seed=seed, mrope=draft_mrope, swa=draft_swa, form=form, gguf=g, image_rows=image_rows):
         written.append("draft")
     if write_mmproj(mmproj, cfg, seed=seed, gguf=g):
         written.append("mmproj")
@@ -177,4 +184,5 @@ def write_models(
         draft_swa=draft_swa,
         written=tuple(written),
         form=form,
+        image_rows=image_rows,
     )
