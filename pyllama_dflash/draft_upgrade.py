@@ -5,6 +5,11 @@ qwen35) by llama.cpp b11434 carries ``dflash.rope.dimension_sections = [head_dim
 (``conversion/qwen.py``, ``DFlashModel.set_gguf_parameters``). Drafts converted before lack it;
 llama-server then breaks on images. Adding that one key, and touching nothing else, turns such a
 legacy draft into its reconverted twin.
+
+A draft trained with the target's image rows in its context (a SpecForge multimodal DFlash draft, say)
+may also be marked so, with the bool ``dflash.trained_with_image_rows = true`` (``IMAGE_ROWS_KEY``):
+patch 0006 then serves it every row of the prompt, image rows included, at positions of its own. Every
+public DFlash draft is trained on text and goes without it; ``upgrade(image_rows=True)`` adds it.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from .gguf_stream import (
     CHUNK_SIZE,
     GGUFError,
     GGUFFile,
+    KeyValue,
     ValueType,
     make_kv,
     read_gguf,
@@ -31,6 +37,9 @@ SECTIONS_KEY = f"{DFLASH_ARCH}.rope.dimension_sections"
 KEY_LENGTH_KEY = f"{DFLASH_ARCH}.attention.key_length"
 EMBEDDING_KEY = f"{DFLASH_ARCH}.embedding_length"
 HEAD_COUNT_KEY = f"{DFLASH_ARCH}.attention.head_count"
+# the bool key of a draft trained with the target's image rows (patch 0006's
+# COMMON_SPECULATIVE_DFLASH_IMAGE_ROWS_KEY): the drafts of the DFlash family read it under this prefix
+IMAGE_ROWS_KEY = f"{DFLASH_ARCH}.trained_with_image_rows"
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,7 @@ class DraftInfo:
     sections_to_write: tuple[int, ...] | None  # what upgrade() would add (None: nothing to add)
     target: Path | None
     target_mrope: bool | None  # None when no target was given
+    image_rows: bool = False  # the draft carries IMAGE_ROWS_KEY = true (trained with image rows)
 
     @property
     def has_sections(self) -> bool:
@@ -64,6 +74,7 @@ class UpgradeResult:
     written: bool
     sections: tuple[int, ...] | None  # the sections added, or the ones already there
     reason: str  # one human line
+    image_rows: bool = False  # IMAGE_ROWS_KEY = true added, or already there
 
     def __str__(self) -> str:
         return self.reason
@@ -110,6 +121,12 @@ def _sections(g: GGUFFile) -> tuple[int, ...] | None:
     return None if v is None else tuple(v)
 
 
+def _marked(g: GGUFFile) -> bool:
+    """Whether the draft carries IMAGE_ROWS_KEY as the bool true (the only form patch 0006 reads)."""
+    kv = g.kv(IMAGE_ROWS_KEY)
+    return kv is not None and kv.type is ValueType.BOOL and kv.value is True
+
+
 def target_uses_mrope(target: Path | str) -> bool:
     """Whether the target GGUF has ``{arch}.rope.dimension_sections`` (arch: its architecture)."""
     g = _read(Path(target))
@@ -126,7 +143,14 @@ def inspect(draft: Path | str, target: Path | str | None = None) -> DraftInfo:
     to_write = converter_sections(g) if is_dflash and sections is None else None
     mrope = target_uses_mrope(target) if target is not None else None
     return DraftInfo(
-        g.path, g.architecture, is_dflash, sections, to_write, Path(target) if target is not None else None, mrope
+        g.path,
+        g.architecture,
+        is_dflash,
+        sections,
+        to_write,
+        Path(target) if target is not None else None,
+        mrope,
+        is_dflash and _marked(g),
     )
 
 
@@ -151,6 +175,7 @@ def upgrade(
     in_place: bool = False,
     *,
     target: Path | str | None = None,
+    image_rows: bool = False,
     chunk_size: int = CHUNK_SIZE,
 ) -> UpgradeResult:
     """Write the draft with ``dflash.rope.dimension_sections`` added; the input is never modified.
@@ -159,71 +184,93 @@ def upgrade(
     (atomically: a temp file beside it, then ``os.replace``). An ``out`` that is the draft is
     refused without ``in_place``. A draft that already has sections, or (when ``target`` is given)
     whose target does not use M-RoPE, is a no-op that writes nothing and says why.
+
+    ``image_rows=True`` (a draft trained with the target's image rows) also writes
+    ``IMAGE_ROWS_KEY = true`` where the draft lacks it, with the sections or alone; the no-op is then
+    a draft that has both (or the key, for a target without M-RoPE).
     """
     draft = Path(draft)
     g = _read(draft)
     if g.architecture != DFLASH_ARCH:
         found = repr(g.architecture) if g.architecture is not None else "missing"
         raise DraftUpgradeError(draft, f"not a DFlash draft (general.architecture is {found})")
+    dest = _destination(draft, out, in_place)
 
+    existing, marked = _sections(g), _marked(g)
+    add_mark = image_rows and not marked
+    also = f" and {IMAGE_ROWS_KEY} = true" if image_rows else ""
+    if existing is not None and not add_mark:
+        why = f"already has rope.dimension_sections {list(existing)}{also}: nothing to do"
+        return UpgradeResult(draft, None, False, existing, f"{draft}: {why}", marked)
+    sections = converter_sections(g) if existing is None else None
+    if sections is not None and target is not None and not target_uses_mrope(target):
+        sections = None
+        if not add_mark:
+            why = f"target {target} does not use M-RoPE, so the draft needs no rope.dimension_sections"
+            why += f" (and it already has {IMAGE_ROWS_KEY} = true)" if image_rows else ""
+            return UpgradeResult(draft, None, False, None, f"{draft}: {why}: nothing to do", marked)
+
+    kvs: list[KeyValue] = []
+    added: list[str] = []
+    if sections is not None:
+        kvs.append(make_kv(SECTIONS_KEY, ValueType.ARRAY, list(sections), ValueType.INT32))
+        added.append(f"{SECTIONS_KEY} = {list(sections)}")
+    if add_mark:
+        kvs.append(make_kv(IMAGE_ROWS_KEY, ValueType.BOOL, True))
+        added.append(f"{IMAGE_ROWS_KEY} = true")
+    _write_atomic(g, dest, kvs, keep_mode=in_place, chunk_size=chunk_size)
+    verb = "replaced" if in_place else "wrote"
+    shown = sections if sections is not None else existing
+    return UpgradeResult(draft, dest, True, shown, f"{verb} {dest}: added {' and '.join(added)}", image_rows or marked)
+
+
+def _destination(draft: Path, out: Path | str | None, in_place: bool) -> Path:
+    """Where upgrade() writes; refuses an output that is the input without in_place, and a
+    different output with it."""
     if in_place:
         if out is not None and not _same_file(draft, Path(out)):
             raise DraftUpgradeError(draft, f"in_place and a different output {out} were both given")
-        dest = draft.resolve()  # through a symlink: replace the file, not the link
-    else:
-        dest = Path(out) if out is not None else default_output(draft)
-        if dest.exists() and _same_file(draft, dest):
-            raise DraftUpgradeError(
-                draft, f"output {dest} is the input file; pass in_place=True (--in-place) to replace it"
-            )
-
-    existing = _sections(g)
-    if existing is not None:
-        return UpgradeResult(
-            draft,
-            None,
-            False,
-            existing,
-            f"{draft}: already has rope.dimension_sections {list(existing)}: nothing to do",
+        return draft.resolve()  # through a symlink: replace the file, not the link
+    dest = Path(out) if out is not None else default_output(draft)
+    if dest.exists() and _same_file(draft, dest):
+        raise DraftUpgradeError(
+            draft, f"output {dest} is the input file; pass in_place=True (--in-place) to replace it"
         )
-    sections = converter_sections(g)
-    if target is not None and not target_uses_mrope(target):
-        return UpgradeResult(
-            draft,
-            None,
-            False,
-            None,
-            f"{draft}: target {target} does not use M-RoPE, so the draft needs no "
-            "rope.dimension_sections: nothing to do",
-        )
-
-    _write_atomic(g, dest, sections, keep_mode=in_place, chunk_size=chunk_size)
-    verb = "replaced" if in_place else "wrote"
-    return UpgradeResult(draft, dest, True, sections, f"{verb} {dest}: added {SECTIONS_KEY} = {list(sections)}")
+    return dest
 
 
-def _write_atomic(g: GGUFFile, dest: Path, sections: Sequence[int], *, keep_mode: bool, chunk_size: int) -> None:
+def _write_atomic(g: GGUFFile, dest: Path, kvs: Sequence[KeyValue], *, keep_mode: bool, chunk_size: int) -> None:
     """Temp file in dest's directory, checked, then renamed: no half-written file is ever seen."""
     if not dest.parent.is_dir():
         raise DraftUpgradeError(dest, "output directory does not exist")
-    kv = make_kv(SECTIONS_KEY, ValueType.ARRAY, list(sections), ValueType.INT32)
     mode = g.path.stat().st_mode & 0o7777 if keep_mode else default_file_mode()
     try:
         with atomic_path(dest, mode=mode) as tmp:
             with open(tmp, "wb") as f:
-                write_with_kvs(g, f, [kv], chunk_size=chunk_size)
+                write_with_kvs(g, f, kvs, chunk_size=chunk_size)
                 f.flush()
                 os.fsync(f.fileno())
             try:
                 check = read_gguf(tmp)  # the output must parse and cover its tensors
             except GGUFError as exc:
                 raise DraftUpgradeError(dest, f"the written file does not read back: {exc.reason}") from None
-            if check.get(SECTIONS_KEY) != list(sections) or len(check.tensors) != len(g.tensors):
+            if not all(_reads_back(check, kv) for kv in kvs) or len(check.tensors) != len(g.tensors):
                 raise DraftUpgradeError(dest, "the written file does not read back as expected")
     except GGUFError as exc:  # reading the input while streaming it
         raise DraftUpgradeError(exc.path, exc.reason) from None
     except OSError as exc:
         raise DraftUpgradeError(dest, f"cannot write: {exc.strerror or exc}") from None
+
+
+def _reads_back(g: GGUFFile, kv: KeyValue) -> bool:
+    """The written file has the entry as it was meant: same type, value and encoding."""
+    got = g.kv(kv.key)
+    return got is not None and (got.type, got.item_type, got.value, got.raw) == (
+        kv.type,
+        kv.item_type,
+        kv.value,
+        kv.raw,
+    )
 
 
 def reconverted_twin(draft: Path | str, cache_dir: Path | str) -> Path:

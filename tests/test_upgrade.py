@@ -1,5 +1,6 @@
-"""The legacy-draft upgrade: adds only dflash.rope.dimension_sections, streams the tensor data
-unchanged, never touches its input, and refuses bad inputs with the file named."""
+"""The legacy-draft upgrade: adds only dflash.rope.dimension_sections (and, with
+--trained-with-image-rows, dflash.trained_with_image_rows), streams the tensor data unchanged, never
+touches its input, and refuses bad inputs with the file named."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 
 from pyllama_dflash import gguf_stream as gs
+from pyllama_dflash.draft_upgrade import IMAGE_ROWS_KEY
 from pyllama_dflash.scenarios.models import ModelSet
 from pyllama_dflash.tiny._write import FINGERPRINT_KEY
 from pyllama_dflash.upgrade import SECTIONS_KEY, DraftUpgradeError, inspect, upgrade
@@ -354,3 +356,112 @@ def test_gguf_py_reads_the_upgraded_draft(legacy: Path, tmp_path: Path, gguf: An
     assert [t.name for t in r.tensors] == [t.name for t in src.tensors]
     for a, b in zip(r.tensors, src.tensors, strict=True):
         assert a.tensor_type == b.tensor_type and np.array_equal(a.data, b.data), a.name
+
+
+# ---- --trained-with-image-rows: the key of a draft trained with the target's image rows ------------
+
+
+def test_image_rows_written_with_the_sections(legacy: Path, tmp_path: Path) -> None:
+    before = _state(legacy)
+    out = tmp_path / "out.gguf"
+    res = upgrade(legacy, out, image_rows=True)
+    assert res.written and res.out == out and res.image_rows and res.sections == (16, 0, 0, 0)
+    assert res.reason == f"wrote {out}: added {SECTIONS_KEY} = [16, 0, 0, 0] and {IMAGE_ROWS_KEY} = true"
+
+    src, dst = gs.read_gguf(legacy), gs.read_gguf(out)
+    assert IMAGE_ROWS_KEY not in src
+    assert dst.get(IMAGE_ROWS_KEY) is True and dst.get(SECTIONS_KEY) == [16, 0, 0, 0]
+    assert dst.kv(IMAGE_ROWS_KEY).type is gs.ValueType.BOOL
+    assert [kv.key for kv in dst.kvs] == [kv.key for kv in src.kvs] + [SECTIONS_KEY, IMAGE_ROWS_KEY]
+    assert [kv.raw for kv in dst.kvs[:-2]] == [kv.raw for kv in src.kvs]
+    assert dst.tensors == src.tensors and _data_section(dst) == _data_section(src)
+    assert _state(legacy) == before
+
+
+def test_image_rows_alone_when_the_sections_are_there(ms: ModelSet, tmp_path: Path) -> None:
+    draft = tmp_path / "mrope.gguf"
+    shutil.copy2(ms.draft_mrope, draft)
+    before = _state(draft)
+    res = upgrade(draft, image_rows=True)  # not "nothing to do": the key is missing
+    out = draft.with_name("mrope-mrope.gguf")
+    assert res.written and res.out == out and res.sections == (16, 0, 0, 0) and res.image_rows
+    assert res.reason == f"wrote {out}: added {IMAGE_ROWS_KEY} = true"
+
+    src, dst = gs.read_gguf(draft), gs.read_gguf(out)
+    assert dst.get(IMAGE_ROWS_KEY) is True
+    assert [kv.key for kv in dst.kvs] == [kv.key for kv in src.kvs] + [IMAGE_ROWS_KEY]
+    assert [kv.raw for kv in dst.kvs[:-1]] == [kv.raw for kv in src.kvs]
+    assert _data_section(dst) == _data_section(src)
+    assert _state(draft) == before
+
+
+def test_image_rows_noop_when_both_are_there(ms: ModelSet, tmp_path: Path) -> None:
+    both = upgrade(ms.draft_mrope, tmp_path / "both.gguf", image_rows=True).out
+    before = _state(both)
+    res = upgrade(both, tmp_path / "never.gguf", image_rows=True)
+    assert not res.written and res.out is None and res.image_rows
+    assert res.reason == (
+        f"{both}: already has rope.dimension_sections [16, 0, 0, 0] and {IMAGE_ROWS_KEY} = true: nothing to do"
+    )
+    # without the option: today's no-op, today's line
+    res = upgrade(both, tmp_path / "never.gguf")
+    assert not res.written and res.reason == f"{both}: already has rope.dimension_sections [16, 0, 0, 0]: nothing to do"
+    assert not (tmp_path / "never.gguf").exists() and _state(both) == before
+
+
+def test_image_rows_alone_for_a_target_without_mrope(legacy: Path, tmp_path: Path) -> None:
+    # the draft needs no sections for such a target, but the key still goes in
+    out = tmp_path / "out.gguf"
+    res = upgrade(legacy, out, target=legacy, image_rows=True)
+    assert res.written and res.sections is None and res.reason == f"wrote {out}: added {IMAGE_ROWS_KEY} = true"
+    dst = gs.read_gguf(out)
+    assert dst.get(IMAGE_ROWS_KEY) is True and SECTIONS_KEY not in dst
+    res = upgrade(out, tmp_path / "never.gguf", target=legacy, image_rows=True)
+    assert not res.written and "does not use M-RoPE" in res.reason and IMAGE_ROWS_KEY in res.reason
+    # a later upgrade without the option keeps the key, and adds the sections
+    again = upgrade(out, tmp_path / "again.gguf")
+    assert again.written and not again.reason.endswith("true")
+    assert gs.read_gguf(again.out).get(IMAGE_ROWS_KEY) is True
+    assert not (tmp_path / "never.gguf").exists()
+
+
+def test_image_rows_in_place(legacy: Path, tmp_path: Path) -> None:
+    expected = upgrade(legacy, tmp_path / "copy.gguf", image_rows=True).out.read_bytes()
+    res = upgrade(legacy, in_place=True, image_rows=True)
+    assert res.written and res.reason.startswith(f"replaced {legacy.resolve()}: added")
+    assert legacy.read_bytes() == expected
+    assert not upgrade(legacy, in_place=True, image_rows=True).written
+
+
+def test_image_rows_key_encoded_as_the_generator_writes_it(legacy: Path, tmp_path: Path, gguf: Any) -> None:
+    from pyllama_dflash.tiny.draft import IMAGE_ROWS_KEY as TINY_KEY
+    from pyllama_dflash.tiny.draft import write_draft
+
+    assert TINY_KEY is IMAGE_ROWS_KEY  # one name, defined in draft_upgrade
+    gen = tmp_path / "gen.gguf"
+    write_draft(gen, mrope=True, image_rows=True, gguf=gguf)
+    out = upgrade(legacy, tmp_path / "out.gguf", image_rows=True).out
+    assert gs.read_gguf(out).kv(IMAGE_ROWS_KEY).raw == gs.read_gguf(gen).kv(IMAGE_ROWS_KEY).raw
+    field = gguf.GGUFReader(out).fields[IMAGE_ROWS_KEY]
+    assert field.types == [gguf.GGUFValueType.BOOL] and field.contents() is True
+
+
+def test_image_rows_inspect_and_check(
+    ms: ModelSet, legacy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert not inspect(legacy).image_rows
+    out = tmp_path / "cli.gguf"
+    assert main([str(legacy), "-o", str(out), "--trained-with-image-rows"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line == f"wrote {out}: added {SECTIONS_KEY} = [16, 0, 0, 0] and {IMAGE_ROWS_KEY} = true"
+    assert gs.read_gguf(out).get(IMAGE_ROWS_KEY) is True
+    assert inspect(out).image_rows
+
+    # --check: the same verdicts and exit codes; the key is noted, never judged
+    assert main([str(out), "--check", "--target", str(ms.target)]) == 0
+    assert capsys.readouterr().out.strip().endswith("; marked as trained with image rows")
+    assert main([str(legacy), "--check", "--target", str(ms.target), "--trained-with-image-rows"]) == 1
+    line = capsys.readouterr().out.strip()
+    assert "affected" in line and f"--trained-with-image-rows adds {IMAGE_ROWS_KEY} = true" in line
+    assert main([str(legacy), "--check"]) == 1
+    assert "image rows" not in capsys.readouterr().out

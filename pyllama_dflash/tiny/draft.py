@@ -6,7 +6,9 @@ which is what the image hole breaks. `mrope=True` adds degenerate sections
 [head_dim/2, 0, 0, 0]: the draft turns M-RoPE and accepts forward jumps (the
 control case). `swa=N` adds b11434's optional interleaved sliding window
 (`dflash.attention.sliding_window` + `dflash.attention.sliding_window_pattern`,
-one bool per draft layer, all True here).
+one bool per draft layer, all True here). `image_rows=True` adds the key that marks a draft trained
+with the target's image rows in its context (IMAGE_ROWS_KEY): patch 0006 then gives it every row at
+positions of its own, and any other draft what a draft trained on text was trained for.
 
 No token_embd/output: the draft borrows them from the target via `ctx_other`, except a draft
 with a reduced vocabulary, which ships its own output head (see drafters.py for every form).
@@ -21,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ..draft_upgrade import IMAGE_ROWS_KEY
 from ._vocab import add_test_vocab
 from ._write import Weights, add_text_hparams, write_gguf
 from .config import SPECIALS, TinyConfig, fingerprint
@@ -40,7 +43,14 @@ FORM_STREAM = 5  # the tensors a drafter adds to the plain draft's: drawn apart,
 
 
 def build_draft(
-    w: Any, cfg: TinyConfig, seed: int, *, mrope: bool = False, swa: int | None = None, form: Drafter = DFLASH
+    w: Any,
+    cfg: TinyConfig,
+    seed: int,
+    *,
+    mrope: bool = False,
+    swa: int | None = None,
+    form: Drafter = DFLASH,
+    image_rows: bool = False,
 ) -> None:
     cfg.validate()
     w.add_name(f"pyllama-dflash tiny {form.name} draft")
@@ -55,15 +65,7 @@ def build_draft(
     w.add_target_layers(list(cfg.target_layer_ids))
     w.add_block_size(cfg.block_size)
     w.add_causal_attention(form.causal)
-    if form.selector:
-        w.add_conv_kernel_size(CONV_KERNEL)
-        w.add_conv_group_size(CONV_GROUP)
-        w.add_selector_rank(SELECTOR_RANK)
-        w.add_selector_top_k(SELECTOR_TOP_K)
-    if form.markov:
-        if form.sample_from_anchor is not None:
-            w.add_sample_from_anchor(form.sample_from_anchor)
-        w.add_has_confidence_head(form.confidence)
+    _add_form_keys(w, form, image_rows)
     add_test_vocab(w, cfg, chat_template=False)
 
     rng = Weights(seed, STREAM)
@@ -91,6 +93,21 @@ def build_draft(
         t(p + "ffn_up.weight", (E, F))
         t(p + "ffn_down.weight", (F, E))
     _add_form_tensors(w, cfg, seed, form)
+
+
+def _add_form_keys(w: Any, form: Drafter, image_rows: bool) -> None:
+    """The keys a drafter adds to the plain draft's, and the image-rows key where asked."""
+    if image_rows:
+        w.add_bool(IMAGE_ROWS_KEY, True)
+    if form.selector:
+        w.add_conv_kernel_size(CONV_KERNEL)
+        w.add_conv_group_size(CONV_GROUP)
+        w.add_selector_rank(SELECTOR_RANK)
+        w.add_selector_top_k(SELECTOR_TOP_K)
+    if form.markov:
+        if form.sample_from_anchor is not None:
+            w.add_sample_from_anchor(form.sample_from_anchor)
+        w.add_has_confidence_head(form.confidence)
 
 
 def _add_form_tensors(w: Any, cfg: TinyConfig, seed: int, form: Drafter) -> None:
@@ -171,16 +188,20 @@ def write_draft(
     form: Drafter = DFLASH,
     gguf: Any = None,
     trained: Mapping[str, np.ndarray] | None = None,
+    image_rows: bool = False,
 ) -> bool:
     """Write the draft GGUF; returns False if an up-to-date file was already there. ``trained``
-    replaces the drawn tensors of those names (every one must exist in the draft)."""
+    replaces the drawn tensors of those names (every one must exist in the draft); ``image_rows``
+    marks the draft as trained with image rows (IMAGE_ROWS_KEY)."""
     cfg = cfg or TinyConfig()
     extra = {"trained": _digest(trained)} if trained else {}
+    if image_rows:
+        extra["image_rows"] = True
     fp = fingerprint("draft", cfg, seed, mrope=mrope, swa=swa, **form.options(), **extra)
 
     def build(w: Any, g: Any) -> None:
         sub = _Trained(w, trained or {})
-        build_draft(sub, cfg, seed, mrope=mrope, swa=swa, form=form)
+        build_draft(sub, cfg, seed, mrope=mrope, swa=swa, form=form, image_rows=image_rows)
         unknown = set(trained or {}) - sub.used
         if unknown:
             raise ValueError(f"trained tensors the draft does not have: {', '.join(sorted(unknown))}")

@@ -1,4 +1,5 @@
-"""``python -m pyllama_dflash.upgrade DRAFT [-o OUT | --in-place] [--check] [--target TARGET]``.
+"""``python -m pyllama_dflash.upgrade DRAFT [-o OUT | --in-place] [--check] [--target TARGET]
+[--trained-with-image-rows]``.
 
 Exit codes: ``--check`` gives 1 when the draft is (or may be) affected, 0 when not; upgrading
 gives 0 (written or nothing to do); any error gives 2 with one ``PROG: error: ...`` line on stderr,
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import command
-from ..draft_upgrade import DraftUpgradeError, inspect, upgrade
+from ..draft_upgrade import IMAGE_ROWS_KEY, DraftInfo, DraftUpgradeError, inspect, upgrade
 from ..flags import tool_prog
 
 
@@ -40,12 +41,30 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--target", type=Path, metavar="TARGET", help="the target GGUF; the draft needs sections only if it uses M-RoPE"
     )
+    p.add_argument(
+        "--trained-with-image-rows",
+        action="store_true",
+        help=f"the draft was trained with the target's image rows in its context (e.g. a SpecForge multimodal "
+        f"DFlash draft): also write {IMAGE_ROWS_KEY} = true, so that patch 0006 serves it every row, image "
+        "rows included, at positions of its own",
+    )
     return p
 
 
-def check(draft: Path, target: Path | None) -> tuple[int, str]:
-    """The --check verdict: (exit code, one human line)."""
+def check(draft: Path, target: Path | None, image_rows: bool = False) -> tuple[int, str]:
+    """The --check verdict: (exit code, one human line); the image-rows key is noted, never judged."""
     info = inspect(draft, target)
+    code, line = _verdict(info)
+    if info.image_rows:
+        line += "; marked as trained with image rows"
+    elif image_rows:
+        line += f"; not marked as trained with image rows (--trained-with-image-rows adds {IMAGE_ROWS_KEY} = true)"
+    return code, line
+
+
+def _verdict(info: DraftInfo) -> tuple[int, str]:
+    """Whether the draft is affected by the missing sections: (exit code, one human line)."""
+    draft, target = info.path, info.target
     if not info.is_dflash:
         found = repr(info.architecture) if info.architecture is not None else "missing"
         raise DraftUpgradeError(draft, f"not a DFlash draft (general.architecture is {found})")
@@ -64,10 +83,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check:
         if args.out is not None or args.in_place:
             raise DraftUpgradeError(args.draft, "--check writes nothing; drop -o/--in-place")
-        code, line = check(args.draft, args.target)
+        code, line = check(args.draft, args.target, args.trained_with_image_rows)
         print(line)
         return code
-    result = upgrade(args.draft, args.out, args.in_place, target=args.target)
+    result = upgrade(args.draft, args.out, args.in_place, target=args.target, image_rows=args.trained_with_image_rows)
     print(result.reason)
     return 0
 
