@@ -80,3 +80,22 @@ def test_the_readmes_table_is_the_committed_record():
     report = json.loads(RECORD.read_text())
     readme = (REPO_DIR / "README.md").read_text()
     assert paired.summary_markdown(report["paired"]["runs"]) in readme, "README.md's table is not paired.json's"
+
+
+AS_TRAINED = "as trained"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("trained_on", "served_as"), [("text", paired.TWIN), ("images", paired.DEFINITION)])
+def test_the_as_trained_variant_serves_each_committed_draft_as_it_was_trained(variants, trained_on, served_as):
+    """0006 reads the image-rows key the image-trained draft carries and the text-trained one lacks:
+    position by position it accepts what the column of the draft's own training semantics accepts."""
+    from pyllama_dflash.acceptance.job import Column
+
+    cols = (Column(served_as, "slots" if served_as == paired.TWIN else "definition"), Column(AS_TRAINED, "as-trained"))
+    models = trained_models("dense", trained_on=trained_on)
+    assert models.image_rows is (trained_on == "images")
+    r = paired.measure_paired(models, SEEDS, 64, cols, log=lambda line: None)
+    for phase, cell in r["table"][AS_TRAINED]["phases"].items():
+        assert cell["per_conversation"] == r["table"][served_as]["phases"][phase]["per_conversation"], phase
+    assert r["table"][AS_TRAINED]["since_image"] == r["table"][served_as]["since_image"]

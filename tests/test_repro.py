@@ -15,12 +15,14 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import DEFINED, FIX, VARIANTS
+from conftest import AS_TRAINED, DEFINED, FIX, VARIANTS
 from pyllama_dflash.engine.matrix import DEFINITION, REFERENCE, run_matrix, run_table, server_config
+from pyllama_dflash.llamabuild import default_fix
 from pyllama_dflash.llamabuild import variant as variant_of
 from pyllama_dflash.scenarios.catalog import SCENARIOS, expectations, meets
 from pyllama_dflash.scenarios.config import DEFAULT_CONFIG
 from pyllama_dflash.scenarios.drift import compare
+from pyllama_dflash.scenarios.models import IMAGE_ROWS_CASE
 from pyllama_dflash.scenarios.scenario_job import ScenarioJob
 
 
@@ -196,11 +198,18 @@ def test_repro_cli_json_and_exit_status(variants, tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(out.read_text())
-    assert report["variants"] == list(VARIANTS) and report["fix"] == FIX and report["ok"] is True
+    assert report["variants"] == list(VARIANTS) and report["fix"] == default_fix(list(VARIANTS))
+    assert report["ok"] is True
     assert report["reference"] == {"variant": "baseline", "draft": "reconverted twin"}
-    assert report["references"] == {v: DEFINITION if v == DEFINED else REFERENCE for v in VARIANTS}
-    # a case per drafter and target, every cell naming both
-    cases = {(c["drafter"], c["target"]): c for c in report["cases"]}
+    # per case: as-trained is judged against the definition only where the drafts carry the image-rows key
+    assert len(report["references"]) == 8  # dflash and dspark on two targets, unmarked and marked
+    for case, refs in report["references"].items():
+        keyed = case.endswith(IMAGE_ROWS_CASE)
+        by_definition = {DEFINED} | ({AS_TRAINED} if keyed else set())
+        assert refs == {v: DEFINITION if v in by_definition else REFERENCE for v in VARIANTS}, case
+    # a case per drafter and target, every cell naming both, and again with the drafts marked
+    assert sorted(c["image_rows"] for c in report["cases"]) == [False] * 4 + [True] * 4
+    cases = {(c["drafter"], c["target"]): c for c in report["cases"] if not c["image_rows"]}
     assert set(cases) == {(d, t) for d in ("dflash", "dspark") for t in ("dense", "moe")}
     assert cases[("dspark", "moe")]["spec_type"] == "draft-dspark"
     assert "S8" not in cases[("dspark", "moe")]["results"]  # the MoE target runs the image scenarios

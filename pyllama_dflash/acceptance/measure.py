@@ -50,11 +50,13 @@ def columns(variants: Sequence[str] | None = None) -> list[Column]:
     return cols
 
 
-def pairs(cols: Sequence[Column]) -> list[tuple[str, str]]:
-    """The comparisons the table is for: the variant judged against the definition (the matrix's
-    reference_of) against the twin on baseline (what b11434 does with a reconverted draft), and the two
-    ceilings against that variant."""
-    defined = [c.name for c in cols if c.mode == "variant" and c.images and reference_of(c.variant) == DEFINITION]
+def pairs(cols: Sequence[Column], models: ModelSet) -> list[tuple[str, str]]:
+    """The comparisons the table is for: the variant judged against the definition on these models (the
+    matrix's reference_of) against the twin on baseline (what b11434 does with a reconverted draft), and
+    the two ceilings against that variant."""
+    defined = [
+        c.name for c in cols if c.mode == "variant" and c.images and reference_of(c.variant, models) == DEFINITION
+    ]
     if not defined:
         return []
     return [(defined[0], REFERENCE), (TEXT_ONLY, defined[0]), (MODEL, defined[0])]
@@ -120,7 +122,7 @@ def measure(
             overall = table[col.name]["phases"].get("all after images", {})
             log(f"  {col.name}: mean accepted after images {overall.get('mean_accepted', 0):.3f}")
     differences = {}
-    for a, b in pairs(cols):
+    for a, b in pairs(cols, models):
         if a in table and b in table:
             pa, pb = table[a]["phases"], table[b]["phases"]
             differences[f"{a} - {b}"] = {
