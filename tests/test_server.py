@@ -81,7 +81,9 @@ def checks_as_trained(variants, models, tmp_path_factory) -> dict[str, dict[str,
     assert AS_TRAINED, "the series has no as-trained variant"
     work = tmp_path_factory.mktemp("server-checks-image-rows")
     keyed = tiny.write_models(work / "models", image_rows=True)
-    return {v: run_server_checks(variants[v], keyed, work_dir=work) for v in (AS_TRAINED, DEFINED)}
+    twin = tiny.write_models(work / "models", image_rows=True, draft_mrope=True).draft
+    reference = (variants["baseline"], replace(keyed, draft=twin))
+    return {v: run_server_checks(variants[v], keyed, work_dir=work, reference=reference) for v in (AS_TRAINED, DEFINED)}
 
 
 def _explain(result: dict) -> str:
