@@ -12,10 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..draft_upgrade import IMAGE_ROWS_KEY, reconverted_twin
+from ..draft_upgrade import inspect, reconverted_twin
 from ..errors import PyllamaError
 from ..files import sha256_file
-from ..gguf_stream import read_gguf
 from ..paths import REPO_DIR, cache_root
 from ..scenarios.models import ModelSet, tiny_models
 from ..tiny._write import stored_fingerprint
@@ -79,5 +78,5 @@ def trained_models(target_kind: str = "dense", directory: Path = TRAINED_DIR, tr
         draft_mrope=twin,
         drafter="dflash",
         target_kind=target_kind,
-        image_rows=bool(read_gguf(path).get(IMAGE_ROWS_KEY)),
+        image_rows=inspect(path).image_rows,
     )

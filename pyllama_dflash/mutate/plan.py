@@ -27,6 +27,9 @@ from ..llamabuild.patchset import (
 from ..paths import default_patches_dir
 from .operators import Mutant, mutants
 
+# the roles of the fixes mutate judges (the seed's zero-fill is shown, not fixed)
+MUTATED_ROLES = (FIX_ROLE, DEFINITION_ROLE, AS_TRAINED_ROLE)
+
 
 @dataclass
 class Plan:
@@ -50,7 +53,7 @@ def plan(args: argparse.Namespace) -> Plan:
     fix = args.fix or series.variants[-1]
     # each mutant is judged as its fix is: against the twin, or against the draft's definition (0005)
     role = series.role(fix) if fix in series.variants[1:] else FIX_ROLE
-    if role not in (FIX_ROLE, DEFINITION_ROLE, AS_TRAINED_ROLE):
+    if role not in MUTATED_ROLES:
         raise UsageError(f"--fix {fix!r} is judged as {role!r}: not a fix to mutate")
     (base,) = build(["baseline"], BuildOptions(cpu="native", quiet=True))
     pristine = Path(base.data["source"]["path"])
@@ -82,7 +85,7 @@ def plan(args: argparse.Namespace) -> Plan:
 def stale(p: Plan, equivalents: dict[str, dict]) -> list[str]:
     """The equivalent mutants on file that are mutants of no fix of the series (equivalent.json serves
     every fix of the series: a mutant of another fix is not stale)."""
-    fixes = [v for v in p.series.variants[1:] if p.series.role(v) in (FIX_ROLE, DEFINITION_ROLE, AS_TRAINED_ROLE)]
+    fixes = [v for v in p.series.variants[1:] if p.series.role(v) in MUTATED_ROLES]
     known = {
         m.id
         for v in fixes

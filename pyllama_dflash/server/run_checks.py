@@ -19,7 +19,7 @@ from ..errors import ServerError
 from ..llamabuild.manifest import Manifest
 from ..llamabuild.variants import Variant
 from ..llamabuild.variants import variant as lookup_variant
-from ..scenarios.models import SIBLINGS
+from ..scenarios.models import judged_variant
 from . import bodies
 from .checks import CHECKS, REGISTRY
 from .expect import Expect
@@ -114,12 +114,8 @@ def run_server_checks(
     work = work / (variant or "server")
     work.mkdir(parents=True, exist_ok=True)
     ref = (resolve_binary(reference[0]), reference[1]) if reference is not None else None
-    v = lookup_variant(variant, patches_dir) if variant else None
-    if v is not None:  # an as-trained variant is judged by the draft's image-rows key
-        v = v.judged_as(
-            bool(getattr(models, "image_rows", False)),
-            dflash_family=getattr(models, "drafter", "dflash") not in SIBLINGS,
-        )
+    # an as-trained variant is judged by the draft's image-rows key
+    v = judged_variant(lookup_variant(variant, patches_dir), models) if variant else None
     ctx = Ctx(binary, models, v, base, work, images or bodies.default_images(models), ref)
 
     results: dict[str, dict] = {}
