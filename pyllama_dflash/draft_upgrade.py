@@ -8,7 +8,7 @@ legacy draft into its reconverted twin.
 
 A draft trained with the target's image rows in its context (a SpecForge multimodal DFlash draft, say)
 may also be marked so, with the bool ``dflash.trained_with_image_rows = true`` (``IMAGE_ROWS_KEY``):
-patch 0006 then serves it every row of the prompt, image rows included, at positions of its own. Every
+patch 0008 then serves it every row of the prompt, image rows included, at positions of its own. Every
 public DFlash draft is trained on text and goes without it; ``upgrade(image_rows=True)`` adds it.
 """
 
@@ -37,7 +37,7 @@ SECTIONS_KEY = f"{DFLASH_ARCH}.rope.dimension_sections"
 KEY_LENGTH_KEY = f"{DFLASH_ARCH}.attention.key_length"
 EMBEDDING_KEY = f"{DFLASH_ARCH}.embedding_length"
 HEAD_COUNT_KEY = f"{DFLASH_ARCH}.attention.head_count"
-# the bool key of a draft trained with the target's image rows (patch 0006's
+# the bool key of a draft trained with the target's image rows (patch 0008's
 # COMMON_SPECULATIVE_DFLASH_IMAGE_ROWS_KEY): the drafts of the DFlash family read it under this prefix
 IMAGE_ROWS_KEY = f"{DFLASH_ARCH}.trained_with_image_rows"
 
@@ -122,7 +122,7 @@ def _sections(g: GGUFFile) -> tuple[int, ...] | None:
 
 
 def _marked(g: GGUFFile) -> bool:
-    """Whether the draft carries IMAGE_ROWS_KEY as the bool true (the only form patch 0006 reads)."""
+    """Whether the draft carries IMAGE_ROWS_KEY as the bool true (the only form patch 0008 reads)."""
     kv = g.kv(IMAGE_ROWS_KEY)
     return kv is not None and kv.type is ValueType.BOOL and kv.value is True
 

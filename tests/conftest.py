@@ -16,16 +16,16 @@ from pyllama_dflash.scenarios.models import ModelSet, tiny_models
 
 REPO = Path(__file__).resolve().parent.parent
 # every variant of the series, baseline first, and the fix judged against the draft's reconverted twin
-# (the last variant whose series line says fix, 0002's semantics): one definition for every test.
+# (the last variant whose series line says fix, 0004's semantics): one definition for every test.
 # $PYLLAMA_DFLASH_PATCHES points them at another series (the tests that take FIX then judge its fix;
 # pyllama_dflash.mutate runs test_patch_rules.py so on each mutant). LAST is what repro judges by
-# default; DEFINED the variant judged against the draft's definition (0005), if the series has one.
+# default; DEFINED the variant judged against the draft's definition (0007), if the series has one.
 _SERIES = load_series(default_patches_dir())
 VARIANTS: tuple[str, ...] = tuple(_SERIES.variants)
 LAST = VARIANTS[-1]
 FIX = next((v for v in reversed(VARIANTS[1:]) if _SERIES.role(v) == FIX_ROLE), LAST)
 DEFINED = next((v for v in VARIANTS[1:] if _SERIES.role(v) == DEFINITION_ROLE), None)
-# the variant that serves each draft as it was trained (0006): a DEFINED with drafts marked as trained
+# the variant that serves each draft as it was trained (0008): a DEFINED with drafts marked as trained
 # with image rows, a FIX with any other; None if the series has none
 AS_TRAINED = next((v for v in VARIANTS[1:] if _SERIES.role(v) == AS_TRAINED_ROLE), None)
 

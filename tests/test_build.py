@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pyllama_dflash.env import CPU_ENV
 from pyllama_dflash.errors import VariantNotBuilt
 from pyllama_dflash.files import file_lock, sha256_file
 from pyllama_dflash.llamabuild import manifest as manifest_mod
@@ -64,7 +65,25 @@ def test_a_patch_that_does_not_apply_is_named_with_its_hunk():
 def test_the_project_series_applies():
     proc = build_py("--check")
     assert proc.returncode == 0, proc.stderr
-    assert "0001-speculative-dflash-zero-fill-image-hole.patch: applies" in proc.stdout
+    assert "0003-speculative-dflash-zero-fill-image-hole.patch: applies" in proc.stdout
+    assert "every patch applies with only the prerequisites its header names" in proc.stdout
+
+
+@pytest.mark.slow
+def test_every_patch_builds_with_only_the_prerequisites_its_header_names(variants):
+    """What upstream may take one patch at a time: each patch compiled on b11434 with only the patches its
+    header names, llama-server where one of them touches it, and the C++ test a test patch brings."""
+    series = load_series(REPO / "patches")
+    proc = build_py("--alone", "--cpu", os.environ.get(CPU_ENV) or "native")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert [ln.split(" ", 1)[0] for ln in lines] == [p.name for p in series.patches], lines
+    assert all(": builds (libraries" in ln for ln in lines), lines
+    by_number = {ln[:4]: ln for ln in lines}
+    assert "(prerequisites: none)" in by_number["0001"] and "llama-server" not in by_number["0001"]
+    assert "test-speculative-eagle3-passes" in by_number["0002"]
+    assert "(prerequisites: none)" in by_number["0005"] and "llama-server" in by_number["0005"]
+    assert "(prerequisites: 0001, 0003, 0004, 0005)" in by_number["0007"]
 
 
 def test_a_fingerprint_mismatch_is_refused(pristine, tmp_path):
@@ -119,18 +138,22 @@ def test_manifests_record_provenance_and_patches(variants):
         assert m.data["source"]["pinned"] is True
         assert m.binary("llama-server").is_file() and os.access(m.binary("llama-server"), os.X_OK)
         assert m.bindings.is_file()
-    # baseline carries the series' C++ test (patch 0004, for every variant) and no fix
-    test_patch = "0004-tests-dflash-drafting-across-images.patch"
-    assert [p["name"] for p in base.data["patches"]] == [test_patch]
-    assert [p["name"] for p in fixed.data["patches"]] == [
-        "0001-speculative-dflash-zero-fill-image-hole.patch",
-        test_patch,
+    # baseline carries the series' C++ tests (patches 0002 and 0006, for every variant) and no fix; the
+    # first variant carries 0001 too (a fix every later variant carries), then its own patch
+    tests = [
+        "0002-tests-eagle3-drafting-after-a-prompt-split-into-passes.patch",
+        "0006-tests-dflash-drafting-across-images.patch",
     ]
-    assert base.data["ctest"] == {
-        "test": "test-speculative-dflash-image",
-        "binary": "test-speculative-dflash-image",
-        "labels": "main",
-    }
+    assert [p["name"] for p in base.data["patches"]] == tests
+    assert [p["name"] for p in fixed.data["patches"]] == [
+        "0001-speculative-eagle3-decode-the-bridged-row-from-a-copy.patch",
+        "0003-speculative-dflash-zero-fill-image-hole.patch",
+        *tests,
+    ]
+    assert base.data["ctest"] == [
+        {"test": test, "binary": test, "labels": "main"}
+        for test in ("test-speculative-eagle3-passes", "test-speculative-dflash-image")
+    ]
     assert base.lib_dir != fixed.lib_dir
     # the variants really differ where the patch does: libllama-common, not libllama
     assert sha256_file(base.library("llama-common")) != sha256_file(fixed.library("llama-common"))

@@ -39,7 +39,7 @@ def test_every_variant_compiles_and_links_ggml_cuda(cuda_variants):
     for m in cuda_variants.values():
         assert m.backend == "cuda" and m.data["cuda_arch"] == ARCH
         assert "ggml-cuda" in m.data["libraries"], m.data["libraries"]
-    # one shared build folder: the variants differ in libllama-common (and 0003's server), not in ggml
+    # one shared build folder: the variants differ in libllama-common (and 0005's server), not in ggml
     libs = {v: (m.lib_dir / m.data["libraries"]["ggml-cuda"]).read_bytes() for v, m in cuda_variants.items()}
     assert len(set(libs.values())) == 1
 

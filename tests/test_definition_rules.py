@@ -1,4 +1,4 @@
-"""Rules of the definition (patch 0005) that no scenario reaches through mtmd, driven with hand-made
+"""Rules of the definition (patch 0007) that no scenario reaches through mtmd, driven with hand-made
 batches in a child process per variant (the variants share sonames):
 
 - every row goes in at the draft's own next position, whatever the target's positions: a jump, and
@@ -230,7 +230,7 @@ with Session(models, DEFAULT_CONFIG, record) as session:
         pass
     out["rows_after_gap"] = [c.log[0] for c in record.calls if c.api == DRAFT_ROWS and not c.ok]
     out["rows_n"] = n
-# EAGLE3 on the same libcommon: positions of its own over the text rows under 0005, the target's before
+# EAGLE3 on the same libcommon: positions of its own over the text rows under 0007, the target's before
 eagle3 = ModelSet.from_json(json.loads(sys.argv[3]))
 with api.Model(eagle3.target) as tm, api.Model(eagle3.draft) as dm:
     with api.Context(tm, n_ctx=256, n_batch=32, n_ubatch=32) as target, \
@@ -268,7 +268,7 @@ def runs(variants, model_set) -> dict[str, dict]:
 
 def test_libcommon_says_which_drafts_keep_positions_of_their_own(runs):
     assert runs[DEFINED]["own_positions"] is True
-    assert runs[DEFINED]["eagle3_own_positions"] is True  # 0005: EAGLE3 too, over the text rows only
+    assert runs[DEFINED]["eagle3_own_positions"] is True  # 0007: EAGLE3 too, over the text rows only
     assert runs["baseline"]["own_positions"] is False  # no such query there: the target's positions
     assert runs["baseline"]["eagle3_own_positions"] is False
     # MTP drafts in the target's own context, at the target's positions, on every libcommon
@@ -317,7 +317,7 @@ def test_positions_that_go_back_are_refused_before_anything_is_injected(runs):
     ["accepted_then_no_draft", "cancelled_draft", "checkpoint_with_pending_row", "slot_restored_without_state"],
 )
 def test_eagle3_drafts_after_each_call_order_as_after_the_same_passes_alone(runs, case):
-    """EAGLE3 under 0005 holds every text row's pair (the next token, its g). After each of four call
+    """EAGLE3 under 0007 holds every text row's pair (the next token, its g). After each of four call
     orders llama-server can make, its next draft is, to the bit, the one a fresh draft makes after the
     same target passes without the call order's other calls: the target's features of every row are
     then the same bits on any CPU, so nothing but a row paired otherwise can move the logits.
@@ -329,7 +329,7 @@ def test_eagle3_drafts_after_each_call_order_as_after_the_same_passes_alone(runs
     - a slot restored without the driver's state, over a conversation whose last process() ended at
       the restored last row's position.
 
-    Each call order is made with the one token that makes a mutant of 0005's pairing bookkeeping skip
+    Each call order is made with the one token that makes a mutant of 0007's pairing bookkeeping skip
     or misdo the re-pairing (docs/regression.md)."""
     r = runs[DEFINED]["eagle3_call_orders"][case]
     assert len(r["drafted"]) == 3, r  # the draft drafts (n_max), so its logits are the last step's

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 PATCHES = REPO / "patches"
 SERIES = load_series(PATCHES)
 LAST = SERIES.variants[-1]  # the variant that carries every patch
-# the last variant judged against the twin: 0005 (the definition) replaces 0001's and 0002's fills, so
+# the last variant judged against the twin: 0007 (the definition) replaces 0003's and 0004's fills, so
 # their added lines are edited in the tree of the last variant that still holds them
 FIX = next(v for v in reversed(SERIES.variants[1:]) if SERIES.role(v) == FIX_ROLE)
 # (variant, index): each patch edited in the tree of the last variant that still holds its lines
@@ -233,7 +233,7 @@ def test_an_edit_folded_into_its_commit_changes_that_patch_and_that_line_only(re
         git(tree, "commit", "-q", "-a", "--amend", "--no-edit")
     else:
         fold_into(tree, sha)
-    # an edit in the fix's tree of a line 0005 rewrites would stop 0005 applying: write-back refuses it
+    # an edit in the fix's tree of a line 0007 rewrites would stop 0007 applying: write-back refuses it
     # (test_a_change_that_breaks_a_later_variant_is_refused_unless_forced); forced here, the round trip is the point
     outcomes = writeback.write_back(tree, patches_copy, force=variant != LAST)
     assert [o.name for o in outcomes if o.changed] == [patch.name]

@@ -143,3 +143,26 @@ def test_the_performance_pages_tables_are_the_committed_records(record):
 
     table = markdown(json.loads(record.read_text())).strip()
     assert table in (REPO / "docs" / "performance.md").read_text(), f"docs/performance.md does not carry {record.name}"
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives the page's headings: lower case, punctuation but '-' dropped, spaces as '-'."""
+    found = set()
+    in_code = False
+    for line in page.read_text().splitlines():
+        in_code = in_code != line.startswith("```")
+        if not in_code and (m := re.match(r"^#{1,6} (.*)$", line)):
+            found.add(re.sub(r"[^\w\- ]", "", m.group(1).lower()).replace(" ", "-"))
+    return found
+
+
+def test_every_link_to_a_section_finds_its_heading():
+    """A renamed heading (a patch renumbered, say) breaks the links to it silently on GitHub."""
+    pages = [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
+    broken = []
+    for page in pages:
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", page.read_text()):
+            linked = (page.parent / target).resolve() if target else page
+            if linked.suffix == ".md" and linked.is_file() and anchor not in _anchors(linked):
+                broken.append(f"{page.relative_to(REPO)}: {target}#{anchor}")
+    assert broken == []

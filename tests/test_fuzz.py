@@ -285,7 +285,7 @@ def test_two_restores_in_a_row_are_judged_as_the_last_one(variants, model_set, t
 def test_a_fill_stays_until_the_batchs_last_chunk_so_later_chunks_take_the_twins_cells(variants, model_set, tmp_path):
     """Found by the 1000-example fuzz at seed 3 and shrunk to 11 steps: two images, the target restored
     to c0, 3 tokens generated, restored to c2 (which the draft is far behind), then a prompt of 19
-    rows into a draft whose n_ubatch is 4. 0002 used to free the 22-row fill right after the first
+    rows into a draft whose n_ubatch is 4. 0004 used to free the 22-row fill right after the first
     4-row chunk, so the next chunks of the same process() call took the freed cells instead of the
     cells after the first chunk, as on the twin; round 10 then drafted [55, 52, 17] against the
     reference's [55, 112, 17], a cells' order tie no replay around whole calls could make. The fill
@@ -303,7 +303,7 @@ def test_a_fill_stays_until_the_batchs_last_chunk_so_later_chunks_take_the_twins
 
 
 def test_the_fix_keeps_an_m_rope_drafts_stale_cell_as_baseline_does(variants, model_set, tmp_path):
-    """The decision recorded in patch 0002: an M-RoPE draft keeps the cell a target-only restore left at the
+    """The decision recorded in patch 0004: an M-RoPE draft keeps the cell a target-only restore left at the
     restored position, as b11434 does (its batch check takes X <= Y). Measured: that stale cell moves the
     first token drafted after the restore ([64] with it, [106] without, the history); the legacy draft
     under the fix drafts the history's [106]. Fixing it for M-RoPE drafts would change what a converted

@@ -64,7 +64,7 @@ def test_only_the_added_code_is_mutated_not_comments_or_log_calls():
 
 
 def test_equal_lines_in_equal_neighbourhoods_get_distinct_ids():
-    """The ends of two functions alike (0005's two own-positions queries end so) mutate alike; each
+    """The ends of two functions alike (0007's two own-positions queries end so) mutate alike; each
     mutant keeps an id of its own."""
     body = "bool f(int a) {\n    if (a) {\n        return true;\n    }\n    return false;\n}\nint x;\n"
     patched = body + body.replace("f(", "g(")
@@ -85,15 +85,15 @@ def test_an_equivalent_mutant_needs_its_reason(tmp_path):
 @pytest.mark.build
 def test_the_equivalent_mutants_on_file_exist_in_the_fix(pristine):
     """Each equivalent names a mutant of a fix that mutate judges: the twin's (FIX), the definition's or
-    the one that serves each draft as trained (0006)."""
+    the one that serves each draft as trained (0008)."""
     series = load_series(REPO / "patches")
     ids: set[str] = set()
     for fix in (v for v in (FIX, DEFINED, AS_TRAINED) if v):
         fixed = apply_series(tree_reader(pristine), series.prefix(fix))
         read = tree_reader(pristine)
         per_file = {rel: {m.id for m in mutants(rel, read(rel), fixed[rel])} for rel in MUTATED_FILES}
-        # 0005 replaces most of 0002's lines: the definition's libcommon has fewer (14); 0006 brings
-        # 0002's back beside them (297 mutants in all)
+        # 0007 replaces most of 0004's lines: the definition's libcommon has fewer (14); 0008 brings
+        # 0004's back beside them (297 mutants in all)
         assert all(10 < len(of_file) < 300 for of_file in per_file.values()), (fix, per_file)
         ids |= set().union(*per_file.values())
     equivalents = load_equivalents(EQUIVALENT_FILE)

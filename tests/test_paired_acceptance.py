@@ -88,7 +88,7 @@ AS_TRAINED = "as trained"
 @pytest.mark.slow
 @pytest.mark.parametrize(("trained_on", "served_as"), [("text", paired.TWIN), ("images", paired.DEFINITION)])
 def test_the_as_trained_variant_serves_each_committed_draft_as_it_was_trained(variants, trained_on, served_as):
-    """0006 reads the image-rows key the image-trained draft carries and the text-trained one lacks:
+    """0008 reads the image-rows key the image-trained draft carries and the text-trained one lacks:
     position by position it accepts what the column of the draft's own training semantics accepts."""
     from pyllama_dflash.acceptance.job import Column
 

@@ -187,7 +187,7 @@ def test_the_fix_injects_a_jump_inside_one_batch_as_the_twin_does(runs):
 
 def _caller_unnamed(log: list[str]) -> list[str]:
     """The log lines with the name of the driver's function that logged them left out: llama.cpp's own
-    lines are the answer; which of libcommon's functions passes it on (process(), or 0006's helper of
+    lines are the answer; which of libcommon's functions passes it on (process(), or 0008's helper of
     it for a draft trained on text) is not."""
     return [re.sub(r"^\[common:(\w+)\] \w+: ", r"[common:\1] ", line) for line in log]
 
@@ -309,7 +309,7 @@ models, same_layout = ModelSet.from_json(json.loads(sys.argv[1])), sys.argv[3] =
 spec_process = session.Session._spec_process
 
 def laid_out_like_the_fix(self, batch, step, seq):
-    # what 0002 does to a legacy draft's cells, done to the twin: zero rows in the hole before the
+    # what 0004 does to a legacy draft's cells, done to the twin: zero rows in the hole before the
     # rows that follow, removed right after; the twin accepts either way
     x, y = self.draft.pos_max(seq) if seq >= 0 else -1, int(batch.pos[0].min())
     if not same_layout or x < 0 or y <= x + 1:

@@ -5,8 +5,15 @@ from pathlib import Path
 import pytest
 
 from pyllama_dflash.errors import PatchError
-from pyllama_dflash.llamabuild import default_fix
-from pyllama_dflash.llamabuild.patchset import BASELINE, apply_file_patch, load_series, parse_patch
+from pyllama_dflash.llamabuild import default_fix, prerequisites
+from pyllama_dflash.llamabuild.patchset import (
+    BASELINE,
+    CARRIED,
+    apply_file_patch,
+    load_series,
+    parse_patch,
+    tree_reader,
+)
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).resolve().parent.parent
@@ -78,16 +85,60 @@ def test_the_project_series_names_zero_fill_first():
     assert series.variants[:2] == [BASELINE, "zero-fill"]
     # what each variant is judged as comes from its series line
     assert [series.role(v) for v in series.variants[1:]] == ["seed", "fix", "fix", "definition", "as-trained"]
-    # the fix lives in libcommon's driver; 0003 saves the draft with llama-server's slots; 0005 (the
-    # definition) changes both, and the header libcommon's callers read; 0006 (each draft as trained)
+    # 0001 (EAGLE3's bridge) is a fix of libcommon every variant after it carries, with no column of its own;
+    # the fix lives in libcommon's driver; 0005 saves the draft with llama-server's slots; 0007 (the
+    # definition) changes both, and the header libcommon's callers read; 0008 (each draft as trained)
     # changes libcommon and its header only: llama-server asks the drafter which positions it keeps
-    assert [p.touched for p in series.own] == [["common/speculative.cpp"]] * 2 + [
+    assert [(p.variant, p.touched) for p in series.own][:1] == [(CARRIED, ["common/speculative.cpp"])]
+    assert [p.touched for p in series.own] == [["common/speculative.cpp"]] * 3 + [
         ["tools/server/server-context.cpp"],
         ["common/speculative.cpp", "common/speculative.h", "tools/server/server-context.cpp"],
         ["common/speculative.cpp", "common/speculative.h"],
     ]
-    # and a C++ regression test that every variant carries, baseline included (test_ctest.py)
-    assert [p.touched for p in series.every] == [["tests/CMakeLists.txt", "tests/test-speculative-dflash-image.cpp"]]
+    assert all(series.prefix(v)[0] == series.own[0] for v in series.variants[1:])
+    # and two C++ regression tests that every variant carries, baseline included (test_ctest.py)
+    assert [p.touched for p in series.every] == [
+        ["tests/CMakeLists.txt", "tests/test-speculative-eagle3-passes.cpp"],
+        ["tests/CMakeLists.txt", "tests/test-speculative-dflash-image.cpp"],
+    ]
+
+
+def test_a_carried_patch_makes_no_variant_and_goes_into_every_later_one(tmp_path):
+    (tmp_path / "a.patch").write_text(PATCH)
+    (tmp_path / "b.patch").write_text("--- /dev/null\n+++ b/common/b.cpp\n@@ -0,0 +1 @@\n+int b;\n")
+    (tmp_path / "series").write_text("b.patch -\na.patch fix\n")
+    series = load_series(tmp_path)
+    assert series.variants == [BASELINE, "fix"]
+    assert [p.name for p in series.prefix("fix")] == ["b.patch", "a.patch"]
+    with pytest.raises(PatchError, match="is not made by a patch"):
+        series.role(CARRIED)
+    (tmp_path / "series").write_text("b.patch - fix\na.patch fix\n")
+    with pytest.raises(PatchError, match="bad role"):
+        load_series(tmp_path)
+
+
+def test_every_patch_of_the_project_applies_with_only_the_prerequisites_its_header_names(pristine):
+    """What upstream may take one at a time: each patch on b11434 with only the patches its header names
+    (``pyllama-dflash build --check``; ``build --alone`` compiles them so)."""
+    series = load_series(REPO / "patches")
+    assert prerequisites.check(series, tree_reader(pristine)) == []
+    named = {p.name[:4]: [q.name[:4] for q in prerequisites.named(series, p)] for p in series.patches}
+    # the EAGLE3 bridge, both tests, the seed's fill and the server's slots stand alone
+    assert [n for n, needs in named.items() if not needs] == ["0001", "0002", "0003", "0005", "0006"]
+    assert named["0007"] == ["0001", "0003", "0004", "0005"]
+
+
+def test_a_header_that_names_no_prerequisites_or_a_later_patch_is_refused(tmp_path):
+    for name, header in (("a.patch", "Subject: a\n\nPrerequisites: 0002\n"), ("b.patch", "Subject: b\n")):
+        (tmp_path / name).write_text(header + "\n---\n" + PATCH)
+    (tmp_path / "series").write_text("a.patch one\nb.patch two\n")
+    series = load_series(tmp_path)
+    with pytest.raises(PatchError, match="prerequisites 0002 are not earlier patches"):
+        prerequisites.named(series, series.patches[0])
+    with pytest.raises(PatchError, match="names no prerequisites"):
+        prerequisites.named(series, series.patches[1])
+    problems = prerequisites.check(series, lambda rel: None)
+    assert len(problems) == 2 and all("with only its named prerequisites" in p for p in problems)
 
 
 def test_a_patch_for_every_variant_goes_on_top_of_each(tmp_path):
@@ -107,7 +158,7 @@ def test_bad_series_lines_are_refused(tmp_path):
         load_series(tmp_path)
     (tmp_path / "series").write_text("a.patch Bad_Name\n")
     (tmp_path / "a.patch").write_text(PATCH)
-    with pytest.raises(PatchError, match=r"bad variant name.*or \* for a patch applied to every variant"):
+    with pytest.raises(PatchError, match=r"bad variant name.*\* for a patch applied to every variant, or - for one"):
         load_series(tmp_path)
 
 

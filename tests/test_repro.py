@@ -154,8 +154,8 @@ def test_a_one_row_image_tail_is_injected_as_on_the_twin(matrix):
 
 def test_a_restored_slot_drafts_as_its_conversation_only_where_the_server_restores_the_draft(matrix):
     """S12: save A, run B, restore A, continue A. Where the variant's llama-server restores the target
-    alone (b11434, and every variant without 0003), A's continuation drafts otherwise than A never
-    interrupted; with 0003 (slots) the draft's state comes back with the slot and the drafts are equal."""
+    alone (b11434, and every variant without 0005), A's continuation drafts otherwise than A never
+    interrupted; with 0005 (slots) the draft's state comes back with the slot and the drafts are equal."""
     for variant in [v for v in VARIANTS if not variant_of(v).saves_draft]:
         r = matrix[("S12", variant)]
         assert r["status"] == "DRIFT" and r["exact"] is True, (variant, r.get("first_failure"))
@@ -282,7 +282,7 @@ BEHIND = ("S10", "S16")  # a target-only restore leaves the draft behind: the re
 
 
 def test_the_definition_drafts_what_the_definition_reference_drafts(matrix):
-    """0005 on the legacy draft: the same tokens at the same positions in every round of every scenario
+    """0007 on the legacy draft: the same tokens at the same positions in every round of every scenario
     as a cleared draft context fed every row of the history at 0..N-1 through the API; where a
     target-only restore left the draft behind, only the rounds that began behind may differ."""
     for sid in SCENARIOS:
@@ -305,7 +305,7 @@ def test_the_twin_is_not_the_definition_after_an_image(matrix):
 
 
 def test_under_the_definition_a_legacy_draft_and_its_twin_draft_alike(matrix, model_set, tmp_path):
-    """Sections [n_rot/2, 0, 0, 0] at positions {p, p, p, 0} rope as a plain draft at p: under 0005 the
+    """Sections [n_rot/2, 0, 0, 0] at positions {p, p, p, 0} rope as a plain draft at p: under 0007 the
     twin question disappears, round by round."""
     scenarios = ["S1", "S3", "S4", "S5", "S13"]
     config = server_config(DEFINED, DEFAULT_CONFIG)

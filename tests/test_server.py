@@ -194,7 +194,7 @@ def test_restoring_a_slot_leaves_the_draft_behind_and_only_baseline_fails(checks
 
 
 def test_a_draft_ahead_of_the_target_is_trimmed_by_the_server_on_every_variant(checks):
-    # the draft-ahead case that patch 0002 guards against does not reach DFlash through the
+    # the draft-ahead case that patch 0004 guards against does not reach DFlash through the
     # server: the next prompt starts with slot.mem.seq_rm(p0, -1) on both contexts
     for v in VARIANTS:
         r = checks[v]["slot_restore_ahead"]
@@ -203,7 +203,7 @@ def test_a_draft_ahead_of_the_target_is_trimmed_by_the_server_on_every_variant(c
 
 def test_a_restored_slot_drafts_as_its_conversation_only_with_the_server_patch(checks):
     """Save A, run B, restore A, continue A, against A never interrupted (drafts from the debug log).
-    Every variant whose server restores the target alone drafts otherwise; slots (0003) the same."""
+    Every variant whose server restores the target alone drafts otherwise; slots (0005) the same."""
     for v in [v for v in VARIANTS if not variant_of(v).saves_draft]:
         r = checks[v]["restore_drafts"]
         assert r["status"] == [200] * 5 and r["same_drafts"] is False and r["draft_part"] is False, _explain(r)
@@ -222,7 +222,7 @@ def test_a_corrupt_draft_part_leaves_an_empty_slot_and_a_missing_one_clears_the_
 
 
 def test_a_draft_part_of_another_conversation_of_the_same_length_is_refused(variants, models, tmp_path):
-    """Issue 31: B's target part beside A's draft part, both of the same token count. 0003 (and 0005 on top
+    """Issue 31: B's target part beside A's draft part, both of the same token count. 0005 (and 0007 on top
     of it) compares the tokens, not only their count: the restore is refused and names the mismatch."""
     for v in [FIX] + ([DEFINED] if DEFINED else []):
         name = "restore_swapped_parts_same_length"
@@ -256,7 +256,7 @@ def test_probabilistic_draft_sampling_answers_and_changes_nothing_for_dflash(che
         assert r["same_as_greedy_drafting"] is True, _explain(r)
 
 
-# -- the draft as its definition has it (0005), through the server ------------------------
+# -- the draft as its definition has it (0007), through the server ------------------------
 
 
 def test_five_letters_per_id_tokenize_back_into_every_id():
@@ -299,7 +299,7 @@ def test_a_round_agrees_to_the_logs_last_digit_and_a_tie_is_not_compared():
 
 
 def test_the_definition_drafts_every_round_after_an_image_as_a_fresh_server_does(checks):
-    """drafts_vs_definition on 0005: an image request, a second turn reusing it, a request cut back to a
+    """drafts_vs_definition on 0007: an image request, a second turn reusing it, a request cut back to a
     context checkpoint; every round (rejected drafts trimmed before each) against a fresh server's first
     round for the same history, as one request."""
     r = checks[DEFINED]["drafts_vs_definition"]
@@ -312,7 +312,7 @@ def test_the_definition_drafts_every_round_after_an_image_as_a_fresh_server_does
 
 def test_without_0005_a_fresh_request_is_not_the_reference_the_rounds_are_judged_by(checks):
     """Measured, not judged: zero-fill's rounds agree with a fresh request of zero-fill; full's differ in
-    the last digits of the probabilities (0002 reorders the draft's cells), never in the drafted tokens."""
+    the last digits of the probabilities (0004 reorders the draft's cells), never in the drafted tokens."""
     assert checks["zero-fill"]["drafts_vs_definition"]["definition"]["same"] is True
     for v in ("full", "slots"):
         d = checks[v]["drafts_vs_definition"]["definition"]
@@ -345,7 +345,7 @@ def test_a_speculative_checkpoint_after_an_image_is_restored_exactly(checks):
 
 @pytest.mark.parametrize("check", CHECKS)
 def test_a_draft_trained_with_image_rows_is_served_as_the_definition_serves_it(checks_as_trained, check):
-    """0006 gives a draft with the image-rows key every row at positions of its own: through llama-server it
+    """0008 gives a draft with the image-rows key every row at positions of its own: through llama-server it
     meets the definition's expectations, and answers, drafts and saves what the definition does."""
     r, d = checks_as_trained[AS_TRAINED][check], checks_as_trained[DEFINED][check]
     assert r["ok"], f"{check} on {AS_TRAINED} with image rows: expected {r.get('expected')}\n{_explain(r)}"
@@ -356,7 +356,7 @@ def test_a_draft_trained_with_image_rows_is_served_as_the_definition_serves_it(c
 
 
 def test_a_draft_trained_on_text_is_served_as_the_fix_serves_it(checks):
-    """0006 serves a draft without the key as 0002 and 0003 do: every check as on the fix with the slot patch."""
+    """0008 serves a draft without the key as 0004 and 0005 do: every check as on the fix with the slot patch."""
     for name in CHECKS:
         r, s = checks[AS_TRAINED][name], checks["slots"][name]
         assert r["expected"] == s["expected"] and r["status"] == s["status"], (name, _explain(r), _explain(s))
@@ -366,8 +366,8 @@ def test_a_draft_trained_on_text_is_served_as_the_fix_serves_it(checks):
 
 
 def test_a_forged_draft_part_is_refused_with_what_it_holds(checks):
-    """0005 counts the rows of a draft with positions of its own against the target part's tokens, and says
-    both; 0003 says the draft runs past its target."""
+    """0007 counts the rows of a draft with positions of its own against the target part's tokens, and says
+    both; 0005 says the draft runs past its target."""
     r = checks[DEFINED]["restore_draft_runs_past"]
     rows, tokens = r["n_saved"][1], r["n_saved"][0]
     assert f"holds {rows} rows, its target part {tokens} tokens" in r["restore_error"], _explain(r)
@@ -411,7 +411,7 @@ def test_every_drafter_fails_on_baseline_and_drafts_as_its_twin_under_the_fix(fa
     assert results[FIX]["drafts_vs_twin"]["same_drafts"] is (True if readable else False), results[FIX][
         "drafts_vs_twin"
     ]
-    assert results[FIX]["restore_drafts"].get("same_drafts") is (True if readable else None)  # 0003: as if never left
+    assert results[FIX]["restore_drafts"].get("same_drafts") is (True if readable else None)  # 0005: as if never left
     detected = results[FIX]["spec_type_detected"]
     assert detected["detected"] == DRAFTERS[case[0]].spec_type, _explain(detected)
 
@@ -426,7 +426,7 @@ def test_every_check_is_registered_once_with_a_fix_expectation():
 def test_b11434_aborts_on_a_target_part_cut_short_in_its_state(llama_server, tmp_path):
     """A finding about llama.cpp b11434, not about the fix: llama_state_seq_load_file reads a sequence state
     file cut short in its state section past its end and then asserts (llama-context.cpp:
-    GGML_ASSERT(nread <= state_size)), which aborts the whole server on POST /slots/N?action=restore. 0003
+    GGML_ASSERT(nread <= state_size)), which aborts the whole server on POST /slots/N?action=restore. 0005
     keeps the draft part out of that path (it frames the state with its length); the target part keeps
     llama.cpp's format and this abort. Should this test fail, upstream has changed the loader: re-measure."""
     (tmp_path / "slots-dir").mkdir()

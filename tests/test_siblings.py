@@ -1,7 +1,7 @@
 """The sibling drafters after an image, measured: draft-mtp (the target's own MTP head) and draft-eagle3.
 
 Both skip the embedding batches of an image in process(), as DFlash does. What that does differs. The
-series up to 0003 changes neither; 0005 (the definition variant) gives EAGLE3 positions of its own over
+series up to 0005 changes neither; 0007 (the definition variant) gives EAGLE3 positions of its own over
 the text rows, which makes it pass where it failed. These tests hold the measurements, so that a change
 to either shows.
 """
@@ -60,14 +60,14 @@ def test_mtp_drafts_on_after_an_image_with_every_call_succeeding(siblings, varia
             )
 
 
-# the variants where EAGLE3 keeps positions of its own over the text rows: 0005 and what carries it
-# (0006 reads no key for EAGLE3, so it is judged there as the definition is)
+# the variants where EAGLE3 keeps positions of its own over the text rows: 0007 and what carries it
+# (0008 reads no key for EAGLE3, so it is judged there as the definition is)
 OWN_POSITIONS = [v for v in VARIANTS if variant_of(v).judged_as(False, dflash_family=False).role == DEFINITION_ROLE]
 
 
 @pytest.mark.parametrize("variant", [v for v in VARIANTS if v not in OWN_POSITIONS])
 def test_eagle3_fails_after_an_image_at_the_targets_positions(siblings, variant):
-    """Up to 0003 EAGLE3's draft holds its rows at the target's positions and is never M-RoPE: the text
+    """Up to 0005 EAGLE3's draft holds its rows at the target's positions and is never M-RoPE: the text
     after an image that text preceded is refused (Y = X + 1); an image first (S2) and text only (S8) pass."""
     table = siblings["eagle3"]
     for sid in HOLES:
@@ -79,7 +79,7 @@ def test_eagle3_fails_after_an_image_at_the_targets_positions(siblings, variant)
 @pytest.mark.skipif(DEFINED is None, reason="the series has no definition variant")
 @pytest.mark.parametrize("variant", OWN_POSITIONS)
 def test_eagle3_drafts_after_an_image_at_positions_of_its_own(siblings, variant):
-    """0005 gives EAGLE3 positions of its own over the text rows (an image's rows are not in its
+    """0007 gives EAGLE3 positions of its own over the text rows (an image's rows are not in its
     context): every scenario passes with the target's own output, every call succeeding, and the rounds
     after the image draft as many tokens as the rounds of text only."""
     table = siblings["eagle3"]
@@ -104,7 +104,7 @@ def test_the_siblings_through_llama_server(variants, sibling, tmp_path):
         if sibling == "mtp":
             assert r["exact"] == {"image": True, "restored": True}
             assert r["draft"]["image"]["draft_n"] > 0 and r["draft"]["second_turn_after_the_image"]["draft_n"] > 0
-        elif v in OWN_POSITIONS:  # 0005: positions of its own over the text rows
+        elif v in OWN_POSITIONS:  # 0007: positions of its own over the text rows
             assert r["exact"] == {"image": True, "restored": True}
             assert r["draft"]["image"]["draft_n"] > 0 and r["draft"]["second_turn_after_the_image"]["draft_n"] > 0
         else:
@@ -127,7 +127,7 @@ def test_mtp_drafts_each_round_as_a_fresh_server_does_but_after_a_context_checkp
 
 @pytest.mark.server
 def test_eagle3_drafts_each_round_as_a_fresh_server_does_after_an_image(variants, tmp_path):
-    """eagle3_drafts_vs_fresh on 0005: an image request, its second turn and a cut-back request draft, round
+    """eagle3_drafts_vs_fresh on 0007: an image request, its second turn and a cut-back request draft, round
     for round, what a fresh server drafts for the same history; baseline answers 500 at the image."""
     m = sibling_models("eagle3", tmp_path / "models")
     r = run_server_checks(variants[DEFINED], m, checks=["eagle3_drafts_vs_fresh"], work_dir=tmp_path)
@@ -141,9 +141,10 @@ def test_eagle3_drafts_each_round_as_a_fresh_server_does_after_an_image(variants
 @pytest.mark.server
 def test_b11434s_eagle3_drafts_a_prompt_otherwise_when_it_goes_in_two_passes(variants, tmp_path):
     """The same text prompt in one pass and in two (a context checkpoint between): b11434's EAGLE3 drafts its
-    first round otherwise (its bridged row decoded with the next row's g); 0005 drafts it alike."""
+    first round otherwise (its bridged row decoded with the next row's g); with 0001 (the first variant carries
+    it, and every later one) it drafts it alike."""
     m = sibling_models("eagle3", tmp_path / "models")
-    for v, same in (("baseline", False), (DEFINED, True)):
+    for v, same in (("baseline", False), ("zero-fill", True), (DEFINED, True)):
         r = run_server_checks(variants[v], m, checks=["eagle3_prompt_split"], work_dir=tmp_path)["eagle3_prompt_split"]
         assert r["ok"] and r["two_passes"], (v, r)
         assert (r["first_round"]["one_pass"] == r["first_round"]["two_passes"]) is same, (v, r)
@@ -151,7 +152,7 @@ def test_b11434s_eagle3_drafts_a_prompt_otherwise_when_it_goes_in_two_passes(var
 
 @pytest.mark.server
 def test_an_mtp_draft_part_past_its_target_part_is_refused_as_running_past(variants, tmp_path):
-    """MTP keeps the target's positions on 0005 too: a forged draft part longer than its target part is
+    """MTP keeps the target's positions on 0007 too: a forged draft part longer than its target part is
     refused by slot_draft_load's other branch ("runs past"), not by the row count DFlash's and EAGLE3's get."""
     m = sibling_models("mtp", tmp_path / "models")
     for v in ("slots", DEFINED):
@@ -174,7 +175,7 @@ def test_the_tiny_eagle3_draft_reads_three_target_rows():
 @pytest.mark.parametrize("name", ["eagle3_slot_restore_drafts", "eagle3_prompt_cache_drafts"])
 def test_eagle3_drafts_as_a_fresh_server_does_after_another_conversation_was_loaded(variants, name, tmp_path):
     """A conversation with an image brought back into its slot (a slot file, the prompt cache) over another one
-    whose pending row is live at its last row: 0005 forgets that row's g, and every round of the continuation
+    whose pending row is live at its last row: 0007 forgets that row's g, and every round of the continuation
     drafts what a fresh server drafts for the same history; baseline answers 500 at the image."""
     m = sibling_models("eagle3", tmp_path / "models")
     r = run_server_checks(variants[DEFINED], m, checks=[name], work_dir=tmp_path)[name]

@@ -43,7 +43,7 @@ def test_the_upgraded_draft_passes_every_scenario_on_baseline_without_drift(vari
             continue
         if sid == "S12":
             # baseline's llama-server restores a slot's target alone: the twin drifts there as well,
-            # and only the server patch (0003) helps, not the draft's metadata
+            # and only the server patch (0005) helps, not the draft's metadata
             assert run["status"] == ref["status"] == "DRIFT", (run.get("first_failure"), ref.get("first_failure"))
             continue
         assert run["status"] == "PASS", (sid, run.get("first_failure"))

@@ -84,7 +84,7 @@ class Speculative(_Owner):
     @property
     def own_positions(self) -> bool:
         """Whether the draft keeps positions of its own, row k of a sequence at draft position k (patch
-        0005): the caller then trims and restores it by the sequence's row count, not the target's
+        0007): the caller then trims and restores it by the sequence's row count, not the target's
         position. False on a libcommon without that query."""
         rc = int(self._rt.lib.pyllama_dflash_spec_own_positions(self._ptr()))
         return bool(self._handle.check("spec_own_positions", rc))
@@ -92,7 +92,7 @@ class Speculative(_Owner):
     @property
     def own_positions_text(self) -> bool:
         """Whether those positions count the text rows only, an image's rows left out of the draft's
-        context (0005's EAGLE3). False on a libcommon without that query."""
+        context (0007's EAGLE3). False on a libcommon without that query."""
         rc = int(self._rt.lib.pyllama_dflash_spec_own_positions_text(self._ptr()))
         return bool(self._handle.check("spec_own_positions_text", rc))
 
@@ -186,7 +186,7 @@ class Speculative(_Owner):
         DFlash decodes its noise block [id_last, mask...] into the draft's memory and leaves it
         there; with trim_draft (llama-server does the same after drafting) the draft's memory is cut
         back from ``trim_at`` on: by default the target's next position, so the next process_ok() lines
-        up. A draft that keeps positions of its own (patch 0005) is cut back at the sequence's row
+        up. A draft that keeps positions of its own (patch 0007) is cut back at the sequence's row
         count instead, which the caller knows (llama-server: the checkpoint's n_tokens).
         """
         ffi, lib = self._rt.ffi, self._rt.lib

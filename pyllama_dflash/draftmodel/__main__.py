@@ -76,7 +76,7 @@ def _train(args: argparse.Namespace) -> int:
     params, summary = train(load_draft(models.draft, models.target), convs[:n_train], recipe)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / trained.file_name(args.target, args.trained_on)
-    # a draft trained with image rows says so (patch 0006 then serves it every row at its own positions)
+    # a draft trained with image rows says so (patch 0008 then serves it every row at its own positions)
     write_draft(path, TinyConfig(), seed=0, trained=params, image_rows=args.trained_on == "images")
     weights = load_draft(path, models.target)
     n_max = weights.hp.block_size - 1

@@ -1,11 +1,12 @@
-"""The series' C++ regression test as one more row of the matrix (``C1``): ctest, per variant.
+"""The series' C++ regression tests as one more row of the matrix (``C1``): ctest, per variant.
 
-Each variant's copy of ``test-speculative-dflash-image`` (see llamabuild/ctest.py) runs under
-ctest with upstream's labels, and its printed checks decide the cell, in the matrix's terms:
-FAIL when a call failed (baseline: the legacy draft's process() after the image), DRIFT when
-every call succeeded but drafted tokens differ (the seed's zero rows), PASS otherwise. The test
-prints every run's drafted tokens; on text only they must equal baseline's, which no single
-build can check, so the row does: a variant that drafts otherwise on text only is DRIFT too.
+Each variant's copies of the series' tests (see llamabuild/ctest.py) run under ctest with upstream's
+labels, and their printed checks decide the cell, in the matrix's terms: FAIL when a call failed
+(baseline: the legacy draft's process() after the image), DRIFT when every call succeeded but
+drafted tokens differ (the seed's zero rows; baseline's EAGLE3 after a prompt split into passes),
+PASS otherwise. The DFlash test prints every run's drafted tokens; on text only they must equal
+baseline's, which no single build can check, so the row does: a variant that drafts otherwise on
+text only is DRIFT too.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ..scenarios.catalog import CTEST_ROW
 from ..scenarios.record import CRASH, DRIFT, ERROR, FAIL, PASS, SKIP, TIE
 
 ROW = CTEST_ROW
-TITLE = SimpleNamespace(title=f"ctest {ctest.TEST} (C++)")
+TITLE = SimpleNamespace(title="the series' C++ tests (ctest)")
 TEXT_ONLY = "text-only"  # the test's cases whose drafts must not depend on the fix: text-only, <drafter>-text-only
 CALLS_CHECK = "every call succeeds"  # the test's check for return codes; the others compare drafts
 TIE_CHECK = "a tie broken by the cells' order"  # the test's words for drafts its layout replay explains
@@ -36,48 +37,55 @@ _DRAFTS = re.compile(r"^  drafts (\w+):(.*)$")
 _CASE = re.compile(r"^([\w-]+):$")
 # ctest's words for a test that died of a signal
 _CRASH = re.compile(r"\*\*\*Exception: *[A-Za-z][A-Za-z ]*[A-Za-z]|Subprocess aborted|Child aborted")
-_TIME = re.compile(rf"{re.escape(ctest.TEST)} \.+.*?([0-9.]+) sec")
+_TIME = re.compile(rf"(?:{'|'.join(map(re.escape, ctest.TESTS))}) \.+.*?([0-9.]+) sec")
 
 
 def run_ctest(m: Manifest, timeout: float = 120.0) -> dict:
-    """Run the variant's C++ test under ctest; a result in the matrix's shape."""
-    entry = m.data.get("ctest")
-    if not entry:
-        return {"status": SKIP, "first_failure": "this variant's patches bring no C++ test (patch 0004)"}
+    """Run the variant's C++ tests under ctest, one after the other; a result in the matrix's shape."""
+    entries = m.data.get("ctest") or []
+    if not entries:
+        return {"status": SKIP, "first_failure": "this variant's patches bring no C++ test"}
     exe = shutil.which("ctest")
     if exe is None:
         return {"status": ERROR, "first_failure": "ctest not found on PATH (it comes with cmake)"}
+    names = [e["test"] for e in entries]
     with tempfile.TemporaryDirectory(prefix="pyllama-dflash-ctest-") as tmp:
-        ctest.testfile(m.lib_dir / entry["binary"], entry["labels"], Path(tmp))
-        label = entry["labels"].split(";")[0]
-        cmd = [exe, "--test-dir", tmp, "-L", label, "-R", f"^{entry['test']}$", "-V", "--timeout", str(int(timeout))]
+        ctest.testfile([(e["test"], m.lib_dir / e["binary"], e["labels"]) for e in entries], Path(tmp))
+        label = entries[0]["labels"].split(";")[0]
+        selected = f"^({'|'.join(map(re.escape, names))})$"
+        cmd = [exe, "--test-dir", tmp, "-L", label, "-R", selected, "-V", "--timeout", str(int(timeout))]
         t0 = time.monotonic()
         try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 30)
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=len(entries) * timeout + 30)
         except subprocess.TimeoutExpired:
-            return {"status": ERROR, "first_failure": f"ctest did not finish in {timeout + 30:.0f}s"}
+            return {"status": ERROR, "first_failure": f"ctest did not finish in {len(entries) * timeout + 30:.0f}s"}
         wall = time.monotonic() - t0
     text = out.stdout + out.stderr
-    result = _judge(text, out.returncode)
-    timing = _TIME.search(text)
+    result = _judge(text, out.returncode, names)
+    timings = [float(t) for t in _TIME.findall(text)]
     result.update(
-        command=f"ctest -L {label} -R ^{entry['test']}$ -V, over {m.lib_dir / entry['binary']}",
+        command=f"ctest -L {label} -R '{selected}' -V, over {m.lib_dir}",
         returncode=out.returncode,
-        test_s=float(timing.group(1)) if timing else None,
+        test_s=round(sum(timings), 3) if len(timings) == len(entries) else None,
         wall_s=round(wall, 3),
         log_tail=text.splitlines()[-15:] if result["status"] != PASS else [],
     )
     return result
 
 
-def _judge(text: str, returncode: int) -> dict:
+def _judge(text: str, returncode: int, tests: list[str] | None = None) -> dict:
+    """The row's cell from ctest's output; ``tests``: the names, in the order they were registered (ctest -V
+    prefixes each test's lines with its number), so that each check says which test printed it."""
     checks, drafts, case = [], {}, None
     for raw in text.splitlines():
-        line = re.sub(r"^\d+: ", "", raw)  # ctest -V prefixes the test's lines with its number
+        number = re.match(r"^(\d+): ", raw)
+        line = raw[number.end() :] if number else raw
         if m := _CASE.match(line):
             case = m.group(1)
         elif (m := _CHECK.match(line)) and case:
-            checks.append({"case": case, "ok": m.group(1) == "OK", "check": m.group(2)})
+            index = int(number.group(1)) - 1 if number else 0
+            test = tests[index] if tests and 0 <= index < len(tests) else None
+            checks.append({"test": test, "case": case, "ok": m.group(1) == "OK", "check": m.group(2)})
         elif (m := _DRAFTS.match(line)) and case:
             drafts.setdefault(case, {})[m.group(1)] = [r.split() for r in m.group(2).split("|")]
         elif checks and line.startswith("         failed: "):
@@ -99,9 +107,9 @@ def _judge(text: str, returncode: int) -> dict:
         if ties:  # the legacy draft drafted otherwise, and the twin laid out as the fix lays it drafts the same
             return {**base, "status": TIE, "first_failure": f"{ties[0]['case']}: {ties[0]['check']}"}
         return {**base, "status": PASS, "first_failure": None}
-    first = failed[0]
-    detail = f"{first['case']}: {first['check']}" + (f" ({first['failed'][0]})" if first.get("failed") else "")
     calls = [c for c in failed if c["check"].endswith(CALLS_CHECK)]
+    first = (calls or failed)[0]  # the failure that decides the status
+    detail = f"{first['case']}: {first['check']}" + (f" ({first['failed'][0]})" if first.get("failed") else "")
     return {**base, "status": FAIL if calls else DRIFT, "first_failure": detail}
 
 

@@ -15,7 +15,7 @@ After every call of the schedule:
 3. where a reference is given (see execute.py), the drafts equal the reference's: the same
    schedule on baseline with the draft's reconverted twin drafts the same tokens in every round.
 
-For a draft with positions of its own (patch 0005), "where the target's ends" is the index of the
+For a draft with positions of its own (patch 0007), "where the target's ends" is the index of the
 sequence's last row (Session.memory_ends), and the first exception below does not arise: every row
 goes in, an image's pinned ones too. The session checks such a draft's memory further after every
 ``process()`` and image: it starts at 0 too (:class:`DraftMisplaced` otherwise).
@@ -129,7 +129,7 @@ class Memories:
 
     ends: Callable[[int], tuple[int, int]]  # seq -> (the draft's last position, the target's)
     n_seq: int
-    # the draft takes an image's pinned rows too (0005, its own positions): no lag after an image
+    # the draft takes an image's pinned rows too (0007, its own positions): no lag after an image
     pinned_injected: bool = False
 
 

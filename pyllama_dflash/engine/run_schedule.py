@@ -30,7 +30,7 @@ def run_job(job_json: dict) -> dict:
     # pools in two children on two cores starve each other (measured: 50x slower than 1 thread)
     os.environ[api.THREADS_ENV] = str(job.threads)
     load(job.variant, backend=job.backend)
-    # a variant judged against the draft's definition (0005; 0006 with a draft trained with image rows) is
+    # a variant judged against the draft's definition (0007; 0008 with a draft trained with image rows) is
     # fuzzed against the definition reference
     definition = judged_variant(variant(job.variant), job.models).own_positions
     with contextlib.ExitStack() as stack:

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from .. import command
+from ..errors import BuildError, PatchError
 from ..flags import common_parser, tool_prog
 from ..paths import default_patches_dir
-from . import builder, ctest
+from . import builder, ctest, prerequisites
 from . import manifest as manifests
-from .patchset import check_series, load_series
+from .patchset import check_series, load_series, tree_reader
 
 
 def parser() -> argparse.ArgumentParser:
@@ -40,7 +43,19 @@ def parser() -> argparse.ArgumentParser:
         help="leave the shared build folder holding this variant, compiled (for ctest or a debugger by "
         "hand), and print its folders; publishes nothing",
     )
-    ap.add_argument("--check", action="store_true", help="dry-run every patch against the source, build nothing")
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="dry-run every patch against the source, in the series and with only the prerequisites its header "
+        "names; build nothing",
+    )
+    ap.add_argument(
+        "--alone",
+        action="store_true",
+        help="compile each patch with only the prerequisites its header names (the libraries, llama-server "
+        "where the patch touches it, the C++ tests it brings), one at a time in the shared build folder; "
+        "publishes nothing",
+    )
     ap.add_argument("--cuda-arch", metavar="ARCHS", help="CMAKE_CUDA_ARCHITECTURES for a CUDA build, e.g. 90")
     ap.add_argument(
         "--llama-dir",
@@ -70,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     if args.check:
         return _check(opts)
+    if args.alone:
+        return _alone(opts)
     if args.stage:
         return _stage(args.stage, opts)
     if args.list:
@@ -85,7 +102,8 @@ def _stage(variant: str, opts: builder.BuildOptions) -> int:
     staged = builder.stage(variant, opts)
     print(f"{variant}: tree {staged.tree}")
     print(f"{variant}: build {staged.build_dir}")
-    print(f"run its C++ test: ctest --test-dir {staged.ctest_dir} -L main -R {ctest.TEST} --output-on-failure")
+    tests = "|".join(ctest.TESTS)
+    print(f"run its C++ tests: ctest --test-dir {staged.ctest_dir} -L main -R '^({tests})$' --output-on-failure")
     return 0
 
 
@@ -96,7 +114,37 @@ def _check(opts: builder.BuildOptions) -> int:
         print(f"{p.series.directory}/series: empty (only baseline)")
     for line in check_series(p.series, p.src.path):
         print(line)
-    return 0
+    problems = prerequisites.check(p.series, tree_reader(p.src.path))
+    for line in problems:
+        print(line, file=sys.stderr)
+    if not problems:
+        print("every patch applies with only the prerequisites its header names")
+    return 1 if problems else 0
+
+
+def _alone(opts: builder.BuildOptions) -> int:
+    """Each patch compiled with only its named prerequisites; exit 1 when one does not build."""
+    series = load_series(opts.patches_dir or default_patches_dir())
+    failed = []
+    with tempfile.TemporaryDirectory(prefix="pyllama-dflash-alone-") as tmp:
+        for patch in series.patches:
+            named = ", ".join(p.name[:4] for p in prerequisites.named(series, patch)) or "none"
+            folder = prerequisites.alone_series(series, patch, Path(tmp) / patch.name)
+            touched = [path for p in prerequisites.alone(series, patch) for path in p.touched]
+            server = any(path.startswith("tools/server/") for path in touched)
+            one = dataclasses.replace(opts, patches_dir=folder, server=server, quiet=True)
+            t0 = time.monotonic()
+            try:
+                builder.stage(prerequisites.ALONE, one)
+            except (BuildError, PatchError) as e:
+                failed.append(patch.name)
+                print(f"{patch.name} (prerequisites: {named}): does not build: {e}", file=sys.stderr)
+                continue
+            what = "libraries" + (", llama-server" if server else "")
+            tests = ctest.built_with(load_series(folder), prerequisites.ALONE)
+            what += "".join(f", {t}" for t in tests)
+            print(f"{patch.name} (prerequisites: {named}): builds ({what}) in {time.monotonic() - t0:.0f}s")
+    return 1 if failed else 0
 
 
 def _list(opts: builder.BuildOptions) -> int:

@@ -230,7 +230,7 @@ def _build_one(p: Plan, variant: str, opts: BuildOptions, publish: bool = True) 
             return existing
         built = _Built(variant, *_stage_tree(p, variant, progress))
         built.configure_args = _configure(p, built.stage, progress, lock_fd)
-        built.with_test = _compile(p, variant, opts, progress, lock_fd)
+        built.tests = _compile(p, variant, opts, progress, lock_fd)
         if not publish:
             progress.finish()
             return None
@@ -245,7 +245,7 @@ class _Built:
     stage: Stage
     files_rewritten: list[str]
     configure_args: list[str] = field(default_factory=list)
-    with_test: bool = False
+    tests: list[str] = field(default_factory=list)  # the series' C++ tests built with it
 
 
 def _stage_tree(p: Plan, variant: str, progress: Progress) -> tuple[Stage, list[str]]:
@@ -285,12 +285,11 @@ def _configure(p: Plan, stage: Stage, progress: Progress, lock_fd: int) -> list[
 
 
 def _compile(p: Plan, variant: str, opts: BuildOptions, progress: Progress, lock_fd: int) -> bool:
-    """The libraries (and llama-server, and the series' C++ test where the variant has it); whether the
-    test was built."""
+    """The libraries (and llama-server, and the series' C++ tests the variant has); the tests built."""
     progress.stage("compile")
     jobs = opts.jobs or os.cpu_count() or 2
-    with_test = ctest.built_with(p.series, variant)
-    targets = (*TARGETS, *((SERVER,) if opts.server else ()), *((ctest.TEST,) if with_test else ()))
+    tests = ctest.built_with(p.series, variant)
+    targets = (*TARGETS, *((SERVER,) if opts.server else ()), *tests)
     # the compilers inherit the lock: if this process is killed alone, the next build
     # waits for them instead of running a second ninja in the same folder
     run_logged(
@@ -300,7 +299,7 @@ def _compile(p: Plan, variant: str, opts: BuildOptions, progress: Progress, lock
         "compile",
         keep_fds=(lock_fd,),
     )
-    return with_test
+    return tests
 
 
 def _publish(p: Plan, built: _Built, opts: BuildOptions, progress: Progress) -> manifests.Manifest:
@@ -316,9 +315,9 @@ def _publish(p: Plan, built: _Built, opts: BuildOptions, progress: Progress) -> 
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
     try:
         files = _collect_outputs(build_dir / "bin", tmp, server=opts.server)
-        test = ctest.publish(build_dir, tmp) if built.with_test else None
-        if test:
-            files["binaries"][ctest.TEST] = test["binary"]
+        tests = ctest.publish(build_dir, tmp, built.tests)
+        for entry in tests:
+            files["binaries"][entry["test"]] = entry["binary"]
         progress.stage("bindings")
         from ..bindings import ffibuild
 
@@ -330,7 +329,7 @@ def _publish(p: Plan, built: _Built, opts: BuildOptions, progress: Progress) -> 
                 "nothing was published: run the build again"
             )
         timings = progress.finish()
-        data = _manifest_data(p, built, files, test, module.name, timings)
+        data = _manifest_data(p, built, files, tests, module.name, timings)
         atomic_write_json(tmp / manifests.MANIFEST, data)  # last: its presence means "complete"
         replace_dir(tmp, final)
     except BaseException:
@@ -342,7 +341,7 @@ def _publish(p: Plan, built: _Built, opts: BuildOptions, progress: Progress) -> 
     return m
 
 
-def _manifest_data(p: Plan, built: _Built, files: dict, test: dict | None, bindings: str, timings: dict) -> dict:
+def _manifest_data(p: Plan, built: _Built, files: dict, tests: list[dict], bindings: str, timings: dict) -> dict:
     variant = built.variant
     return {
         "schema": manifests.SCHEMA,
@@ -360,7 +359,7 @@ def _manifest_data(p: Plan, built: _Built, files: dict, test: dict | None, bindi
         "configure_args": built.configure_args,
         "libraries": files["libraries"],
         "binaries": files["binaries"],
-        "ctest": test,
+        "ctest": tests,
         "bindings": bindings,
         "include_dirs": [str(d) for d in include_dirs(built.stage.root)],
         "files_rewritten": built.files_rewritten,

@@ -1,10 +1,11 @@
-"""The series' C++ regression test: built with each variant, published beside it, run by ctest.
+"""The series' C++ regression tests: built with each variant, published beside it, run by ctest.
 
-Patch 0004 (variant column ``*``) adds ``tests/test-speculative-dflash-image.cpp`` to every
-variant, baseline included, and registers it with upstream's ``llama_build_and_test``. The
-builder compiles it with the variant and copies it into the variant's folder, recording the
-labels upstream's registration gives it. :func:`testfile` writes a ``CTestTestfile.cmake``
-registering that copy the same way, so ctest runs it long after the shared build folder has
+The series' test patches (variant column ``*``) add each test to every variant, baseline included,
+and register it with upstream's ``llama_build_and_test``: ``test-speculative-eagle3-passes`` (EAGLE3
+after a prompt split into passes) and ``test-speculative-dflash-image`` (DFlash across images). The
+builder compiles those a variant has with it and copies them into the variant's folder, recording the
+labels upstream's registration gives each. :func:`testfile` writes a ``CTestTestfile.cmake``
+registering those copies the same way, so ctest runs them long after the shared build folder has
 moved on to another variant, without writing into the variant's folder.
 """
 
@@ -17,43 +18,51 @@ from pathlib import Path
 from ..errors import BuildError
 from .patchset import Series
 
-TEST = "test-speculative-dflash-image"
-SOURCE = f"tests/{TEST}.cpp"
+TESTS = ("test-speculative-eagle3-passes", "test-speculative-dflash-image")
 TESTFILE = "CTestTestfile.cmake"
 
 
-def built_with(series: Series, variant: str) -> bool:
-    """Whether the variant's patches bring the test (a series given with --patches may not)."""
-    return series.adds(variant, SOURCE)
+def source(test: str) -> str:
+    """The test's source, relative to the tree root."""
+    return f"tests/{test}.cpp"
 
 
-def publish(build_dir: Path, dest: Path) -> dict:
-    """Copy the test from the build folder into dest; returns the manifest's ``ctest`` entry."""
-    binary = build_dir / "bin" / TEST
-    if not binary.is_file():
-        raise BuildError(f"{binary}: not built")
-    labels = _labels(build_dir / "llama.cpp" / "tests" / TESTFILE)
-    shutil.copy2(binary, dest / TEST)
-    return {"test": TEST, "binary": TEST, "labels": labels}
+def built_with(series: Series, variant: str) -> list[str]:
+    """The tests the variant's patches bring (a series given with --patches may bring none)."""
+    return [t for t in TESTS if series.adds(variant, source(t))]
 
 
-def testfile(binary: Path, labels: str, dest_dir: Path) -> Path:
-    """Write dest_dir/CTestTestfile.cmake registering binary as upstream registers the test."""
+def publish(build_dir: Path, dest: Path, tests: list[str]) -> list[dict]:
+    """Copy the tests from the build folder into dest; returns the manifest's ``ctest`` entries."""
+    entries = []
+    for test in tests:
+        binary = build_dir / "bin" / test
+        if not binary.is_file():
+            raise BuildError(f"{binary}: not built")
+        labels = _labels(build_dir / "llama.cpp" / "tests" / TESTFILE, test)
+        shutil.copy2(binary, dest / test)
+        entries.append({"test": test, "binary": test, "labels": labels})
+    return entries
+
+
+def testfile(tests: list[tuple[str, Path, str]], dest_dir: Path) -> Path:
+    """Write dest_dir/CTestTestfile.cmake registering each (test, binary, labels) as upstream does."""
+    lines = ["# the series' regression tests, registered as llama.cpp's tests/CMakeLists.txt registers them\n"]
+    for test, binary, labels in tests:
+        lines.append(f'add_test([=[{test}]=] "{binary}")\n')
+        properties = f'LABELS "{labels}" WORKING_DIRECTORY "{dest_dir}"'
+        lines.append(f"set_tests_properties([=[{test}]=] PROPERTIES {properties})\n")
     path = dest_dir / TESTFILE
-    path.write_text(
-        "# the series' regression test, registered as llama.cpp's tests/CMakeLists.txt registers it\n"
-        f'add_test([=[{TEST}]=] "{binary}")\n'
-        f'set_tests_properties([=[{TEST}]=] PROPERTIES LABELS "{labels}" WORKING_DIRECTORY "{dest_dir}")\n'
-    )
+    path.write_text("".join(lines))
     return path
 
 
-def _labels(testfile: Path) -> str:
+def _labels(testfile: Path, test: str) -> str:
     try:
         text = testfile.read_text()
     except OSError as e:
         raise BuildError(f"{testfile}: cannot read the test registrations ({e.strerror})") from None
-    m = re.search(rf"set_tests_properties\(\[=\[{re.escape(TEST)}\]=\] PROPERTIES .*?LABELS \"([^\"]*)\"", text)
+    m = re.search(rf"set_tests_properties\(\[=\[{re.escape(test)}\]=\] PROPERTIES .*?LABELS \"([^\"]*)\"", text)
     if m is None:
-        raise BuildError(f"{testfile}: {TEST} is not registered (did the patch's tests/CMakeLists.txt hunk apply?)")
+        raise BuildError(f"{testfile}: {test} is not registered (did the patch's tests/CMakeLists.txt hunk apply?)")
     return m.group(1)

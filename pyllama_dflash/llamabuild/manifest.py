@@ -20,7 +20,7 @@ from ..paths import cache_root
 from . import cpu
 
 MANIFEST = "manifest.json"
-SCHEMA = 1
+SCHEMA = 2  # 2: "ctest" lists the C++ tests built (1: one test, or null)
 
 
 @dataclass(frozen=True)

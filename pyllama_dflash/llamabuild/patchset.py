@@ -1,7 +1,9 @@
 """The patch series: ``patches/series`` lists patches in order; a variant is a prefix of it.
 
 Series line format: ``<patch file> <variant name> [<role>]``; ``#`` starts a comment. The
-variant called ``baseline`` is the empty prefix. A patch whose variant column is ``*``
+variant called ``baseline`` is the empty prefix. A patch whose variant column is ``-``
+(CARRIED) makes no variant either: every variant after it carries it, as a fix of its own that
+later fixes build on. A patch whose variant column is ``*``
 (EVERY) makes no variant: it is applied on top of every variant, baseline included, after
 the variant's own patches. That is how a regression test that must exist on the unfixed
 tree (to fail there) travels with the series. The role says what a variant is judged as
@@ -25,8 +27,9 @@ from ..files import sha256_bytes
 
 BASELINE = "baseline"
 EVERY = "*"  # the variant column of a patch applied to every variant
+CARRIED = "-"  # the variant column of a patch every later variant carries, making none of its own
 # what a variant is judged as: the seed's zero-fill (shown, not fixed), a fix exact to the draft's
-# reconverted twin (0002's semantics), a fix exact to the draft's definition (every row, own positions),
+# reconverted twin (0004's semantics), a fix exact to the draft's definition (every row, own positions),
 # or a fix that is either, per draft: the definition for a draft trained with image rows, the twin else
 SEED_ROLE, FIX_ROLE, DEFINITION_ROLE, AS_TRAINED_ROLE = "seed", "fix", "definition", "as-trained"
 ROLES = (SEED_ROLE, FIX_ROLE, DEFINITION_ROLE, AS_TRAINED_ROLE)
@@ -54,7 +57,7 @@ class FilePatch:
 @dataclass(frozen=True)
 class Patch:
     name: str  # file name inside patches/
-    variant: str  # EVERY: applied on top of every variant
+    variant: str  # EVERY: applied on top of every variant; CARRIED: carried by every later one
     sha256: str
     files: tuple[FilePatch, ...]
     role: str = FIX_ROLE  # what the variant it makes is judged as (ROLES)
@@ -71,11 +74,12 @@ class Series:
 
     @property
     def variants(self) -> list[str]:
-        return [BASELINE] + [p.variant for p in self.own]
+        return [BASELINE] + [p.variant for p in self.own if p.variant != CARRIED]
 
     @property
     def own(self) -> tuple[Patch, ...]:
-        """The patches that make variants, in order (a variant is a prefix of them)."""
+        """The patches that make variants, and those later variants carry, in order (a variant is a prefix
+        of them)."""
         return tuple(p for p in self.patches if p.variant != EVERY)
 
     @property
@@ -98,7 +102,7 @@ class Series:
     def role(self, variant: str) -> str:
         """What the variant is judged as: its series line's role (:data:`ROLES`)."""
         own = [p for p in self.own if p.variant == variant]
-        if not own:
+        if not own or variant == CARRIED:
             raise PatchError(f"variant {variant!r} is not made by a patch of this series")
         return own[0].role
 
@@ -134,19 +138,19 @@ def load_series(directory: Path) -> Series:
         if len(parts) not in (2, 3):
             raise PatchError(f"{series_file}:{lineno}: expected '<patch file> <variant name> [<role>]', got {raw!r}")
         filename, variant, role = (*parts, FIX_ROLE) if len(parts) == 2 else parts
-        if role not in ROLES or (variant == EVERY and len(parts) == 3):
+        if role not in ROLES or (variant in (EVERY, CARRIED) and len(parts) == 3):
             raise PatchError(
                 f"{series_file}:{lineno}: bad role {role!r} "
                 f"(one of {', '.join(ROLES)}, for a patch that makes a variant)"
             )
-        if variant != EVERY and (not _NAME_RE.match(variant) or variant in ("all",)):
+        if variant not in (EVERY, CARRIED) and (not _NAME_RE.match(variant) or variant in ("all",)):
             raise PatchError(
                 f"{series_file}:{lineno}: bad variant name {variant!r} (lower-case letters, digits, '-'; "
-                f"or {EVERY} for a patch applied to every variant)"
+                f"{EVERY} for a patch applied to every variant, or {CARRIED} for one every later variant carries)"
             )
         if variant in names:
             raise PatchError(f"{series_file}:{lineno}: variant name {variant!r} used twice")
-        if variant != EVERY:
+        if variant not in (EVERY, CARRIED):
             names.add(variant)
         path = directory / filename
         if not path.is_file():
@@ -280,7 +284,9 @@ def check_series(series: Series, tree: Path) -> list[str]:
     for variant in series.variants:
         apply_series(tree_reader(tree), series.prefix(variant))
     for patch in series.patches:
-        made = "every variant, on top of its own patches" if patch.variant == EVERY else f"variant {patch.variant}"
+        made = {EVERY: "every variant, on top of its own patches", CARRIED: "carried by every later variant"}.get(
+            patch.variant, f"variant {patch.variant}"
+        )
         report.append(f"{patch.name}: applies ({', '.join(patch.touched)}) -> {made}")
     return report
 

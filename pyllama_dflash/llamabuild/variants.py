@@ -4,7 +4,7 @@ A variant of the series is ``baseline`` (the unpatched tree), the seed's zero-fi
 it does), a fix exact to the draft's reconverted twin, a fix exact to the draft's definition, or a fix
 that serves each draft as it was trained (either of the two, per draft: :meth:`Variant.judged_as`):
 its series line says which (``patches/series``' role column). Whether its llama-server saves and restores
-the draft with a slot follows from its patches (they change ``tools/server/server-context.cpp``: 0003).
+the draft with a slot follows from its patches (they change ``tools/server/server-context.cpp``: 0005).
 A name the series does not know (a llama-server given by path, a mutant of another series) is a fix
 whose server restores the target alone, as b11434's does. The scenario matrix's expectations
 (``scenarios.catalog``) and the server checks' (``server.checks``) both key on :attr:`Variant.role`
@@ -19,7 +19,7 @@ from pathlib import Path
 from ..paths import default_patches_dir
 from .patchset import AS_TRAINED_ROLE, BASELINE, DEFINITION_ROLE, FIX_ROLE, SEED_ROLE, load_series
 
-# the file whose patches make a variant's llama-server save and restore the draft with a slot (0003)
+# the file whose patches make a variant's llama-server save and restore the draft with a slot (0005)
 SERVER_SOURCE = "tools/server/server-context.cpp"
 
 BASELINE_ROLE = "baseline"
@@ -47,9 +47,9 @@ class Variant:
 
     def judged_as(self, image_rows: bool, *, dflash_family: bool = True) -> Variant:
         """The variant as it is judged with drafts that carry (``image_rows``) or lack the key of a draft
-        trained with image rows. An ``as-trained`` variant (patch 0006) is a ``definition`` fix with a
+        trained with image rows. An ``as-trained`` variant (patch 0008) is a ``definition`` fix with a
         DFlash-family draft that has the key and a ``fix`` with one that has not; the other drafters
-        (EAGLE3, MTP) read no key and get 0005's semantics, a ``definition`` fix's. Every other variant
+        (EAGLE3, MTP) read no key and get 0007's semantics, a ``definition`` fix's. Every other variant
         reads no key and is itself."""
         if self.role != AS_TRAINED_ROLE:
             return self
@@ -57,7 +57,7 @@ class Variant:
 
     @property
     def own_positions(self) -> bool:
-        """Whether its draft keeps positions of its own (patch 0005): trimmed by the row count. An
+        """Whether its draft keeps positions of its own (patch 0007): trimmed by the row count. An
         ``as-trained`` variant's depends on the draft: ask :meth:`judged_as` first."""
         if self.role == AS_TRAINED_ROLE:
             raise ValueError(f"variant {self.name!r} keeps positions of its own or not per draft: judged_as() first")
@@ -87,5 +87,5 @@ def default_fix(names: list[str], patches_dir: Path | None = None) -> str:
 
 
 def saves_draft_with_slot(name: str, patches_dir: Path | None = None) -> bool:
-    """Whether the variant's llama-server saves and restores the draft's state with a slot (0003)."""
+    """Whether the variant's llama-server saves and restores the draft's state with a slot (0005)."""
     return variant(name, patches_dir).saves_draft

@@ -51,7 +51,7 @@ class Plan:
 def plan(args: argparse.Namespace) -> Plan:
     series = load_series(default_patches_dir())
     fix = args.fix or series.variants[-1]
-    # each mutant is judged as its fix is: against the twin, or against the draft's definition (0005)
+    # each mutant is judged as its fix is: against the twin, or against the draft's definition (0007)
     role = series.role(fix) if fix in series.variants[1:] else FIX_ROLE
     if role not in MUTATED_ROLES:
         raise UsageError(f"--fix {fix!r} is judged as {role!r}: not a fix to mutate")

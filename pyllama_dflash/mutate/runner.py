@@ -1,7 +1,7 @@
 """Building each mutant as a variant and trying the harness on it, cheapest check first.
 
 A mutant becomes a series of its own in a scratch folder: one patch that takes the pristine
-tree to the fix's files with the one line mutated (the fix's other files, such as 0003's
+tree to the fix's files with the one line mutated (the fix's other files, such as 0005's
 llama-server changes, as the fix has them), plus the series' EVERY patches (the C++ test). It
 is built in the shared build folder, so only the mutated file recompiles. Then, stopping at the
 first that notices:
@@ -10,7 +10,7 @@ first that notices:
 2. the scenario matrix of DFlash on the dense target, every run judged against the drift
    references, which are run once for all mutants (baseline with the reconverted twin, or drafting
    as the draft's definition has it for a ``definition`` fix), a drift proven a tie (the reference
-   laid out as 0002 lays the draft out drafts the same) passing;
+   laid out as 0004 lays the draft out drafts the same) passing;
 3. the same matrix for every other drafter of the family and target (tiny.drafters: the image
    scenarios on the MoE target), with their own references;
 4. the EAGLE3 drafter's scenarios (repro --siblings'), each run against the same scenario on the
@@ -26,7 +26,7 @@ first that notices:
    llama-server only;
 7. optionally, a fixed-seed fuzz.
 
-A mutant of the lines the fix adds to ``tools/server/server-context.cpp`` (patches 0003 and 0005) is
+A mutant of the lines the fix adds to ``tools/server/server-context.cpp`` (patches 0005 and 0007) is
 tried with the llama-server checks of slot files and of image conversations instead (SERVER_KILLERS, on
 the mutant's own server; then SIBLING_KILLERS, the MTP and EAGLE3 drafters', on their models): the C++ test and the
 matrix never run that file.
@@ -85,9 +85,9 @@ RULES_TESTS = {
 
 KILLED, SURVIVED, STILLBORN, EQUIVALENT = "killed", "survived", "stillborn", "equivalent"
 SERVER_FILE = "tools/server/server-context.cpp"
-# the files whose added lines are mutated: libcommon's (patches 0001-0002) and llama-server's (0003)
+# the files whose added lines are mutated: libcommon's (patches 0001, 0003, 0004) and llama-server's (0005)
 MUTATED_FILES = ("common/speculative.cpp", SERVER_FILE)
-# the server checks that hold 0003's and 0005's promises: what kills a mutant of their lines
+# the server checks that hold 0005's and 0007's promises: what kills a mutant of their lines
 SERVER_KILLERS = (
     "slot_restore",
     "restore_drafts",
@@ -104,26 +104,26 @@ SERVER_KILLERS = (
     "save_small_draft_part_short_write",  # a part the stream buffers whole: only the close can fail
     "restore_clears_without_draft_part",
     "save_without_draft_removes_stale_part",
-    # 0005 trims by the row count where an image made it differ from the target's position: the checks
+    # 0007 trims by the row count where an image made it differ from the target's position: the checks
     # whose conversations hold an image (a prefix reused, the prompt cache, parallel slots)
     "exact_image",
     "two_turn",
     "alternating",
     "concurrent",
-    # 0005's trims and restores judged by what the draft drafts: every round after an image, a second turn,
+    # 0007's trims and restores judged by what the draft drafts: every round after an image, a second turn,
     # a cut-back cached prefix and rejected drafts against a fresh server's first round (the definition);
     # a slot restored with an image in it; a speculative checkpoint restored after an image
     "drafts_vs_definition",
     "restore_image_drafts",
     "spec_checkpoint_image",
 )
-# the sibling drafters' checks, on their own models (scenarios.models.sibling_models): 0005's lines for a
+# the sibling drafters' checks, on their own models (scenarios.models.sibling_models): 0007's lines for a
 # draft without positions of its own (the else-branches of slot_draft_load and server_draft_pos) are
 # reached by MTP's only, and its count of the text rows (server_draft_pos, for EAGLE3) by EAGLE3's only
 SIBLING_KILLERS = (
     ("mtp", "mtp_image_turns"),
     ("mtp", "mtp_drafts_vs_fresh"),
-    ("mtp", "restore_draft_runs_past"),  # 0005's refusal of a draft part past its target, for MTP's draft
+    ("mtp", "restore_draft_runs_past"),  # 0007's refusal of a draft part past its target, for MTP's draft
     ("eagle3", "eagle3_image_turns"),
     ("eagle3", "eagle3_drafts_vs_fresh"),  # its trims judged by what it drafts, as drafts_vs_definition judges
     ("eagle3", "eagle3_prompt_split"),  # its bridge decoded from a copy of the row's g
@@ -296,7 +296,7 @@ def _matrix_kills(
     results = run_matrix(jobs, parallel, work)
     ref = refs()  # the drift references: computed once, by the first mutant that gets this far
     table = {sid: {VARIANT: judge(results[(sid, VARIANT)], ref[sid]), REFERENCE: ref[sid]} for sid in SCENARIOS}
-    # the layout replay is 0002's: it proves no tie of the definition
+    # the layout replay is 0004's: it proves no tie of the definition
     if not trial.mutant_variant.judged_as(models.image_rows).own_positions:
         prove_ties([(models, table)], [VARIANT], config, parallel, work)
     return any(trial.killed(sid, table[sid][VARIANT]) for sid in SCENARIOS)
@@ -388,7 +388,7 @@ def _server_stage(
     siblings: tuple[tuple[str, str], ...] = SIBLING_KILLERS,
     family: bool = True,
 ) -> None:
-    """0003's and 0005's mutants: the slot and image checks on the mutant's llama-server (``family``), then
+    """0005's and 0007's mutants: the slot and image checks on the mutant's llama-server (``family``), then
     the sibling drafters' (``siblings``), in order, stopping at the first that notices. A check that errs
     (a server that died, say) notices too."""
     from ..server import run_server_checks

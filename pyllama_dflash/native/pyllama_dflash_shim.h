@@ -99,12 +99,12 @@ PYLLAMA_DFLASH_SHIM_API pyllama_dflash_spec * pyllama_dflash_spec_init(
         const struct pyllama_dflash_spec_params * params);
 PYLLAMA_DFLASH_SHIM_API void    pyllama_dflash_spec_free(pyllama_dflash_spec * spec);
 PYLLAMA_DFLASH_SHIM_API int32_t pyllama_dflash_spec_n_max(const pyllama_dflash_spec * spec);
-/* TRUE where the draft keeps positions of its own, one per row of a sequence (patch 0005's
+/* TRUE where the draft keeps positions of its own, one per row of a sequence (patch 0007's
  * common_speculative_own_positions); FALSE where it keeps the target's, as every libcommon without
  * that query does. */
 PYLLAMA_DFLASH_SHIM_API int32_t pyllama_dflash_spec_own_positions(const pyllama_dflash_spec * spec);
 /* TRUE where those positions count the text rows only, an image's rows left out of the draft's context
- * (0005's common_speculative_own_positions_text: EAGLE3); FALSE otherwise, and in every libcommon
+ * (0007's common_speculative_own_positions_text: EAGLE3); FALSE otherwise, and in every libcommon
  * without that query. */
 PYLLAMA_DFLASH_SHIM_API int32_t pyllama_dflash_spec_own_positions_text(const pyllama_dflash_spec * spec);
 

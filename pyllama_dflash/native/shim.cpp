@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-// patch 0005's queries, weak references: null in a libcommon without them (baseline and the fixes before
-// 0005), whose drafts all keep the target's positions
+// patch 0007's queries, weak references: null in a libcommon without them (baseline and the fixes before
+// 0007), whose drafts all keep the target's positions
 bool common_speculative_own_positions(const common_speculative * spec) __attribute__((weak));
 bool common_speculative_own_positions_text(const common_speculative * spec) __attribute__((weak));
 

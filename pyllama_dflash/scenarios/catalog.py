@@ -179,7 +179,7 @@ def s12(env: Env) -> None:
     # restored and continued. b11434's server saves and restores the target's state alone, so
     # the draft still holds B's rows; the next prompt trims both memories to its common prefix
     # (all of A), which leaves B's first rows under A's positions: nothing fails, but A's drafts
-    # now attend to B. With patch 0003 the draft's state is saved and restored with the slot.
+    # now attend to B. With patch 0005 the draft's state is saved and restored with the slot.
     # The drafts of A's continuation must equal those of A continued without interruption.
     s = env.session()
     s.prompt(0, S12_A, step="A prompt")
@@ -358,16 +358,16 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
     # for the noise block's decode, which attends to it, so its first round may drift in principle;
     # on the tiny models it drafts what the twin drafts (measured: 0 of 5 rounds differ).
     # S12 is llama-server's own: a fix whose server restores the target alone (full) drifts there,
-    # whatever its libcommon does; 0003 (variant slots) saves and restores the draft with the slot
+    # whatever its libcommon does; 0005 (variant slots) saves and restores the draft with the slot
     # (see expectations()). C1: the C++ test's DFlash2 case with images meets a tie broken by the
     # cells' order (its twin laid out as the fix lays the legacy draft out drafts what the legacy
     # draft drafts): TIE, which passes.
     FIX_ROLE: {**{sid: (PASS,) for sid in SCENARIO_IDS}, "C1": (PASS, TIE)},
-    # The definition (0005) drafts what the draft's definition drafts, judged against the definition
+    # The definition (0007) drafts what the draft's definition drafts, judged against the definition
     # reference (every row of the history at 0..N-1, the block at N) in every scenario. S10 and S16
     # begin a round with the draft behind a target-only restore: the restored rows' features exist
     # nowhere, so those rounds may differ, and nothing past them (DRIFT_BEHIND). C1 is the C++ test,
-    # which sees 0005's COMMON_SPECULATIVE_OWN_POSITIONS at compile time and judges the definition
+    # which sees 0007's COMMON_SPECULATIVE_OWN_POSITIONS at compile time and judges the definition
     # against its own definition reference (every row kept as the target decodes it, fed to a second
     # context of the draft at 0..N-1, the block drafted at N), round by round: exact in every round
     # of every drafter, so PASS; no tie shows (the draft and its reference fill their cells in the

@@ -19,7 +19,7 @@ class SessionConfig:
     n_max: int = 3  # draft tokens per round (--spec-draft-n-max)
     n_gpu_layers: int = 0
     # what the variant's llama-server does with POST /slots/N?action=save|restore: b11434 saves and
-    # loads the target's state alone; with patch 0003 the draft's goes with it (see save_slot)
+    # loads the target's state alone; with patch 0005 the draft's goes with it (see save_slot)
     server_saves_draft: bool = False
     # the draft context's own sizes (llama-server: --batch-size-draft and the like); None: the target's
     draft_n_batch: int | None = None
@@ -32,10 +32,10 @@ class SessionConfig:
     n_min: int | None = None
     p_min: float | None = None
     backend_sampling: bool | None = None
-    # the drift oracle's tie check: lay an M-RoPE draft's (the twin's) cells out as patch 0002 lays
+    # the drift oracle's tie check: lay an M-RoPE draft's (the twin's) cells out as patch 0004 lays
     # a legacy draft's out, zero rows in a hole before the rows that follow it, removed right after
     # (_fill_like_the_fix: the twin takes the rows either way, only the cells' order changes), and
-    # zero rows for the noise block of a round that begins behind (_round: as 0002's draft() fills)
+    # zero rows for the noise block of a round that begins behind (_round: as 0004's draft() fills)
     twin_fill_layout: bool = False
     # the drift oracle's reference follows the history a target-only restore leaves: the restored
     # conversation continued from its saved point, without what ran after it. The draft's rows past the

@@ -7,7 +7,7 @@ after an image as it is, so on the unpatched tree it never meets the hole. A fix
 must draft exactly what the twin drafts, round by round; an M-RoPE draft is its own twin, so
 the same comparison says that the fix leaves it as it was. (What the oracle cannot require is the
 KV buffer's layout: the fix's freed fill cells are reused by later rows, so attention can sum in
-another order and a round whose candidates tie to rounding can differ; see patch 0002.)
+another order and a round whose candidates tie to rounding can differ; see patch 0004.)
 
 A run whose calls all succeeded and whose output is exact, but whose drafts differ, is
 ``DRIFT``. A run that is already worse (``DEGRADED``, ``FAIL``, ...) keeps its status; the
@@ -15,9 +15,9 @@ comparison is still reported for a ``DEGRADED`` one.
 
 Ties are proven, not excused: where the drafts differ, the reference is replayed once more with
 the fix's cell layout (``SessionConfig.twin_fill_layout``: zero rows in each hole of the twin
-before the rows after it, removed right after, as patch 0002 does to a legacy draft; and, where a
+before the rows after it, removed right after, as patch 0004 does to a legacy draft; and, where a
 round begins with the draft behind, zero rows in the hole for that round's noise block, removed
-after it, as 0002's draft() does). The twin's
+after it, as 0004's draft() does). The twin's
 cells then hold the same values in the fix's order. Where that replay drafts exactly what the run
 drafted, the difference was a tie broken by the order attention sums in: ``TIE``, counted and
 reported with its round, not a violation. Where it does not, ``DRIFT``.

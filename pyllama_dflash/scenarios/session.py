@@ -45,11 +45,11 @@ class SeqState:
     text_tokens: list[int] = field(default_factory=list)
     # the target's position of each row the target holds (an image: a row per token, all at its
     # pinned position): the sequence's expanded token list, whose length is llama-server's
-    # server_tokens::size() and a row's index its draft position under patch 0005
+    # server_tokens::size() and a row's index its draft position under patch 0007
     rows: list[int] = field(default_factory=list)
     # the target's layer features of each row (the definition reference only)
     features: list[np.ndarray] = field(default_factory=list)
-    # each row's identity (a session-wide counter), and, for a draft with positions of its own (0005),
+    # each row's identity (a session-wide counter), and, for a draft with positions of its own (0007),
     # the identities of the rows the draft holds, in its positions' order: equal while the draft holds
     # the sequence; shorter where a target-only restore left it behind (the restored rows' features
     # exist nowhere)
@@ -177,13 +177,13 @@ class Session:
                 spec_type=m.spec_type,
             )
         )
-        # patch 0005: libcommon says the draft keeps positions of its own, row k of a sequence's
+        # patch 0007: libcommon says the draft keeps positions of its own, row k of a sequence's
         # expanded token list at draft position k; the slot loop then trims and restores the draft by
         # the sequence's row count, as that variant's llama-server does (server_tokens::size()), and
         # a target-only restore is followed by the trim of the next request's common prefix. The
         # definition reference feeds a draft of its own and trims nothing.
         self.own_positions = self.spec.own_positions and not cfg.definition_reference
-        # 0005's EAGLE3 keeps positions of its own over the text rows only (as libcommon answers,
+        # 0007's EAGLE3 keeps positions of its own over the text rows only (as libcommon answers,
         # common_speculative_own_positions_text): an image's rows are not in its context, and its
         # memory of a sequence ends at the sequence's text rows' count, as that variant's llama-server
         # trims it (server_draft_pos)
@@ -361,7 +361,7 @@ class Session:
             self._check_draft_rows(int(s), step)
 
     def _check_draft_rows(self, seq: int, step: str) -> None:
-        """A draft with positions of its own holds the rows it took at 0..N-1 (0005), each once: a failing
+        """A draft with positions of its own holds the rows it took at 0..N-1 (0007), each once: a failing
         check where its memory of seq holds any other set of positions, a gap inside included. A row at
         -1, say, breaks no batch check (llama.cpp skips it for an empty sequence), and a random head may
         draft the same tokens over it."""
@@ -394,7 +394,7 @@ class Session:
 
     def _draft_rows(self, row_ids: Sequence[int]) -> list[int]:
         """Of a sequence's rows (their identities), those a draft with positions of its own holds, in
-        its positions' order: every row, or the text rows only (0005's EAGLE3)."""
+        its positions' order: every row, or the text rows only (0007's EAGLE3)."""
         if self.text_rows_only:
             return [r for r in row_ids if r not in self._image_rows]
         return list(row_ids)
@@ -437,9 +437,9 @@ class Session:
         return drafted
 
     def _fill_like_the_fix(self, batch: api.Batch) -> list[tuple[int, int, int]]:
-        """What patch 0002 does to a legacy draft before it injects a batch, done to an M-RoPE draft
+        """What patch 0004 does to a legacy draft before it injects a batch, done to an M-RoPE draft
         (the twin, which needs none of it): zero rows in the hole between the draft's last position
-        and the batch's first, to be removed right after the batch (0002 keeps them until the batch's
+        and the batch's first, to be removed right after the batch (0004 keeps them until the batch's
         last chunk is injected, so this is its layout). The twin drafts the same either way but for the
         cells' order in the KV buffer (the freed cells are reused by later rows), which is what a tie
         check needs to lay out alike. Only a batch of one sequence is laid out: the fix fills per
@@ -451,7 +451,7 @@ class Session:
         return self._fill_hole(int(seqs[0]), int(batch.pos[0].min()))
 
     def _fill_hole(self, s: int, y: int) -> list[tuple[int, int, int]]:
-        """Zero rows in the draft's positions between its last one and y on sequence s, as 0002's
+        """Zero rows in the draft's positions between its last one and y on sequence s, as 0004's
         prepare_draft() fills a legacy draft: [(s, p0, p1)] to remove afterwards, or [] (no hole)."""
         x = self.draft.pos_max(s)
         if x < 0 or y <= x + 1:
@@ -570,13 +570,13 @@ class Session:
             behind = st.draft_ids != self._draft_rows(st.row_ids)
         else:
             behind = 0 <= self.draft.pos_max(seq) < pos0 - 1
-        # the tie check's twin is filled as 0002's draft() fills a legacy draft that is behind: for
+        # the tie check's twin is filled as 0004's draft() fills a legacy draft that is behind: for
         # the noise block's decode only (its rows attend to the zero rows too), removed right after
         filled = self._fill_hole(seq, pos0) if behind and self.cfg.twin_fill_layout else []
         if self.cfg.definition_reference:
             drafted = self._draft_by_definition(seq, id_last, n_draft, step)
         else:  # trims the noise block like llama-server
-            # 0005: back to where the draft ended (the row count, llama-server's checkpoint n_tokens,
+            # 0007: back to where the draft ended (the row count, llama-server's checkpoint n_tokens,
             # unless a target-only restore left the draft behind)
             trim_at = self.draft.pos_max(seq) + 1 if self.own_positions else None
             drafted = self.spec.draft(seq, id_last, pos0, n_max=n_draft, trim_at=trim_at)
@@ -605,7 +605,7 @@ class Session:
 
     def memory_ends(self, seq: int) -> tuple[int, int]:
         """Where the draft's and the target's memories of seq end (what the fuzzer's invariant watches),
-        the target's in the draft's positions: for a draft with positions of its own (0005), the
+        the target's in the draft's positions: for a draft with positions of its own (0007), the
         index of the sequence's last row."""
         if self.draft is None:
             raise ValueError("memory_ends: a session without the draft has one memory")
@@ -626,7 +626,7 @@ class Session:
         """``POST /slots/N?action=restore`` as the variant's llama-server does it.
 
         b11434 loads the target's state alone: the draft keeps the rows of whatever ran on the
-        slot in between, and the next prompt only trims them to its common prefix. With 0003 the
+        slot in between, and the next prompt only trims them to its common prefix. With 0005 the
         draft's part is loaded too, and a file without one clears the draft's sequence.
         """
         self.ops.append(RestoreSlot(seq, step))
@@ -640,7 +640,7 @@ class Session:
                 self.record.add(Call(step, "draft", "llama_memory_seq_rm", seq, ok))
             else:
                 ok = self.draft.state_seq_set(seq, saved.draft)
-                # 0005's server refuses a draft part that holds another number of rows than its target part
+                # 0007's server refuses a draft part that holds another number of rows than its target part
                 if ok and self.own_positions:
                     ok = self.draft.pos_max(seq) + 1 == len(self._draft_rows(saved.state.row_ids))
                 self.record.add(Call(step, "draft", "llama_state_seq_set_data", seq, ok))
@@ -720,7 +720,7 @@ class Session:
             st = saved
         ok = self.target.seq_rm(seq, pos, -1)
         self.record.add(Call(step, "target", "llama_memory_seq_rm", seq, ok, pos=(pos, -1)))
-        kept = bisect.bisect_left(st.rows, pos)  # the rows below pos: the draft's end under 0005
+        kept = bisect.bisect_left(st.rows, pos)  # the rows below pos: the draft's end under 0007
         if self.draft is not None:
             end = len(self._draft_rows(st.row_ids[:kept])) if self.own_positions else pos
             ok = self.draft.seq_rm(seq, end, -1)

@@ -7,7 +7,7 @@ which is what the image hole breaks. `mrope=True` adds degenerate sections
 control case). `swa=N` adds b11434's optional interleaved sliding window
 (`dflash.attention.sliding_window` + `dflash.attention.sliding_window_pattern`,
 one bool per draft layer, all True here). `image_rows=True` adds the key that marks a draft trained
-with the target's image rows in its context (IMAGE_ROWS_KEY): patch 0006 then gives it every row at
+with the target's image rows in its context (IMAGE_ROWS_KEY): patch 0008 then gives it every row at
 positions of its own, and any other draft what a draft trained on text was trained for.
 
 No token_embd/output: the draft borrows them from the target via `ctx_other`, except a draft

@@ -45,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
         "--trained-with-image-rows",
         action="store_true",
         help=f"the draft was trained with the target's image rows in its context (e.g. a SpecForge multimodal "
-        f"DFlash draft): also write {IMAGE_ROWS_KEY} = true, so that patch 0006 serves it every row, image "
+        f"DFlash draft): also write {IMAGE_ROWS_KEY} = true, so that patch 0008 serves it every row, image "
         "rows included, at positions of its own",
     )
     return p

@@ -3,13 +3,13 @@
 The checks live in this package's modules, by theme: :mod:`.requests` (one request, exactness,
 conversations), :mod:`.slots` (slot save and restore), :mod:`.faults` (damaged slot files, a save that fails or is
 killed), :mod:`.drafting` (the drift oracle through
-the server, and how llama-server picks and runs the drafter), :mod:`.definition` (0005's draft after an image
+the server, and how llama-server picks and runs the drafter), :mod:`.definition` (0007's draft after an image
 against a fresh server's first round) and :mod:`.siblings` (MTP and EAGLE3).
 
 A check is a function of a :class:`~.run.Ctx` returning a :class:`~.expect.Result`, registered
 once with ``@check(name, baseline=..., fix=...)``: its expectation per kind of variant
 (llamabuild.variants: ``baseline``, the seed's zero-fill ``seed``, a ``fix``, ``slots``, a fix
-whose llama-server saves the draft with a slot, and ``definition``, patch 0005 on top of slots; a
+whose llama-server saves the draft with a slot, and ``definition``, patch 0007 on top of slots; a
 kind not given takes the fix's, or for ``definition`` slots'). Adding a check
 is adding one such function to one of them (docs/server.md says how). ``run.run_server_checks``
 runs them, in the order they are registered.
@@ -32,7 +32,7 @@ from ..drafts import LOGS_NO_DRAFTS
 from ..expect import Expect, Result
 from ..server_process import Response, ServerProcess
 
-# the kinds a check's expectations name; a definition variant (0005, on top of 0003) takes slots' expectations
+# the kinds a check's expectations name; a definition variant (0007, on top of 0005) takes slots' expectations
 # where it has none of its own
 BASELINE, SEED, FIX, SLOTS, DEFINITION = "baseline", "seed", "fix", "slots", "definition"
 
@@ -91,7 +91,7 @@ def _kind(v: Variant | None) -> str:
 
 
 def keeps_own_positions(ctx) -> bool:
-    """Whether the check's draft keeps positions of its own on its variant (0005): every drafter but MTP,
+    """Whether the check's draft keeps positions of its own on its variant (0007): every drafter but MTP,
     which drafts in the target's context at the target's positions on every libcommon."""
     v = ctx.variant
     return v is not None and v.own_positions and not getattr(ctx.models, "target_head", False)

@@ -1,7 +1,7 @@
 """The draft as its definition has it, through llama-server: every drafting round of a conversation with an
 image against the draft's first round on a fresh server given the conversation so far as one request.
 
-**The reference, and why it is exact.** Under patch 0005 (``definition``) the draft's context for a round
+**The reference, and why it is exact.** Under patch 0007 (``definition``) the draft's context for a round
 is the target's features of every row of the sequence so far, image rows included, at draft positions
 ``0..N-1``, and the noise block ``[id_last, mask...]`` at ``N``. A fresh llama-server of the same variant
 given those ``N`` rows as one new request (``cache_prompt`` off, ``--ctx-checkpoints 0``) drafts exactly
@@ -34,13 +34,13 @@ position agrees when it proposes the same token and its three largest probabilit
 by at most the log's last digit (:func:`positions_agree`); where the reference's top two are that close,
 the proposed token is a tie and not compared (counted in ``ties``), as the matrix excludes ties it
 cannot prove. A draft left with rows too many or too few is told apart all the same: the mutants of
-0005's trims after an image (``mutate --fix definition``) fail here.
+0007's trims after an image (``mutate --fix definition``) fail here.
 
 The library's definition reference (``SessionConfig.definition_reference``) computes the same drafts
 through the API, but from features of the library's own decode batches, which are not the server's: the
 server's own prefill is the reference that needs no model of the server's batching.
 
-On a variant without 0005 (its draft at the target's positions, the image's rows skipped) the same
+On a variant without 0007 (its draft at the target's positions, the image's rows skipped) the same
 comparison says whether a conversation's rounds draft what a fresh request of that variant drafts for the
 same history: measured, and written down per variant below.
 """
@@ -248,8 +248,8 @@ def _same_drafts(ctx, e: Expect, verdict: dict | None) -> bool | None:
 @check(
     "drafts_vs_definition",
     baseline=Expect(500, "any"),
-    # without 0005 the reference is not the variant's semantics (its draft skips the image's rows), so the
-    # rounds are measured, not judged (docs/server.md has what they show: 0002's fill and removal leave the
+    # without 0007 the reference is not the variant's semantics (its draft skips the image's rows), so the
+    # rounds are measured, not judged (docs/server.md has what they show: 0004's fill and removal leave the
     # draft's cells in another order, so probabilities may differ in their last digits)
     fix=Expect(200, "every", cached=True),
     definition=Expect(200, "every", cached=True, same_drafts=True),
@@ -300,7 +300,7 @@ def image_conversation_rounds(ctx, name: str) -> Result:
     baseline=Expect(500, "any"),
     # b11434's restore loads the target alone: the draft keeps B's rows and drafts otherwise (all 6 rounds)
     fix=Expect(200, "every", same_tokens=True, cached=True, same_drafts=False, draft_part=False),
-    # 0003 restores the draft too; its rounds are the twin's, not the definition's (measured, not judged: as
+    # 0005 restores the draft too; its rounds are the twin's, not the definition's (measured, not judged: as
     # in drafts_vs_definition, the last digits of some probabilities)
     slots=Expect(200, "every", same_tokens=True, cached=True, draft_part=True),
     definition=Expect(200, "every", same_tokens=True, cached=True, same_drafts=True, draft_part=True),
@@ -369,7 +369,7 @@ NGRAM_DRAFT = 8  # the n-gram drafter's draft: longer than the target's rollback
 @check(
     "spec_checkpoint_image",
     baseline=Expect(500, "any"),
-    fix=Expect(200, "every", same_tokens=True),  # the rounds are measured (agree), not judged, without 0005
+    fix=Expect(200, "every", same_tokens=True),  # the rounds are measured (agree), not judged, without 0007
     definition=Expect(200, "every", same_tokens=True, same_drafts=True),
 )
 def spec_checkpoint_image(ctx) -> Result:

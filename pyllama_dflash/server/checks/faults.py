@@ -1,9 +1,9 @@
 """Faults of slot files, through the real server: each ends in an exact continuation, or in a clean
 error and an empty slot, and the server stays up.
 
-Patch 0003 binds a slot file's draft part to its target part (the draft part is saved with the
+Patch 0005 binds a slot file's draft part to its target part (the draft part is saved with the
 target part's tokens, and a restore compares them) and writes both parts whole under temporary
-names before renaming them into place. Without 0003 a server writes no draft part: the faults of one
+names before renaming them into place. Without 0005 a server writes no draft part: the faults of one
 are no faults to it, and its continuations are exact (b11434's behaviour, the reference).
 """
 
@@ -102,7 +102,7 @@ def _two_saved_one_tampered(
         saves = [_save(srv, "a.bin")]
         rb = srv.completion(b, n_predict=bodies.N_PREDICT)
         saves.append(_save(srv, "b.bin"))
-        parts = [_draft_count(folder / f"{x}.bin.draft") for x in "ab"]  # None without 0003: no draft part
+        parts = [_draft_count(folder / f"{x}.bin.draft") for x in "ab"]  # None without 0005: no draft part
         tamper(folder)
         other = srv.completion(srv.tokenize(OTHER), n_predict=bodies.N_PREDICT)
         restore = _restore(srv, "a.bin")
@@ -153,21 +153,21 @@ def _swapped_parts(ctx, name: str, *, same_length: bool) -> Result:
 def restore_swapped_parts(ctx) -> Result:
     """Save conversation A (short) as a.bin and B (long) as b.bin, copy b.bin over a.bin (B's target part
     beside A's draft part: what a copy without its sibling, or a crash between a save's two renames,
-    leaves), run something else, restore a.bin and continue B. With 0003 the restore is refused."""
+    leaves), run something else, restore a.bin and continue B. With 0005 the restore is refused."""
     return _swapped_parts(ctx, "restore_swapped_parts", same_length=False)
 
 
 @check("restore_swapped_parts_same_length", **_EXACT_OR_REFUSED)
 def restore_swapped_parts_same_length(ctx) -> Result:
     """restore_swapped_parts with two conversations of the same token count: A's draft part has as many
-    tokens as B's target part, but A's. With 0003 the restore is refused all the same: the binding compares
+    tokens as B's target part, but A's. With 0005 the restore is refused all the same: the binding compares
     the tokens, not only their count (a binding that compared counts alone is caught only by parts of
     one length)."""
     return _swapped_parts(ctx, "restore_swapped_parts_same_length", same_length=True)
 
 
 def _draft_state(part: bytes) -> bytes:
-    """The state section of a draft part (0003's framing: magic, version, n_tokens as u32, the tokens, then
+    """The state section of a draft part (0005's framing: magic, version, n_tokens as u32, the tokens, then
     the state's length as u64 and the state)."""
     n_tokens = int.from_bytes(part[8:12], "little")
     return part[12 + 4 * n_tokens :]
@@ -178,16 +178,16 @@ def _draft_prefix(part: bytes) -> bytes:
 
 
 def _draft_count(path: Path) -> int | None:
-    """The token count a draft part's header gives (0003's framing), or None where there is no draft part."""
+    """The token count a draft part's header gives (0005's framing), or None where there is no draft part."""
     return int.from_bytes(path.read_bytes()[8:12], "little") if path.is_file() else None
 
 
 @check("restore_draft_runs_past", **_EXACT_OR_REFUSED)
 def restore_draft_runs_past(ctx) -> Result:
     """A forged draft part: A's header and tokens (so the binding holds) in front of B's longer draft state.
-    0003 refuses a draft that comes back past its target, whatever the tokens say, and 0005 one that holds
+    0005 refuses a draft that comes back past its target, whatever the tokens say, and 0007 one that holds
     another row count than its target part's tokens; the refusal must name what it found (B's rows, A's
-    tokens). Without 0003 there is no draft part to forge."""
+    tokens). Without 0005 there is no draft part to forge."""
 
     def forge(folder: Path) -> None:
         part_a, part_b = folder / "a.bin.draft", folder / "b.bin.draft"
@@ -200,10 +200,10 @@ def restore_draft_runs_past(ctx) -> Result:
 
 
 def _names_the_counts(ctx, restore, saved: list[int | None]) -> bool:
-    """A refused restore of the forged part says what it found. A draft with positions of its own (0005)
+    """A refused restore of the forged part says what it found. A draft with positions of its own (0007)
     holds one row per token, so the refusal counts them: B's rows (B's saved tokens, text only) against
-    A's target part (A's); a draft at the target's positions (MTP's on 0005 too) says it runs past.
-    Without 0003 there is nothing to refuse, and nothing to say."""
+    A's target part (A's); a draft at the target's positions (MTP's on 0007 too) says it runs past.
+    Without 0005 there is nothing to refuse, and nothing to say."""
     v = ctx.variant
     if restore.ok or v is None or not v.saves_draft:
         return True
@@ -236,7 +236,7 @@ def _truncations(data: bytes) -> list[tuple[str, bytes]]:
 
 
 def _reason(damage: str, size: int) -> str | None:
-    """What 0003's restore must say of a damage of _truncations (None: not asked)."""
+    """What 0005's restore must say of a damage of _truncations (None: not asked)."""
     return {
         f"cut at 0 of {size} bytes": "too short",
         f"cut at 8 of {size} bytes": "too short",
@@ -250,7 +250,7 @@ def _reason(damage: str, size: int) -> str | None:
 @check("restore_damaged_draft_part", **_EXACT_OR_REFUSED)
 def restore_damaged_draft_part(ctx) -> Result:
     """Save a conversation, run another, damage the draft part (cut at several points, random bytes), restore
-    and continue, once per damage. With 0003 each restore is refused and the next request finds the slot
+    and continue, once per damage. With 0005 each restore is refused and the next request finds the slot
     empty; without it there is no draft part to damage."""
     srv, folder = _session(ctx, "restore_damaged_draft_part")
     part = folder / "a.bin.draft"
@@ -337,7 +337,7 @@ def _file_size_limit(cut: str) -> _Blocker:
     measured by saving the same state under another name first: half the draft part's size, or between
     the draft part's size and the target part's, so that the draft part is written whole and the target
     part is not. The write fails partway (EFBIG: the server runs with SIGXFSZ ignored), leaving a
-    half-written temporary file for the save to remove. Without a draft part (no 0003), half the target
+    half-written temporary file for the save to remove. Without a draft part (no 0005), half the target
     part's size either way."""
     before: list[int] = []  # the soft limit to put back
 
@@ -406,10 +406,10 @@ def _fresh_save(directory: str) -> tuple[Callable[[object, Path], None], list[Re
 
 
 def _judged_blocked(ctx, name: str, r: _BlockedSave, *, refused_well: bool, accepted: bool, **details) -> Result:
-    """With 0003 (the server writes a draft part) the blocked save must be refused well and the first save
-    restore, else ``accepted`` must hold (what the check asks of a server without 0003); the continuation
+    """With 0005 (the server writes a draft part) the blocked save must be refused well and the first save
+    restore, else ``accepted`` must hold (what the check asks of a server without 0005); the continuation
     is exact either way."""
-    writes_draft = bool(ctx.variant and ctx.variant.saves_draft)  # 0003: the server writes a draft part
+    writes_draft = bool(ctx.variant and ctx.variant.saves_draft)  # 0005: the server writes a draft part
     cache_n = r.last.timings.get("cache_n")
     seen = Seen(
         [r.first, r.more, r.other, r.last],
@@ -430,7 +430,7 @@ def _judged_blocked(ctx, name: str, r: _BlockedSave, *, refused_well: bool, acce
 
 @check(
     "save_draft_part_unwritable",
-    # without 0003 the second save succeeds and the file holds the longer state, which the continuation
+    # without 0005 the second save succeeds and the file holds the longer state, which the continuation
     # does not extend (a hybrid target cannot trim back): exact, but not served from the slot
     fix=Expect(200, "every", same_tokens=True),
     slots=Expect(200, "every", same_tokens=True, cached=True),
@@ -439,7 +439,7 @@ def save_draft_part_unwritable(ctx) -> Result:
     """A save whose draft part cannot be written (a directory stands at ``<file>.draft.tmp``) fails with an
     error that names the draft part, leaves the previous pair as it was and restorable, and leaves no
     temporary file; a directory at ``<file>.draft`` itself fails the same way on a fresh name. Without
-    0003 the server writes no draft part, and both saves succeed."""
+    0005 the server writes no draft part, and both saves succeed."""
     fresh_save, fresh = _fresh_save("fresh.bin.draft")
     r = _save_blocked(ctx, "save_draft_part_unwritable", "e.bin", _directory_at("e.bin.draft.tmp"), fresh_save)
     (fresh_r,) = fresh
@@ -467,7 +467,7 @@ def save_draft_part_unwritable(ctx) -> Result:
 
 @check(
     "save_target_part_unwritable",
-    # without 0003 the server writes the file itself, not a temporary one, and the save succeeds (see
+    # without 0005 the server writes the file itself, not a temporary one, and the save succeeds (see
     # save_draft_part_unwritable for what the continuation then finds)
     fix=Expect(200, "every", same_tokens=True),
     slots=Expect(200, "every", same_tokens=True, cached=True),
@@ -476,7 +476,7 @@ def save_target_part_unwritable(ctx) -> Result:
     """A save whose target part cannot be written (a directory stands at ``<file>.tmp``) fails with an
     error that names the target part, not the draft's, leaves the previous pair as it was and
     restorable, and leaves no temporary file; a directory at ``<file>`` itself, on a fresh name, fails
-    the target part's rename, which names it and removes the written temporary target part. Without 0003
+    the target part's rename, which names it and removes the written temporary target part. Without 0005
     the server writes no temporary file, and the save succeeds."""
     fresh_save, fresh = _fresh_save("fresh.bin")
     r = _save_blocked(ctx, "save_target_part_unwritable", "t.bin", _directory_at("t.bin.tmp"), fresh_save)
@@ -502,7 +502,7 @@ def save_target_part_unwritable(ctx) -> Result:
 
 @check(
     "save_draft_part_short_write",
-    # without 0003 there is no draft part: the limit cuts the file itself short (see the target's check)
+    # without 0005 there is no draft part: the limit cuts the file itself short (see the target's check)
     fix=Expect(200, "every", same_tokens=True),
     slots=Expect(200, "every", same_tokens=True, cached=True),
 )
@@ -515,7 +515,7 @@ def save_draft_part_short_write(ctx) -> Result:
 
 @check(
     "save_small_draft_part_short_write",
-    fix=Expect(200, "every"),  # without 0003: no draft part, the file itself cut short; the server goes on
+    fix=Expect(200, "every"),  # without 0005: no draft part, the file itself cut short; the server goes on
     slots=Expect(200, "every"),
 )
 def save_small_draft_part_short_write(ctx) -> Result:
@@ -547,7 +547,7 @@ def save_small_draft_part_short_write(ctx) -> Result:
 
 @check(
     "save_target_part_short_write",
-    # without 0003 the server writes the file itself: the limit cuts it short, the save fails, and the
+    # without 0005 the server writes the file itself: the limit cuts it short, the save fails, and the
     # first save's file is gone (a half-written one in its place); the continuation is exact all the same
     fix=Expect(200, "every", same_tokens=True),
     slots=Expect(200, "every", same_tokens=True, cached=True),
@@ -555,13 +555,13 @@ def save_small_draft_part_short_write(ctx) -> Result:
 def save_target_part_short_write(ctx) -> Result:
     """A save whose target part's write fails partway (a file-size limit on the server: the draft part fits,
     the target part does not) fails, leaves the previous pair as it was and restorable, and removes the
-    half-written temporary target part (the draft part's twin of save_draft_part_short_write). Without 0003
+    half-written temporary target part (the draft part's twin of save_draft_part_short_write). Without 0005
     b11434 writes the file in place: the failed save destroys the previous one, and its restore fails."""
     return _short_write(ctx, "save_target_part_short_write", "w.bin", "target", "Unable to save slot")
 
 
 def _short_write(ctx, name: str, filename: str, cut: str, message: str) -> Result:
-    """The two short-write checks: with 0003, the save refused with ``message`` and the previous pair kept
+    """The two short-write checks: with 0005, the save refused with ``message`` and the previous pair kept
     and restored; without it, only an exact continuation and a live server."""
     r = _save_blocked(ctx, name, filename, _file_size_limit(cut))
     refused_well = (
@@ -575,7 +575,7 @@ def _short_write(ctx, name: str, filename: str, cut: str, message: str) -> Resul
         name,
         r,
         refused_well=refused_well,
-        accepted=r.facts["server_alive"],  # without 0003 nothing is promised of the file, only a live server
+        accepted=r.facts["server_alive"],  # without 0005 nothing is promised of the file, only a live server
         restore=[r.restore.status, r.restore.error_message or None],
     )
 
@@ -650,9 +650,9 @@ def save_killed(ctx, rounds: int = 3) -> Result:
     slots=Expect(200, "every", same_tokens=True, same_drafts=True),
 )
 def restore_clears_without_draft_part(ctx) -> Result:
-    """0003's promise: a slot file without a draft part clears the draft's sequence. Conversation A is saved,
-    its draft part removed, B runs on the slot, A is restored and continued: with 0003 its drafts must equal
-    those of the same restore on a fresh server, where the draft had nothing to keep. Without 0003 the
+    """0005's promise: a slot file without a draft part clears the draft's sequence. Conversation A is saved,
+    its draft part removed, B runs on the slot, A is restored and continued: with 0005 its drafts must equal
+    those of the same restore on a fresh server, where the draft had nothing to keep. Without 0005 the
     draft keeps B's rows (not judged: that is restore_drafts' finding)."""
     runs = {}
     for label, between in (("after_b", True), ("fresh", False)):
@@ -700,7 +700,7 @@ def _rounds(ctx, log: Path, since: int, last) -> list[list[int]] | None:
 
 @check("save_without_draft_removes_stale_part", fix=Expect(200, "every"))
 def save_without_draft_removes_stale_part(ctx) -> Result:
-    """0003's promise: a server without a draft that saves over a slot file removes the draft part an
+    """0005's promise: a server without a draft that saves over a slot file removes the draft part an
     earlier save left under that name, so a restore never pairs it with the new target part."""
     srv, folder = _session(ctx, "stale_part_with_draft")
     with srv:

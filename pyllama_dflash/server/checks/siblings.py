@@ -87,8 +87,8 @@ def mtp_image_turns(ctx) -> Result:
 
 
 # EAGLE3 skips embedding batches too, and its draft is never M-RoPE (b11434 gives eagle3 the plain rope
-# and reads no rope sections): up to 0003 it holds its rows at the target's positions, so the text after
-# an image is refused (Y = X + 1) and the image request answers 500 (measured). 0005 gives it positions
+# and reads no rope sections): up to 0005 it holds its rows at the target's positions, so the text after
+# an image is refused (Y = X + 1) and the image request answers 500 (measured). 0007 gives it positions
 # of its own over the text rows, trimmed and restored by the text rows' count: every request answers
 # 200 with the target's own tokens.
 @check(
@@ -104,7 +104,7 @@ def eagle3_image_turns(ctx) -> Result:
 
 
 # MTP keeps its rows at the target's positions (it has no positions of its own), so every trim of its
-# memory is at the target's position: after drafting (the noise block of 0005's server_draft_pos) and after
+# memory is at the target's position: after drafting (the noise block of 0007's server_draft_pos) and after
 # each verification. Measured on every variant: the first two requests draft, round for round, what a fresh
 # server drafts for the same history; the third, which goes back to a context checkpoint, does not, on
 # baseline too (the cause is not established: MTP keeps a pending hidden row per sequence, which the
@@ -145,8 +145,8 @@ def mtp_drafts_vs_fresh(ctx) -> Result:
     )
 
 
-# what an EAGLE3 check that judges the rounds after an image expects: up to 0003 the image request answers 500
-# (eagle3_image_turns), so there is nothing to compare; on 0005 every round drafts what the reference drafts
+# what an EAGLE3 check that judges the rounds after an image expects: up to 0005 the image request answers 500
+# (eagle3_image_turns), so there is nothing to compare; on 0007 every round drafts what the reference drafts
 EAGLE3_JUDGED_AFTER_AN_IMAGE = {
     "baseline": Expect(500, "any"),
     "fix": Expect(500, "any"),
@@ -154,10 +154,10 @@ EAGLE3_JUDGED_AFTER_AN_IMAGE = {
 }
 
 
-# 0005's EAGLE3 rows are the text rows at positions of its own, trimmed and restored by the text rows' count:
+# 0007's EAGLE3 rows are the text rows at positions of its own, trimmed and restored by the text rows' count:
 # a fresh server given the conversation so far as one request holds the same rows at the same positions when
 # it drafts its first round (definition.py's reference, which rests on no trim of llama-server's). It drafts
-# the same only since 0005 decodes the row its bridge writes from a copy of that row's g: b11434 decoded it with
+# the same only since 0001 decodes the row its bridge writes from a copy of that row's g: b11434 decoded it with
 # the next row's, so a history split otherwise into passes (a context checkpoint, a second turn) drafted
 # otherwise, text only too (docs/fix.md has the measurements).
 @check(
@@ -174,12 +174,12 @@ def eagle3_drafts_vs_fresh(ctx) -> Result:
 # b11434's EAGLE3 bridge (the row process() writes again from the next batch's first token) hands the batch a
 # view of the pending row's g and overwrites that g before the decode: the row is decoded with the next row's g.
 # So a prompt decoded in two passes (a context checkpoint before its last tokens) drafts otherwise than the same
-# prompt in one pass, without any image. 0005 decodes the row from a copy.
+# prompt in one pass, without any image. 0001, which every variant after baseline carries, decodes it from a copy.
 @check(
     "eagle3_prompt_split",
     sibling="eagle3",
-    fix=Expect(200, "every", same_drafts=False),  # baseline's too: 0001-0003 leave EAGLE3 as b11434 has it
-    definition=Expect(200, "every", same_drafts=True),
+    baseline=Expect(200, "every", same_drafts=False),
+    fix=Expect(200, "every", same_drafts=True),
 )
 def eagle3_prompt_split(ctx) -> Result:
     """draft-eagle3 on a text prompt, one request on a server without context checkpoints (one pass) and one
@@ -203,10 +203,10 @@ def eagle3_prompt_split(ctx) -> Result:
     return judged(ctx.expect("eagle3_prompt_split"), seen, first_round=rounds, two_passes=split, **facts)
 
 
-# Where a slot restore or a prompt-cache load gives the slot another conversation's rows, 0005 forgets what
+# Where a slot restore or a prompt-cache load gives the slot another conversation's rows, 0007 forgets what
 # EAGLE3 keeps of the sequence besides its memory (the pending row and its g: common_speculative_set_state
 # with no data), since it belongs to the conversation before. Neither the slot file nor the prompt cache
-# carries that g, so the loaded last row keeps the pair it was saved with, and 0005 is exact after a load
+# carries that g, so the loaded last row keeps the pair it was saved with, and 0007 is exact after a load
 # only where that pair's token is the next row's. These checks make that case: A's request stops at its
 # first sampled token (its last row is then saved with its own token, process()'s pair), B, on the slot
 # in between, has as many text rows but ends with another token (so B's pending row is live at A's last row

@@ -160,7 +160,7 @@ def _restore(ctx, name: str, damage: Literal["none", "remove", "corrupt"]) -> Re
 
 # b11434's restore loads the target alone: the continuation's drafts attend to B (a text conversation
 # longer than A, so the draft is ahead and the server's trim lines it up). The libcommon patches
-# cannot help; with 0003 the slot file carries the draft, and A drafts as if never left.
+# cannot help; with 0005 the slot file carries the draft, and A drafts as if never left.
 _RESTORE_TARGET_ONLY = Expect(200, "every", same_tokens=True, cached=True, same_drafts=False, draft_part=False)
 
 
@@ -191,5 +191,5 @@ def restore_no_draft_part(ctx) -> Result:
     slots=Expect(200, "every", same_tokens=True, restore=400, empty_after_restore=True, draft_part=True),
 )
 def restore_corrupt_draft_part(ctx) -> Result:
-    """Garbage in the draft part: with 0003 the restore is refused and the slot left empty."""
+    """Garbage in the draft part: with 0005 the restore is refused and the slot left empty."""
     return _restore(ctx, "restore_corrupt_draft_part", "corrupt")
