@@ -400,6 +400,9 @@ def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
 def test_bad_inputs_write_nothing_outside_the_cache(
     variants, pristine: Path, models: tiny.TinyModels, bad: dict[str, Path], tmp_path: Path
 ) -> None:
+    """Each command given bad input fails with its message, and the checkout, HOME, the working folder,
+    TMPDIR and an empty cache are left as they were: in one piece because one snapshot before and after
+    brackets every command, where parts would each copy the checkout and write the models again."""
     # A copy of the checkout runs the commands: this tree is shared and edited while tests run,
     # so a before/after snapshot of it would not say who wrote what; the copy's does.
     checkout = tmp_path / "checkout"

@@ -217,7 +217,8 @@ REASON = "in one piece because"
 
 
 def _functions():
-    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+    """Every function of the package and of the tests."""
+    for path in sorted([*PACKAGE_DIR.rglob("*.py"), *(PACKAGE_DIR.parent / "tests").glob("*.py")]):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 where = f"{path.relative_to(PACKAGE_DIR.parent)}:{node.lineno} {node.name}"
@@ -226,7 +227,7 @@ def _functions():
 
 def test_no_function_is_too_long_to_read():
     """A function over 80 lines is split by idea (parse, run, verdict, report); one over 60 says in its
-    docstring why it is not ("... in one piece because ...")."""
+    docstring why it is not ("... in one piece because ..."). The tests too."""
     found = list(_functions())
     assert len(found) > 500, len(found)  # the walk saw the package
     too_long = sorted(f"{where}: {n} lines" for where, n, _ in found if n > MAX_LINES)
