@@ -87,12 +87,19 @@ def test_the_project_series_names_zero_fill_first():
     assert [series.role(v) for v in series.variants[1:]] == ["seed", "fix", "fix", "definition", "as-trained"]
     # 0001 (EAGLE3's bridge) is a fix of libcommon every variant after it carries, with no column of its own;
     # the fix lives in libcommon's driver; 0005 saves the draft with llama-server's slots; 0007 (the
-    # definition) changes both, and the header libcommon's callers read; 0008 (each draft as trained)
+    # definition) changes both, the header libcommon's callers read, and the prompt cache's entries (which
+    # carry the drafter's state with it); 0008 (each draft as trained)
     # changes libcommon and its header only: llama-server asks the drafter which positions it keeps
     assert [(p.variant, p.touched) for p in series.own][:1] == [(CARRIED, ["common/speculative.cpp"])]
     assert [p.touched for p in series.own] == [["common/speculative.cpp"]] * 3 + [
         ["tools/server/server-context.cpp"],
-        ["common/speculative.cpp", "common/speculative.h", "tools/server/server-context.cpp"],
+        [
+            "common/speculative.cpp",
+            "common/speculative.h",
+            "tools/server/server-context.cpp",
+            "tools/server/server-task.cpp",
+            "tools/server/server-task.h",
+        ],
         ["common/speculative.cpp", "common/speculative.h"],
     ]
     assert all(series.prefix(v)[0] == series.own[0] for v in series.variants[1:])

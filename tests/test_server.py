@@ -221,6 +221,14 @@ def test_a_corrupt_draft_part_leaves_an_empty_slot_and_a_missing_one_clears_the_
     assert missing["status"] == [200] * 5 and missing["cache_n_after_restore"], _explain(missing)
 
 
+def test_a_version_1_draft_part_still_restores_and_the_log_says_what_it_lacks(checks):
+    """0005's draft part is format version 2 (it carries the drafter's state); a part written as version 1
+    restores, the DFlash draft drafting as A never interrupted, and the log names what the part lacks."""
+    r = checks["slots"]["restore_version_1_draft_part"]
+    assert r["status"] == [200] * 5 and r["same_drafts"] is True and r["draft_part"] is True, _explain(r)
+    assert r["ok"] and r["same_tokens_as_no_draft"] is True
+
+
 def test_a_draft_part_of_another_conversation_of_the_same_length_is_refused(variants, models, tmp_path):
     """Issue 31: B's target part beside A's draft part, both of the same token count. 0005 (and 0007 on top
     of it) compares the tokens, not only their count: the restore is refused and names the mismatch."""

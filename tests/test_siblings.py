@@ -184,3 +184,16 @@ def test_eagle3_drafts_as_a_fresh_server_does_after_another_conversation_was_loa
     b = run_server_checks(variants["baseline"], m, checks=[name], work_dir=tmp_path)[name]
     assert b["ok"] and b["status"][0] == 500, b
     assert name in SIBLINGS_CHECKS["eagle3"]
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("name", ["eagle3_restore_image_drafts", "eagle3_prompt_cache_image_drafts"])
+def test_eagle3_drafts_as_a_fresh_server_does_after_its_own_conversation_was_loaded(variants, name, tmp_path):
+    """A conversation with an image brought back into its slot (a slot file, the prompt cache) and continued
+    with new text, so that its last row must be written again from its own g: the slot file's draft part
+    (format version 2) and the prompt-cache entry carry EAGLE3's pending row, and every round of the
+    continuation drafts what a fresh server drafts for the same history."""
+    m = sibling_models("eagle3", tmp_path / "models")
+    r = run_server_checks(variants[DEFINED], m, checks=[name], work_dir=tmp_path)[name]
+    assert r["ok"] and r["definition"]["same"] is True and len(r["definition"]["rounds"]) >= 6, r
+    assert name in SIBLINGS_CHECKS["eagle3"]

@@ -51,8 +51,8 @@ def _selection_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--limit", type=int, help="try at most this many mutants (of the slice, with --shard)")
     ap.add_argument(
         "--files",
-        default=",".join(MUTATED_FILES),
-        help="comma-separated files whose added lines are mutated (default: %(default)s)",
+        help=f"comma-separated files whose added lines are mutated (default: those of {', '.join(MUTATED_FILES)} "
+        "the variant changes)",
     )
     ap.add_argument(
         "--every",

@@ -26,6 +26,7 @@ from ..llamabuild.patchset import (
 )
 from ..paths import default_patches_dir
 from .operators import Mutant, mutants
+from .runner import MUTATED_FILES
 
 # the roles of the fixes mutate judges (the seed's zero-fill is shown, not fixed)
 MUTATED_ROLES = (FIX_ROLE, DEFINITION_ROLE, AS_TRAINED_ROLE)
@@ -60,7 +61,8 @@ def plan(args: argparse.Namespace) -> Plan:
     read = tree_reader(pristine)
     fixed = apply_series(read, series.prefix(fix))
     own = {rel: fixed[rel] for p in series.prefix(fix) if p.variant != EVERY for rel in p.touched}
-    files = [f.strip() for f in args.files.split(",") if f.strip()]
+    given = [f.strip() for f in args.files.split(",") if f.strip()] if args.files else None
+    files = given if given is not None else [f for f in MUTATED_FILES if f in own]
     missing = [f for f in files if f not in own]
     if missing:
         raise UsageError(f"variant {fix!r} does not change {', '.join(missing)}")

@@ -84,9 +84,10 @@ RULES_TESTS = {
 }
 
 KILLED, SURVIVED, STILLBORN, EQUIVALENT = "killed", "survived", "stillborn", "equivalent"
-SERVER_FILE = "tools/server/server-context.cpp"
-# the files whose added lines are mutated: libcommon's (patches 0001, 0003, 0004) and llama-server's (0005)
-MUTATED_FILES = ("common/speculative.cpp", SERVER_FILE)
+# llama-server's files the series changes: its slots (0005, 0007) and its prompt cache's entries (0007)
+SERVER_FILES = ("tools/server/server-context.cpp", "tools/server/server-task.cpp")
+# the files whose added lines are mutated: libcommon's (patches 0001, 0003, 0004, 0007, 0008) and llama-server's
+MUTATED_FILES = ("common/speculative.cpp", *SERVER_FILES)
 # the server checks that hold 0005's and 0007's promises: what kills a mutant of their lines
 SERVER_KILLERS = (
     "slot_restore",
@@ -104,6 +105,7 @@ SERVER_KILLERS = (
     "save_small_draft_part_short_write",  # a part the stream buffers whole: only the close can fail
     "restore_clears_without_draft_part",
     "save_without_draft_removes_stale_part",
+    "restore_version_1_draft_part",  # the older format (no drafter state) still restores
     # 0007 trims by the row count where an image made it differ from the target's position: the checks
     # whose conversations hold an image (a prefix reused, the prompt cache, parallel slots)
     "exact_image",
@@ -129,6 +131,8 @@ SIBLING_KILLERS = (
     ("eagle3", "eagle3_prompt_split"),  # its bridge decoded from a copy of the row's g
     ("eagle3", "eagle3_slot_restore_drafts"),  # its pending row forgotten by a slot restore
     ("eagle3", "eagle3_prompt_cache_drafts"),  # and by a prompt-cache load
+    ("eagle3", "eagle3_restore_image_drafts"),  # its pending row carried by a slot file's draft part
+    ("eagle3", "eagle3_prompt_cache_image_drafts"),  # and by a prompt-cache entry
 )
 
 
@@ -226,7 +230,7 @@ def try_mutant(
     t1, built_s = time.monotonic(), out.build_s
     trial = _Trial(out, variant(VARIANT, series_dir))
     try:
-        if mutant.path == SERVER_FILE:
+        if mutant.path in SERVER_FILES:
             _server_stage(out, manifest, models, series_dir, work / mutant.id)
             return out
         # the test takes a tenth of a second; a mutant that loops forever is killed here, in a minute
@@ -253,7 +257,7 @@ def _build(out: Outcome, mutant: Mutant, series_dir: Path):
     """The mutant's build (its manifest), or None when it does not compile: ``out`` then says so."""
     os.environ[PATCHES_ENV] = str(series_dir)  # the children look the mutant's build up in its series
     # only a mutant of llama-server's lines needs the server from the start
-    return _build_series(out, series_dir, server=mutant.path == SERVER_FILE)
+    return _build_series(out, series_dir, server=mutant.path in SERVER_FILES)
 
 
 def _build_series(out: Outcome, series_dir: Path, server: bool):

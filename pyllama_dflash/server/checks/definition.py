@@ -309,11 +309,15 @@ def restore_image_drafts(ctx) -> Result:
     """Conversation A with an image saved to a slot file, conversation B (another image) on the slot, A
     restored and continued: the continuation's output equals the target's alone, it reuses the restored
     prefix, and each of its rounds drafts what a fresh server given A's history as one request drafts."""
-    e = ctx.expect("restore_image_drafts")
-    save_dir = ctx.work_dir / "restore_image_drafts-slots"
+    return restore_image_conversation(ctx, "restore_image_drafts")
+
+
+def restore_image_conversation(ctx, name: str) -> Result:
+    """restore_image_drafts's conversation and judgement, on whatever drafter ``ctx.models`` holds."""
+    e = ctx.expect(name)
+    save_dir = ctx.work_dir / f"{name}-slots"
     shutil.rmtree(save_dir, ignore_errors=True)
     save_dir.mkdir(parents=True)
-    name = "restore_image_drafts"
     try:
         with ctx.server(name, verbosity=DEBUG_VERBOSITY, n_parallel=1, slot_save_path=save_dir, cache_ram_mib=0) as srv:
             a = ImagePrompt(BEFORE, ctx.image(0), tuple(_tokens(srv, TAIL)))

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .. import bodies
+from ..draft_part import LENGTH, DraftPart
 from ..drafts import DEBUG_VERBOSITY, LOGS_NO_DRAFTS, read_drafted_rounds
 from ..expect import Expect, Result, Seen, judged
 from ..server_process import Response
@@ -167,8 +168,8 @@ def restore_swapped_parts_same_length(ctx) -> Result:
 
 
 def _draft_state(part: bytes) -> bytes:
-    """The state section of a draft part (0005's framing: magic, version, n_tokens as u32, the tokens, then
-    the state's length as u64 and the state)."""
+    """What follows a draft part's tokens (server/draft_part.py: the state's length as u64 and the state, and
+    in version 2 the drafter state's length and the drafter state)."""
     n_tokens = int.from_bytes(part[8:12], "little")
     return part[12 + 4 * n_tokens :]
 
@@ -213,6 +214,8 @@ def _names_the_counts(ctx, restore, saved: list[int | None]) -> bool:
 
 
 STATE_CUT = "cut where its state begins"  # header and tokens whole: only the frame's length tells
+SPEC_CUT = "cut where its drafter state's length begins"  # version 2: the draft's state whole, no drafter state
+SPEC_LONG = "a byte after its drafter state"  # version 2: more than the drafter state's frame says
 
 
 def _with_u32(data: bytes, offset: int, change: int) -> bytes:
@@ -232,7 +235,16 @@ def _truncations(data: bytes) -> list[tuple[str, bytes]]:
         + [("another version, its magic intact", _with_u32(data, 4, 1))]
         + [("another magic, its version intact", _with_u32(data, 0, 1))]
         + [("random bytes", bytes(rng.getrandbits(8) for _ in range(len(data))))]
+        + _drafter_state_damages(data)
     )
+
+
+def _drafter_state_damages(data: bytes) -> list[tuple[str, bytes]]:
+    """A version-2 part's drafter state (after the draft's state) cut off or longer than its frame."""
+    part = DraftPart.parse(data)
+    if part.n_spec is None:
+        return []
+    return [(SPEC_CUT, data[: part.spec_at - LENGTH.size]), (SPEC_LONG, data + b"\0")]
 
 
 def _reason(damage: str, size: int) -> str | None:
@@ -242,6 +254,8 @@ def _reason(damage: str, size: int) -> str | None:
         f"cut at 8 of {size} bytes": "too short",
         f"cut at 12 of {size} bytes": "truncated in its tokens",
         STATE_CUT: "its frame says",
+        SPEC_CUT: "truncated before its drafter state",
+        SPEC_LONG: "its drafter state is",
         "another version, its magic intact": "not a draft part of this server's format",
         "another magic, its version intact": "not a draft part of this server's format",
     }.get(damage)

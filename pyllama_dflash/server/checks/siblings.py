@@ -26,6 +26,7 @@ from .definition import (
     image_conversation_rounds,
     judge_rounds,
     positions_agree,
+    restore_image_conversation,
 )
 
 
@@ -203,21 +204,25 @@ def eagle3_prompt_split(ctx) -> Result:
     return judged(ctx.expect("eagle3_prompt_split"), seen, first_round=rounds, two_passes=split, **facts)
 
 
-# Where a slot restore or a prompt-cache load gives the slot another conversation's rows, 0007 forgets what
-# EAGLE3 keeps of the sequence besides its memory (the pending row and its g: common_speculative_set_state
-# with no data), since it belongs to the conversation before. Neither the slot file nor the prompt cache
-# carries that g, so the loaded last row keeps the pair it was saved with, and 0007 is exact after a load
-# only where that pair's token is the next row's. These checks make that case: A's request stops at its
-# first sampled token (its last row is then saved with its own token, process()'s pair), B, on the slot
-# in between, has as many text rows but ends with another token (so B's pending row is live at A's last row
-# and holds another token, which the bridge would rewrite), and A's continuation begins with A's last token
-# again. Every round of the continuation must draft what a fresh server given the history as one request
-# drafts (definition.py's reference). Without the forgetting, the bridge rewrites A's last row from B's g,
-# and the rounds draft otherwise (measured on the two mutants that drop it).
+# Where a slot restore or a prompt-cache load gives the slot another conversation's rows, what EAGLE3 keeps
+# of the sequence besides its memory (the pending row and its g) comes with them: a slot file's draft part
+# carries it from format version 2 (0005), a prompt-cache entry from 0007. Where a load carries none (a
+# version-1 part), 0007 forgets what it kept (common_speculative_set_state with no data), since it belongs
+# to the conversation before: the loaded last row keeps the pair it was saved with. These two checks make
+# the case where even that forgetting is exact: A's request stops at its first sampled token (its last row
+# is then saved with its own token, process()'s pair), B, on the slot in between, has as many text rows but
+# ends with another token (so B's pending row is live at A's last row and holds another token, which the
+# bridge would rewrite), and A's continuation begins with A's last token again. Every round of the
+# continuation must draft what a fresh server given the history as one request drafts (definition.py's
+# reference). With B's g kept, the bridge rewrites A's last row from it, and the rounds draft otherwise.
+# The general case (A continued with new tokens, so that the last row must be written again from A's own
+# g) is eagle3_restore_image_drafts and eagle3_prompt_cache_image_drafts below.
 PROMPT_CACHE_FOUND = "found better prompt"  # b11434's prompt cache, when a cached prompt beats the slot's
 
 
-def _reloaded_conversation(ctx, name: str, *, via_slot_file: bool) -> Result:
+def _reloaded_conversation(ctx, name: str, *, via_slot_file: bool, general: bool = False) -> Result:
+    """``general``: A generates as any request does, and its continuation is new text, so that A's last row
+    must be written again from A's own g, which only the loaded drafter state holds."""
     e = ctx.expect(name)
     save_dir = ctx.work_dir / f"{name}-slots"
     shutil.rmtree(save_dir, ignore_errors=True)
@@ -228,13 +233,14 @@ def _reloaded_conversation(ctx, name: str, *, via_slot_file: bool) -> Result:
         with ctx.server(name, verbosity=DEBUG_VERBOSITY, n_parallel=1, **store) as srv:
             tail = tuple(_tokens(srv, TAIL))
             a = ImagePrompt(BEFORE, ctx.image(0), tail)
-            ra = _complete(srv, a, n_predict=1)
+            ra = _complete(srv, a) if general else _complete(srv, a, n_predict=1)
             save = srv.slot_action("save", "a.bin") if via_slot_file else None
             other_last = next(t for t in tail if t != tail[-1])
             b = ImagePrompt(BEFORE, ctx.image(1), tail[:-1] + (other_last,))
             rb = _complete(srv, b, n_predict=1)
             restore = srv.slot_action("restore", "a.bin") if via_slot_file else None
-            c = a.then([tail[-1], *_tokens(srv, bodies.RESTORE_MORE)])
+            more = _tokens(srv, bodies.RESTORE_MORE)
+            c = a.then([*(ra.tokens or []), *more] if general else [tail[-1], *more])
             rc = _complete(srv, c)
             facts = server_facts(srv)
     except NotComparable as err:
@@ -252,7 +258,8 @@ def _reloaded_conversation(ctx, name: str, *, via_slot_file: bool) -> Result:
         same_drafts=_same_drafts(ctx, e, verdict),
         # blind unless A came back whole (its last row, saved with its own token, is where the bridge writes)
         # over B's rows of the same count (the two images are of one size, so the text rows agree too)
-        holds=not ra.ok or (loaded and cache_n == rows_a == rows_b and (verdict is None or verdict["comparable"])),
+        holds=not ra.ok
+        or (loaded and (general or cache_n == rows_a == rows_b) and (verdict is None or verdict["comparable"])),
     )
     return judged(
         e,
@@ -287,3 +294,29 @@ def eagle3_slot_restore_drafts(ctx) -> Result:
 def eagle3_prompt_cache_drafts(ctx) -> Result:
     """draft-eagle3: as eagle3_slot_restore_drafts, with A brought back from the RAM prompt cache instead."""
     return _reloaded_conversation(ctx, "eagle3_prompt_cache_drafts", via_slot_file=False)
+
+
+# what an EAGLE3 check of a general load expects: with the drafter's state carried (0005's version-2 draft
+# part, 0007's prompt-cache entries) every round after the load drafts what a fresh server drafts
+@check(
+    "eagle3_restore_image_drafts",
+    sibling="eagle3",
+    baseline=Expect(500, "any"),
+    fix=Expect(500, "any"),
+    definition=Expect(200, "every", same_tokens=True, cached=True, same_drafts=True, draft_part=True),
+)
+def eagle3_restore_image_drafts(ctx) -> Result:
+    """draft-eagle3: restore_image_drafts's conversation (A with an image saved, B with another, A restored and
+    continued with new text), every round of the continuation against a fresh server's first round."""
+    return restore_image_conversation(ctx, "eagle3_restore_image_drafts")
+
+
+@check(
+    "eagle3_prompt_cache_image_drafts",
+    sibling="eagle3",
+    **EAGLE3_JUDGED_AFTER_AN_IMAGE,
+)
+def eagle3_prompt_cache_image_drafts(ctx) -> Result:
+    """draft-eagle3: A with an image, B on the slot, A brought back from the RAM prompt cache and continued
+    with its answer and new text: every round of the continuation against a fresh server's first round."""
+    return _reloaded_conversation(ctx, "eagle3_prompt_cache_image_drafts", via_slot_file=False, general=True)

@@ -5,11 +5,17 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from .. import bodies
+from ..draft_part import as_version_1
 from ..drafts import DEBUG_VERBOSITY, LOGS_NO_DRAFTS, read_drafted_rounds
 from ..expect import Expect, Result, Seen, judged
 from . import check, server_facts, stats
 
 # -- slot save and restore -----------------------------------------------------------------
+
+# what a check does to the slot file's draft part before the restore
+Damage = Literal["none", "remove", "corrupt", "version_1"]
+# the log line of a restore of a version-1 draft part: it carries no drafter state
+NO_DRAFTER_STATE = "carries no drafter state"
 
 
 def restore_run(
@@ -21,19 +27,20 @@ def restore_run(
     more: str = bodies.RESTORE_MORE,
     draft: bool,
     interrupt: bool = True,
-    damage: Literal["none", "remove", "corrupt"] = "none",
+    damage: Damage = "none",
     read_drafts: bool = False,
 ) -> dict:
     """``first``, then (with interrupt) save slot 0, ``between``, restore slot 0; then ``first``
     continued: its tokens, its output and ``more``, so the restored prefix is reused.
 
     ``damage`` does that to the slot file's draft part before the restore: ``remove`` it (an
-    older file), or write garbage over it. With ``read_drafts`` the server logs its drafts and
-    runs without the RAM prompt cache: the restored slot is then the only place the prefix can
-    come back from (the prompt cache keeps it when ``between`` takes the slot, and would serve
-    it, draft included, on its own). Returns the responses (completion, save, completion,
-    restore, completion), whether the file had a draft part, and what the draft drafted in the
-    continuation.
+    older file), write garbage over it, or write it again in format ``version_1`` (no drafter
+    state). With ``read_drafts`` the server logs its drafts and runs without the RAM prompt cache:
+    the restored slot is then the only place the prefix can come back from (the prompt cache keeps
+    it when ``between`` takes the slot, and would serve it, draft included, on its own). Returns
+    the responses (completion, save, completion, restore, completion), whether the file had a draft
+    part, what the draft drafted in the continuation, and whether the log says a restored draft part
+    carried no drafter state.
     """
     save_dir = ctx.work_dir / f"{name}-slots"
     save_dir.mkdir(parents=True, exist_ok=True)
@@ -52,6 +59,8 @@ def restore_run(
                 part.unlink(missing_ok=True)
             elif damage == "corrupt":
                 part.write_bytes(b"not a llama.cpp sequence state")
+            elif damage == "version_1" and part.exists():
+                part.write_bytes(as_version_1(part.read_bytes()))
             responses.append(srv.slot_action("restore", "slot.bin"))
         since = srv.log_path.stat().st_size
         last = srv.completion(a + (responses[0].tokens or []) + extra, n_predict=bodies.N_PREDICT)
@@ -61,7 +70,14 @@ def restore_run(
     stats = last.draft_stats or {}
     readable = draft and read_drafts and getattr(ctx.models, "drafter", "dflash") not in LOGS_NO_DRAFTS
     rounds = read_drafted_rounds(srv.log_path, since=since, drafted=stats.get("draft_n"), seq=0) if readable else []
-    return {"responses": responses, "draft_part": had_part, "rounds": rounds, **facts}
+    restored_log = srv.log_path.read_text(errors="replace")
+    return {
+        "responses": responses,
+        "draft_part": had_part,
+        "rounds": rounds,
+        "said_no_drafter_state": NO_DRAFTER_STATE in restored_log,
+        **facts,
+    }
 
 
 def _slot_restore(ctx, name: str, *, ahead: bool) -> Result:
@@ -113,7 +129,7 @@ def slot_restore_ahead(ctx) -> Result:
     return _slot_restore(ctx, "slot_restore_ahead", ahead=True)
 
 
-def _restore(ctx, name: str, damage: Literal["none", "remove", "corrupt"]) -> Result:
+def _restore(ctx, name: str, damage: Damage) -> Result:
     e = ctx.expect(name)
     run = restore_run(ctx, name, draft=True, damage=damage, read_drafts=True)
     plain = restore_run(ctx, name + "_no_draft", draft=False, damage=damage, read_drafts=True)
@@ -137,7 +153,8 @@ def _restore(ctx, name: str, damage: Literal["none", "remove", "corrupt"]) -> Re
         same_drafts=same_drafts,
         draft_part=run["draft_part"],
         empty_after_restore=not cache_n,
-        holds=save.ok,
+        # a version-1 part restores, and the log says what it lacks
+        holds=save.ok and (damage != "version_1" or not run["draft_part"] or run["said_no_drafter_state"]),
     )
     result = judged(
         e,
@@ -193,3 +210,14 @@ def restore_no_draft_part(ctx) -> Result:
 def restore_corrupt_draft_part(ctx) -> Result:
     """Garbage in the draft part: with 0005 the restore is refused and the slot left empty."""
     return _restore(ctx, "restore_corrupt_draft_part", "corrupt")
+
+
+@check(
+    "restore_version_1_draft_part",
+    fix=Expect(200, "every", same_tokens=True, cached=True, draft_part=False),  # no draft part to rewrite
+    slots=Expect(200, "every", same_tokens=True, cached=True, same_drafts=True, draft_part=True),
+)
+def restore_version_1_draft_part(ctx) -> Result:
+    """A draft part written in format version 1 (no drafter state) still restores, the drafts as A's never
+    interrupted (the DFlash family keeps no drafter state), and the log says what the part lacks."""
+    return _restore(ctx, "restore_version_1_draft_part", "version_1")
