@@ -197,3 +197,16 @@ def test_eagle3_drafts_as_a_fresh_server_does_after_its_own_conversation_was_loa
     r = run_server_checks(variants[DEFINED], m, checks=[name], work_dir=tmp_path)[name]
     assert r["ok"] and r["definition"]["same"] is True and len(r["definition"]["rounds"]) >= 6, r
     assert name in SIBLINGS_CHECKS["eagle3"]
+
+
+@pytest.mark.server
+def test_eagle3_drafts_as_its_conversation_never_interrupted_after_a_slot_restore_from_0005_on(variants, tmp_path):
+    """A text conversation saved, another run, the first restored and continued: from 0005 on the draft part
+    carries EAGLE3's pending row (format version 2) and the continuation drafts as never interrupted; a
+    server that restores the target alone (baseline, full) leaves the other conversation's rows and row."""
+    m = sibling_models("eagle3", tmp_path / "models")
+    for v, same in (("baseline", False), ("full", False), ("slots", True), (DEFINED, True)):
+        r = run_server_checks(variants[v], m, checks=["eagle3_restore_drafts"], work_dir=tmp_path)[
+            "eagle3_restore_drafts"
+        ]
+        assert r["ok"] and r["same_drafts"] is same and len(r["drafted"]) >= 5, (v, r)

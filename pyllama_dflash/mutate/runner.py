@@ -131,7 +131,8 @@ SIBLING_KILLERS = (
     ("eagle3", "eagle3_prompt_split"),  # its bridge decoded from a copy of the row's g
     ("eagle3", "eagle3_slot_restore_drafts"),  # its pending row forgotten by a slot restore
     ("eagle3", "eagle3_prompt_cache_drafts"),  # and by a prompt-cache load
-    ("eagle3", "eagle3_restore_image_drafts"),  # its pending row carried by a slot file's draft part
+    ("eagle3", "eagle3_restore_drafts"),  # its pending row carried by a slot file's draft part, text only
+    ("eagle3", "eagle3_restore_image_drafts"),  # and after an image
     ("eagle3", "eagle3_prompt_cache_image_drafts"),  # and by a prompt-cache entry
 )
 

@@ -28,6 +28,7 @@ from .definition import (
     positions_agree,
     restore_image_conversation,
 )
+from .slots import RESTORE_TARGET_ONLY, restore_judged
 
 
 def _image_turns(ctx, name: str) -> Result:
@@ -320,3 +321,18 @@ def eagle3_prompt_cache_image_drafts(ctx) -> Result:
     """draft-eagle3: A with an image, B on the slot, A brought back from the RAM prompt cache and continued
     with its answer and new text: every round of the continuation against a fresh server's first round."""
     return _reloaded_conversation(ctx, "eagle3_prompt_cache_image_drafts", via_slot_file=False, general=True)
+
+
+# restore_drafts on EAGLE3: a text conversation saved, another run, the first restored and continued. A
+# slot file's draft part carries EAGLE3's pending row from format version 2, so from 0005 on the
+# continuation drafts as the conversation never interrupted; restored without it, the next process()
+# finds no pending row where the restored rows end, and the last of them is never written
+@check(
+    "eagle3_restore_drafts",
+    sibling="eagle3",
+    fix=RESTORE_TARGET_ONLY,
+    slots=Expect(200, "every", same_tokens=True, cached=True, same_drafts=True, draft_part=True),
+)
+def eagle3_restore_drafts(ctx) -> Result:
+    """draft-eagle3: save A (text), run B, restore A, continue A: its drafts against A never interrupted."""
+    return restore_judged(ctx, "eagle3_restore_drafts", "none")

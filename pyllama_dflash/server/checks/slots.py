@@ -129,7 +129,8 @@ def slot_restore_ahead(ctx) -> Result:
     return _slot_restore(ctx, "slot_restore_ahead", ahead=True)
 
 
-def _restore(ctx, name: str, damage: Damage) -> Result:
+def restore_judged(ctx, name: str, damage: Damage) -> Result:
+    """restore_run with and without the draft (and uninterrupted, where the drafts are judged), judged."""
     e = ctx.expect(name)
     run = restore_run(ctx, name, draft=True, damage=damage, read_drafts=True)
     plain = restore_run(ctx, name + "_no_draft", draft=False, damage=damage, read_drafts=True)
@@ -178,18 +179,18 @@ def _restore(ctx, name: str, damage: Damage) -> Result:
 # b11434's restore loads the target alone: the continuation's drafts attend to B (a text conversation
 # longer than A, so the draft is ahead and the server's trim lines it up). The libcommon patches
 # cannot help; with 0005 the slot file carries the draft, and A drafts as if never left.
-_RESTORE_TARGET_ONLY = Expect(200, "every", same_tokens=True, cached=True, same_drafts=False, draft_part=False)
+RESTORE_TARGET_ONLY = Expect(200, "every", same_tokens=True, cached=True, same_drafts=False, draft_part=False)
 
 
 @check(
     "restore_drafts",
     family=True,
-    fix=_RESTORE_TARGET_ONLY,
+    fix=RESTORE_TARGET_ONLY,
     slots=Expect(200, "every", same_tokens=True, cached=True, same_drafts=True, draft_part=True),
 )
 def restore_drafts(ctx) -> Result:
     """Save A, run B, restore A, continue A: its drafts against A never interrupted (the debug log)."""
-    return _restore(ctx, "restore_drafts", "none")
+    return restore_judged(ctx, "restore_drafts", "none")
 
 
 @check(
@@ -199,7 +200,7 @@ def restore_drafts(ctx) -> Result:
 )
 def restore_no_draft_part(ctx) -> Result:
     """A slot file whose draft part was removed (an older file) restores; the draft starts empty."""
-    return _restore(ctx, "restore_no_draft_part", "remove")
+    return restore_judged(ctx, "restore_no_draft_part", "remove")
 
 
 @check(
@@ -209,7 +210,7 @@ def restore_no_draft_part(ctx) -> Result:
 )
 def restore_corrupt_draft_part(ctx) -> Result:
     """Garbage in the draft part: with 0005 the restore is refused and the slot left empty."""
-    return _restore(ctx, "restore_corrupt_draft_part", "corrupt")
+    return restore_judged(ctx, "restore_corrupt_draft_part", "corrupt")
 
 
 @check(
@@ -220,4 +221,4 @@ def restore_corrupt_draft_part(ctx) -> Result:
 def restore_version_1_draft_part(ctx) -> Result:
     """A draft part written in format version 1 (no drafter state) still restores, the drafts as A's never
     interrupted (the DFlash family keeps no drafter state), and the log says what the part lacks."""
-    return _restore(ctx, "restore_version_1_draft_part", "version_1")
+    return restore_judged(ctx, "restore_version_1_draft_part", "version_1")
