@@ -26,10 +26,11 @@ first that notices:
    llama-server only;
 7. optionally, a fixed-seed fuzz.
 
-A mutant of the lines the fix adds to ``tools/server/server-context.cpp`` (patches 0005 and 0007) is
-tried with the llama-server checks of slot files and of image conversations instead (SERVER_KILLERS, on
-the mutant's own server; then SIBLING_KILLERS, the MTP and EAGLE3 drafters', on their models): the C++ test and the
-matrix never run that file.
+A mutant of the lines the fix adds to llama-server (``tools/server/server-context.cpp``, patches 0005 and
+0007, and ``tools/server/server-task.cpp``, 0007's prompt-cache entries) is tried with the llama-server
+checks of slot files and of image conversations instead (SERVER_KILLERS, on the mutant's own server; then
+SIBLING_KILLERS, the MTP and EAGLE3 drafters', on their models): the C++ test and the matrix never run
+that code.
 
 A mutant is *killed* when a row's status is not what the fix's expectations allow
 (scenarios.catalog.expectations: a variant the table does not name is held to the fix's bar),
