@@ -91,10 +91,11 @@ def test_the_equivalent_mutants_on_file_exist_in_the_fix(pristine):
     for fix in (v for v in (FIX, DEFINED, AS_TRAINED) if v):
         fixed = apply_series(tree_reader(pristine), series.prefix(fix))
         read = tree_reader(pristine)
-        per_file = {rel: {m.id for m in mutants(rel, read(rel), fixed[rel])} for rel in MUTATED_FILES}
+        per_file = {rel: {m.id for m in mutants(rel, read(rel), fixed[rel])} for rel in MUTATED_FILES if rel in fixed}
         # 0007 replaces most of 0004's lines: the definition's libcommon has fewer (14); 0008 brings
-        # 0004's back beside them (297 mutants in all)
-        assert all(10 < len(of_file) < 300 for of_file in per_file.values()), (fix, per_file)
+        # 0004's back beside them; 0007 changes two lines of the prompt cache's (server-task.cpp)
+        assert all(10 < len(per_file[rel]) < 300 for rel in MUTATED_FILES[:2]), (fix, per_file)
+        assert all(of_file for of_file in per_file.values()), (fix, per_file)
         ids |= set().union(*per_file.values())
     equivalents = load_equivalents(EQUIVALENT_FILE)
     assert set(equivalents) <= ids, sorted(set(equivalents) - ids)
@@ -148,7 +149,7 @@ def test_the_shards_partition_the_mutants_and_each_keeps_its_slice_whatever_else
     series = load_series(REPO / "patches")
     fixed = apply_series(tree_reader(pristine), series.prefix(FIX))
     read = tree_reader(pristine)
-    ids = [m.id for rel in MUTATED_FILES for m in mutants(rel, read(rel), fixed[rel])]
+    ids = [m.id for rel in MUTATED_FILES if rel in fixed for m in mutants(rel, read(rel), fixed[rel])]
     for n in (1, 2, 3, 5):
         slices = [set(Shard(i, n).by_key(ids, str)) for i in range(1, n + 1)]
         assert set().union(*slices) == set(ids) and sum(map(len, slices)) == len(ids), n  # all, each once
@@ -167,7 +168,7 @@ def _mutate(*args: str, env: dict) -> subprocess.CompletedProcess:
 def test_the_merged_shards_score_as_the_whole_run(variants, tmp_path):
     """Two mutants of llama-server's lines, each killed by the first slot check and each in its own slice
     of two: the slices run apart and merged give the whole run's counts, killers and outcomes."""
-    only = "bound-9bd1c471,bound-8b426d97"  # the magic's check and the token binding's, flipped
+    only = "negate-fd953078,bound-8b426d97"  # the magic's and version's check negated, the token binding's flipped
     assert [Shard(1, 2).holds(m) for m in only.split(",")] == [True, False]
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     whole = _mutate("--only", only, "--json", str(tmp_path / "whole.json"), env=env)

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from .. import bodies
 from ..draft_part import as_version_1
-from ..drafts import DEBUG_VERBOSITY, LOGS_NO_DRAFTS, read_drafted_rounds
+from ..drafts import DEBUG_VERBOSITY, LOGS_NO_DRAFTS, NEW_PROMPT, read_drafted_rounds
 from ..expect import Expect, Result, Seen, judged
 from . import check, server_facts, stats
 
@@ -66,16 +66,19 @@ def restore_run(
         last = srv.completion(a + (responses[0].tokens or []) + extra, n_predict=bodies.N_PREDICT)
         responses.append(last)
         facts = server_facts(srv)
-    # read once the server has stopped: its logger writes from a thread of its own, and flushes at exit
+    # read once the server has stopped: its logger writes from a thread of its own, and flushes at exit, so
+    # the log's size before the last request may not hold the request before it whole yet; the last request
+    # begins at its own new-prompt line
     stats = last.draft_stats or {}
     readable = draft and read_drafts and getattr(ctx.models, "drafter", "dflash") not in LOGS_NO_DRAFTS
+    log_bytes = srv.log_path.read_bytes()
+    since = max(since, log_bytes.rfind(NEW_PROMPT.encode()))
     rounds = read_drafted_rounds(srv.log_path, since=since, drafted=stats.get("draft_n"), seq=0) if readable else []
-    restored_log = srv.log_path.read_text(errors="replace")
     return {
         "responses": responses,
         "draft_part": had_part,
         "rounds": rounds,
-        "said_no_drafter_state": NO_DRAFTER_STATE in restored_log,
+        "said_no_drafter_state": NO_DRAFTER_STATE.encode() in log_bytes,
         **facts,
     }
 
