@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from .. import bodies
@@ -55,12 +56,7 @@ def restore_run(
             responses.append(srv.slot_action("save", "slot.bin"))
             had_part = part.exists()
             responses.append(srv.completion(b, n_predict=bodies.N_PREDICT))
-            if damage == "remove":
-                part.unlink(missing_ok=True)
-            elif damage == "corrupt":
-                part.write_bytes(b"not a llama.cpp sequence state")
-            elif damage == "version_1" and part.exists():
-                part.write_bytes(as_version_1(part.read_bytes()))
+            _damage(part, damage)
             responses.append(srv.slot_action("restore", "slot.bin"))
         since = srv.log_path.stat().st_size
         last = srv.completion(a + (responses[0].tokens or []) + extra, n_predict=bodies.N_PREDICT)
@@ -81,6 +77,16 @@ def restore_run(
         "said_no_drafter_state": NO_DRAFTER_STATE.encode() in log_bytes,
         **facts,
     }
+
+
+def _damage(part: Path, damage: Damage) -> None:
+    """Do ``damage`` to a slot file's draft part (restore_run)."""
+    if damage == "remove":
+        part.unlink(missing_ok=True)
+    elif damage == "corrupt":
+        part.write_bytes(b"not a llama.cpp sequence state")
+    elif damage == "version_1" and part.exists():
+        part.write_bytes(as_version_1(part.read_bytes()))
 
 
 def _slot_restore(ctx, name: str, *, ahead: bool) -> Result:
