@@ -128,10 +128,10 @@ def _alone(opts: builder.BuildOptions) -> int:
     failed = []
     with tempfile.TemporaryDirectory(prefix="pyllama-dflash-alone-") as tmp:
         for patch in series.patches:
-            named = ", ".join(p.name[:4] for p in prerequisites.named(series, patch)) or "none"
-            folder = prerequisites.alone_series(series, patch, Path(tmp) / patch.name)
-            touched = [path for p in prerequisites.alone(series, patch) for path in p.touched]
-            server = any(path.startswith("tools/server/") for path in touched)
+            chain = prerequisites.alone(series, patch)
+            named = ", ".join(p.name[:4] for p in chain[:-1]) or "none"
+            folder = prerequisites.alone_series(series, chain, Path(tmp) / patch.name)
+            server = any(path.startswith("tools/server/") for p in chain for path in p.touched)
             one = dataclasses.replace(opts, patches_dir=folder, server=server, quiet=True)
             t0 = time.monotonic()
             try:

@@ -60,13 +60,13 @@ def check(series: Series, read: Callable[[str], str | None]) -> list[str]:
     return problems
 
 
-def alone_series(series: Series, patch: Patch, dest: Path) -> Path:
-    """A series folder in dest whose one variant (:data:`ALONE`) is the patch after its named
-    prerequisites, and nothing else: no test patch of the series rides along unless named."""
+def alone_series(series: Series, chain: tuple[Patch, ...], dest: Path) -> Path:
+    """A series folder in dest whose one variant (:data:`ALONE`) is ``chain`` (:func:`alone`: a patch after
+    its named prerequisites), and nothing else: no test patch of the series rides along unless named."""
     dest.mkdir(parents=True, exist_ok=True)
     lines = []
-    for p in alone(series, patch):
+    for p in chain:
         (dest / p.name).write_bytes((series.directory / p.name).read_bytes())
-        lines.append(f"{p.name} {ALONE} {FIX_ROLE}" if p is patch else f"{p.name} -")
+        lines.append(f"{p.name} {ALONE} {FIX_ROLE}" if p is chain[-1] else f"{p.name} -")
     (dest / "series").write_text("\n".join(lines) + "\n")
     return dest

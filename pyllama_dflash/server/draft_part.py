@@ -38,6 +38,11 @@ class DraftPart:
         return cls(version, n_tokens, state_at, n_state, n_spec)
 
     @property
+    def tokens_end(self) -> int:
+        """Where the tokens end: the header and the tokens come before, the states' frames after."""
+        return self.state_at - LENGTH.size
+
+    @property
     def spec_at(self) -> int:
         """Where the drafter's state begins (after its u64 length), in a version-2 part."""
         return self.state_at + self.n_state + LENGTH.size
@@ -47,3 +52,8 @@ def as_version_1(data: bytes) -> bytes:
     """The same part in format version 1: its drafter state left out, as a server before version 2 wrote it."""
     part = DraftPart.parse(data)
     return data[:4] + struct.pack("<I", 1) + data[8 : part.state_at + part.n_state]
+
+
+def token_count(data: bytes) -> int:
+    """The token count a part's header gives, whatever follows it."""
+    return HEADER.unpack_from(data)[2]

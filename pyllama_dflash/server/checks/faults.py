@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .. import bodies
-from ..draft_part import LENGTH, DraftPart
+from ..draft_part import LENGTH, DraftPart, token_count
 from ..drafts import DEBUG_VERBOSITY, LOGS_NO_DRAFTS, read_drafted_rounds
 from ..expect import Expect, Result, Seen, judged
 from ..server_process import Response
@@ -168,19 +168,19 @@ def restore_swapped_parts_same_length(ctx) -> Result:
 
 
 def _draft_state(part: bytes) -> bytes:
-    """What follows a draft part's tokens (server/draft_part.py: the state's length as u64 and the state, and
-    in version 2 the drafter state's length and the drafter state)."""
-    n_tokens = int.from_bytes(part[8:12], "little")
-    return part[12 + 4 * n_tokens :]
+    """What follows a whole draft part's tokens (server/draft_part.py: the state's length as u64 and the
+    state, and in version 2 the drafter state's length and the drafter state)."""
+    return part[DraftPart.parse(part).tokens_end :]
 
 
 def _draft_prefix(part: bytes) -> bytes:
-    return part[: len(part) - len(_draft_state(part))]
+    """A whole draft part's header and tokens."""
+    return part[: DraftPart.parse(part).tokens_end]
 
 
 def _draft_count(path: Path) -> int | None:
-    """The token count a draft part's header gives (0005's framing), or None where there is no draft part."""
-    return int.from_bytes(path.read_bytes()[8:12], "little") if path.is_file() else None
+    """The token count a draft part's header gives, or None where there is no draft part."""
+    return token_count(path.read_bytes()) if path.is_file() else None
 
 
 @check("restore_draft_runs_past", **_EXACT_OR_REFUSED)
@@ -230,7 +230,7 @@ def _truncations(data: bytes) -> list[tuple[str, bytes]]:
     points = sorted({0, 8, 12, len(data) // 2, len(data) - 1})
     return (
         [(f"cut at {n} of {len(data)} bytes", data[:n]) for n in points]
-        + [(STATE_CUT, data[: len(_draft_prefix(data)) + 8])]  # the state's u64 length kept, the state gone
+        + [(STATE_CUT, data[: DraftPart.parse(data).state_at])]  # the state's u64 length kept, the state gone
         # the header is u32 magic, u32 version, u32 token count: a later format's part, or another file's
         + [("another version, its magic intact", _with_u32(data, 4, 1))]
         + [("another magic, its version intact", _with_u32(data, 0, 1))]
