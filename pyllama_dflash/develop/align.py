@@ -15,13 +15,12 @@ from diff -u, git diff and difflib, which place a change among equal lines each 
 from __future__ import annotations
 
 import difflib
-import re
 
 from ..errors import PatchError
+from ..llamabuild.hunk import HEADER_RE, NO_EOL, read_hunk
 
 Alignment = list[int | None]
 
-_HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _NO_EOL = "\\ No newline at end of file\n"
 
 
@@ -79,34 +78,18 @@ def _hunks(section: str, name: str) -> list[tuple[int, list[tuple[str, str]]]]:
     hunks = []
     k = 0
     while k < len(lines):
-        m = _HUNK_RE.match(lines[k])
-        if not m:
+        if not HEADER_RE.match(lines[k]):
             k += 1
             continue
-        n_old = int(m.group(2)) if m.group(2) is not None else 1
-        n_new = int(m.group(4)) if m.group(4) is not None else 1
-        start = int(m.group(1)) - 1 if n_old else int(m.group(1))
+        hunk = read_hunk(lines, k, name)
         tagged: list[tuple[str, str]] = []
-        o = n = 0
-        k += 1
-        while o < n_old or n < n_new or (k < len(lines) and lines[k].startswith("\\")):
-            if k >= len(lines) or (lines[k] == "" and k == len(lines) - 1):
-                raise PatchError(f"{name}: a hunk is truncated")
-            line = lines[k]
-            if line.startswith("\\"):
-                if tagged:
-                    tag, text = tagged[-1]
-                    tagged[-1] = (tag, text[:-1] if text.endswith("\n") else text)
-                k += 1
-                continue
-            tag, text = (line[:1], line[1:]) if line else (" ", "")
-            if tag not in " -+":
-                raise PatchError(f"{name}: unexpected line in a hunk: {line!r}")
-            tagged.append((tag, text + "\n"))
-            o += tag != "+"
-            n += tag != "-"
-            k += 1
-        hunks.append((start, tagged))
+        for tag, text in hunk.lines:
+            if tag != NO_EOL:
+                tagged.append((tag, text + "\n"))
+            elif tagged:  # the line before has no line end
+                tagged[-1] = (tagged[-1][0], tagged[-1][1][:-1])
+        hunks.append((hunk.old_start - 1 if hunk.n_old else hunk.old_start, tagged))
+        k = hunk.end
     return hunks
 
 

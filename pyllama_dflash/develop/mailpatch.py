@@ -31,11 +31,11 @@ import re
 from dataclasses import dataclass, replace
 
 from ..errors import PatchError
+from ..llamabuild.hunk import read_hunk
 
 SEPARATOR = "---\n"
 _HEADER_RE = re.compile(r"^[A-Za-z][A-Za-z0-9-]*: ")
 _PREFIX_RE = re.compile(r"^\[PATCH[^\]]*\] ?")
-_HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _ADDRESS_RE = re.compile(r"^(.*?)\s*<([^<>]*)>\s*$")
 # git's extended header lines, which may come before a file's --- / +++ lines
 _EXTENDED = (
@@ -211,6 +211,7 @@ def parse(text: str, name: str) -> MailPatch:
 def split_sections(lines: list[str], i: int, name: str) -> tuple[list[Section], int]:
     """The file sections of a diff from line i on, and the index of the first line after them."""
     sections: list[Section] = []
+    bare = [line[:-1] if line.endswith("\n") else line for line in lines]  # as read_hunk reads them
     while True:
         j = i
         while j < len(lines) and lines[j].startswith(_EXTENDED):
@@ -227,29 +228,10 @@ def split_sections(lines: list[str], i: int, name: str) -> tuple[list[Section], 
         if not (i < len(lines) and lines[i].startswith("@@")):
             raise PatchError(f"{name}: {path}: no hunks")
         while i < len(lines) and lines[i].startswith("@@"):
-            m = _HUNK_RE.match(lines[i])
-            if not m:
-                raise PatchError(f"{name}: {path}: malformed hunk header {lines[i].strip()!r}")
-            n_old = int(m.group(2)) if m.group(2) is not None else 1
-            n_new = int(m.group(4)) if m.group(4) is not None else 1
-            header = lines[i].strip()
-            i += 1
-            o = n = 0
-            while o < n_old or n < n_new or (i < len(lines) and lines[i].startswith("\\")):
-                if i >= len(lines):
-                    raise PatchError(f"{name}: {path}: hunk {header} is truncated")
-                tag = lines[i][:1]
-                if tag in (" ", "\n", ""):
-                    o, n = o + 1, n + 1
-                elif tag == "-":
-                    o, deleted = o + 1, deleted + 1
-                elif tag == "+":
-                    n, added = n + 1, added + 1
-                elif tag != "\\":
-                    raise PatchError(f"{name}: {path}: unexpected line in hunk {header}: {lines[i]!r}")
-                i += 1
-            if o != n_old or n != n_new:
-                raise PatchError(f"{name}: {path}: hunk {header} line counts do not match its header")
+            hunk = read_hunk(bare, i, f"{name}: {path}")
+            added += sum(tag == "+" for tag, _ in hunk.lines)
+            deleted += sum(tag == "-" for tag, _ in hunk.lines)
+            i = hunk.end
         sections.append(Section(path, "".join(lines[begin:i]), added, deleted))
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..errors import PatchError
 from ..files import sha256_bytes
+from .hunk import NO_EOL, read_hunk
 
 BASELINE = "baseline"
 EVERY = "*"  # the variant column of a patch applied to every variant
@@ -34,7 +35,6 @@ CARRIED = "-"  # the variant column of a patch every later variant carries, maki
 SEED_ROLE, FIX_ROLE, DEFINITION_ROLE, AS_TRAINED_ROLE = "seed", "fix", "definition", "as-trained"
 ROLES = (SEED_ROLE, FIX_ROLE, DEFINITION_ROLE, AS_TRAINED_ROLE)
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-_HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
 @dataclass(frozen=True)
@@ -188,41 +188,22 @@ def parse_patch(text: str, name: str) -> tuple[FilePatch, ...]:
 
 
 def _parse_hunk(lines: list[str], i: int, name: str, path: str) -> tuple[Hunk, int]:
-    header = lines[i]
-    m = _HUNK_RE.match(header)
-    if not m:
-        raise PatchError(f"{name}: {path}: malformed hunk header {header!r}")
-    n_old = int(m.group(2)) if m.group(2) is not None else 1
-    n_new = int(m.group(4)) if m.group(4) is not None else 1
+    raw = read_hunk(lines, i, f"{name}: {path}")
     old: list[str] = []
     new: list[str] = []
     old_no_eol = new_no_eol = False
     last = " "
-    i += 1
-    while len(old) < n_old or len(new) < n_new or (i < len(lines) and lines[i].startswith("\\")):
-        if i >= len(lines):
-            raise PatchError(f"{name}: {path}: hunk {header.strip()} is truncated")
-        line = lines[i]
-        tag, body = (line[:1], line[1:]) if line else (" ", "")
-        if tag == " ":
-            old.append(body)
-            new.append(body)
-        elif tag == "-":
-            old.append(body)
-        elif tag == "+":
-            new.append(body)
-        elif tag == "\\":
-            if last in " -":
-                old_no_eol = True
-            if last in " +":
-                new_no_eol = True
+    for tag, body in raw.lines:
+        if tag == NO_EOL:
+            old_no_eol |= last in " -"
+            new_no_eol |= last in " +"
         else:
-            raise PatchError(f"{name}: {path}: unexpected line in hunk {header.strip()}: {line!r}")
+            if tag in " -":
+                old.append(body)
+            if tag in " +":
+                new.append(body)
         last = tag
-        i += 1
-    if len(old) != n_old or len(new) != n_new:
-        raise PatchError(f"{name}: {path}: hunk {header.strip()} line counts do not match its header")
-    return Hunk(header.strip(), int(m.group(1)), old, new, old_no_eol, new_no_eol), i
+    return Hunk(raw.header, raw.old_start, old, new, old_no_eol, new_no_eol), raw.end
 
 
 def apply_file_patch(content: str | None, fp: FilePatch, patch_name: str, max_offset: int = 2000) -> str:
