@@ -28,13 +28,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ..bootstrap import percentile_interval, resample
 from ..llamabuild import variant as variant_of
 from ..llamabuild.patchset import BASELINE
 from ..scenarios.models import ModelSet
 from .job import AcceptanceJob, Column
 from .measure import run_column, session_for, summarise
 from .script import IMAGE_ROWS_PX, PHASES
-from .stats import bootstrap_mean, paired_difference, resample, resampled_means
+from .stats import bootstrap_mean, paired_difference, resampled_means
 
 TWIN = "twin semantics"
 DEFINITION = "definition"
@@ -98,8 +99,7 @@ def ratio_to_text(per_text: list, per_phase: list) -> dict:
     idx, whole = resample(len(per_text)), np.arange(len(per_text))[None]
     point = resampled_means(per_phase, whole)[0] / max(resampled_means(per_text, whole)[0], 1e-12)
     r = resampled_means(per_phase, idx) / np.maximum(resampled_means(per_text, idx), 1e-12)
-    lo, hi = np.quantile(r, [0.025, 0.975])
-    return {"ratio": float(point), "ci95": [float(lo), float(hi)]}
+    return {"ratio": float(point), "ci95": list(percentile_interval(r))}
 
 
 def measure_paired(

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..bootstrap import percentile_interval, resample
 from ..llamabuild.builder import BuildOptions, build
 from ..paths import cache_root
 from ..scenarios.models import ModelSet
@@ -23,7 +24,7 @@ from ..tiny.long_context import long_context_target
 from .chat import TURN_PHASES, ChatFailed, TurnResult, fresh_slot_dir, run_chat
 from .job import Column
 from .measure import SESSION, columns, per_phase, session_for
-from .stats import bootstrap_mean, resample
+from .stats import bootstrap_mean
 
 
 def server_columns(cols: Sequence[Column]) -> list[Column]:
@@ -125,13 +126,13 @@ def throughput_ratio(turns: list[dict], plain: list[dict], seeds: Sequence[int])
     (an, ams), (bn, bms) = a.T, b.T
     idx = resample(len(a))
     ratios = (an[idx].sum(1) / ams[idx].sum(1)) / (bn[idx].sum(1) / bms[idx].sum(1))
-    lo, hi = np.quantile(ratios, [0.025, 0.975])
+    lo, hi = percentile_interval(ratios)
     return {
         "conversations": len(a),
         "with_draft_tok_s": float(an.sum() / ams.sum() * 1000),
         "without_draft_tok_s": float(bn.sum() / bms.sum() * 1000),
         "ratio": float((an.sum() / ams.sum()) / (bn.sum() / bms.sum())),
-        "ci95": [float(lo), float(hi)],
+        "ci95": [lo, hi],
     }
 
 
@@ -143,8 +144,8 @@ def prefill_ratio(turns: list[dict], plain: list[dict], seeds: Sequence[int]) ->
         return None
     am, bm = a[:, 0], b[:, 0]
     idx = resample(len(a))
-    lo, hi = np.quantile(am[idx].sum(1) / bm[idx].sum(1), [0.025, 0.975])
-    return {"conversations": len(a), "ratio": float(am.sum() / bm.sum()), "ci95": [float(lo), float(hi)]}
+    lo, hi = percentile_interval(am[idx].sum(1) / bm[idx].sum(1))
+    return {"conversations": len(a), "ratio": float(am.sum() / bm.sum()), "ci95": [lo, hi]}
 
 
 def measure_server(

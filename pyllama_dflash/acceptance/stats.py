@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..bootstrap import percentile_interval, resample
+
 
 def resampled_means(per_conv: list[tuple[int, int]], idx: np.ndarray) -> np.ndarray:
     """Pooled mean accepted (sum accepted / rounds) of each resample of conversations."""
@@ -13,14 +15,9 @@ def resampled_means(per_conv: list[tuple[int, int]], idx: np.ndarray) -> np.ndar
     return np.where(n > 0, acc / np.maximum(n, 1), 0.0)
 
 
-def resample(n_conv: int, n_boot: int = 2000, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, n_conv, size=(n_boot, n_conv))
-
-
 def bootstrap_mean(per_conv: list[tuple[int, int]]) -> tuple[float, float]:
     """95% percentile interval of the pooled mean accepted, resampling conversations."""
-    lo, hi = np.quantile(resampled_means(per_conv, resample(len(per_conv))), [0.025, 0.975])
-    return float(lo), float(hi)
+    return percentile_interval(resampled_means(per_conv, resample(len(per_conv))))
 
 
 def paired_difference(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> dict:
@@ -29,5 +26,5 @@ def paired_difference(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> dic
     idx = resample(len(a))
     d = resampled_means(a, idx) - resampled_means(b, idx)
     point = resampled_means(a, np.arange(len(a))[None])[0] - resampled_means(b, np.arange(len(b))[None])[0]
-    lo, hi = np.quantile(d, [0.025, 0.975])
-    return {"difference": float(point), "ci95": [float(lo), float(hi)], "told_apart": bool(lo > 0 or hi < 0)}
+    lo, hi = percentile_interval(d)
+    return {"difference": float(point), "ci95": [lo, hi], "told_apart": bool(lo > 0 or hi < 0)}

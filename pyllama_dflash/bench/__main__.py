@@ -46,6 +46,7 @@ import numpy as np
 
 from .. import child, command
 from ..acceptance.script import IMAGE_ROWS_PX
+from ..bootstrap import median_interval
 from ..draftmodel.trained import TARGET_KINDS, TRAINED_ON
 from ..env import CACHE_ENV, CPU_ENV, THREADS_ENV
 from ..errors import PyllamaError
@@ -158,7 +159,7 @@ def _ab_ratio(sides: dict[str, Callable[[], list[float]]], rounds: int) -> dict:
             med[name] = stats.summary(sides[name]())["median"]
             rates[name].append(med[name])
         pairs.append(med[second] / med[first])
-    lo, hi = stats.bootstrap_median(pairs)
+    lo, hi = median_interval(pairs)
     return {
         "rounds": rounds,
         "ratio_median": stats.summary(pairs)["median"],
