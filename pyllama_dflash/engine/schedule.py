@@ -54,11 +54,12 @@ OPS = ("prompt", "batch", "generate", "save", "restore", "rewind")
 GRID_MIN, GRID_MAX = 3, 8  # the tiny projector's minimum; 8 x 8 = 64 rows = 4 sub-batches of 16
 PX_PER_TOKEN = 28  # the tiny qwen2vl projector merges 2 x 2 patches of 14 px
 N_BATCH = DEFAULT_CONFIG.n_batch  # the session's n_batch: one text_batch must fit in it
-# KV cells one sequence may fill: n_ctx 512 split over two sequences' streams, less room for a
-# verify batch; restore and rewind replace a sequence's cells, they do not add to them
-SEQ_CELLS = 224
-GEN_EXTRA = 4  # a drafting round's verify batch: the anchor and n_max (3 at most) drafted tokens
-N_MAX = 3  # the tiny drafts' block size (4) minus one, what libcommon clamps a DFlash n_max to
+N_SEQS = 2  # a schedule runs one or two sequences, each on its own stream of the session's n_ctx
+# KV cells one sequence may fill: its share of n_ctx, less room for two batches in flight; restore and
+# rewind replace a sequence's cells, they do not add to them
+SEQ_CELLS = DEFAULT_CONFIG.n_ctx // N_SEQS - 2 * N_BATCH
+N_MAX = DEFAULT_CONFIG.n_max  # the most a DFlash round drafts: the tiny drafts' block size less one
+GEN_EXTRA = 1 + N_MAX  # a drafting round's verify batch: the anchor and the drafted tokens
 DRAFTING_KEYS = {"n_max": int, "n_min": int, "p_min": float, "backend_sampling": bool}
 
 WORDS = (
@@ -128,8 +129,8 @@ class Tracker:
     """What a schedule has done so far, abstractly: enough to tell whether a next step is valid."""
 
     def __init__(self, n_seq: int) -> None:
-        if n_seq not in (1, 2):
-            raise ScheduleError(f"n_seq must be 1 or 2, not {n_seq!r}")
+        if not 1 <= n_seq <= N_SEQS:
+            raise ScheduleError(f"n_seq must be 1 to {N_SEQS}, not {n_seq!r}")
         self.n_seq = n_seq
         self.seqs = [SeqModel() for _ in range(n_seq)]
         self.slots: dict[str, Slot] = {}

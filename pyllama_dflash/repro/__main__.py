@@ -20,6 +20,7 @@ from ..engine import ctest_row
 from ..files import atomic_write_json
 from ..flags import common_parser, export, tool_prog
 from ..scenarios.catalog import SCENARIOS
+from ..scenarios.config import DEFAULT_CONFIG
 from . import plan as planning
 from . import tables, verdict
 from .replay import replay_schedule
@@ -106,7 +107,11 @@ def _real_model_flags(ap: argparse.ArgumentParser) -> None:
     real.add_argument("--mmproj", type=Path, help="multimodal projector GGUF")
     real.add_argument("--image", type=Path, action="append", help="an image file (PNG/JPEG); repeat for a second")
     ap.add_argument("--n-gpu-layers", type=int, default=0, help="layers to offload (needs a CUDA build)")
-    real.add_argument("--n-batch", type=int, help="target n_batch (default 16 tiny, 256 real)")
+    real.add_argument(
+        "--n-batch",
+        type=int,
+        help=f"target n_batch (default {DEFAULT_CONFIG.n_batch} tiny, {planning.REAL_N_BATCH} real)",
+    )
     ap.add_argument("--draft-n-batch", type=int, help="the draft context's n_batch (default: the target's)")
     ap.add_argument(
         "--draft-n-ubatch", type=int, help="the draft context's n_ubatch (default: its n_batch, else the target's)"

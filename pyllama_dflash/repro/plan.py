@@ -20,6 +20,8 @@ from ..scenarios.config import DEFAULT_CONFIG, SessionConfig
 from ..scenarios.models import ModelSet, tiny_models
 from ..tiny import DRAFTERS, TARGET_KINDS
 
+REAL_N_BATCH = 256  # the target's n_batch for real models, unless --n-batch says otherwise
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -127,7 +129,7 @@ def _models(args: argparse.Namespace) -> tuple[ModelSet, dict]:
     ):
         if not path.is_file():
             raise ValueError(f"{flag} {path}: no such file")
-    n_batch = args.n_batch or 256
+    n_batch = args.n_batch or REAL_N_BATCH
     models = ModelSet(
         args.target.resolve(),
         args.draft.resolve(),

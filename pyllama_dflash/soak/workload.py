@@ -17,6 +17,9 @@ import requests as http
 from ..server import bodies
 from ..server.expect import SPEC_BATCH_ERROR
 from ..server.server_process import ServerModels, ServerOptions, ServerProcess
+from ..tiny.config import TinyConfig
+
+TINY_N_CTX = TinyConfig().n_ctx  # what a tiny target was trained for: llama-server caps a slot there
 
 N_SLOTS = 4
 N_PREDICT = 8
@@ -299,7 +302,7 @@ def soak(
         slots = work_dir / f"slots-{label}"
         slots.mkdir(exist_ok=True)
         options = ServerOptions(
-            draft=draft, n_parallel=N_SLOTS, n_ctx=256 * N_SLOTS, cache_ram_mib=64, slot_save_path=slots
+            draft=draft, n_parallel=N_SLOTS, n_ctx=TINY_N_CTX * N_SLOTS, cache_ram_mib=64, slot_save_path=slots
         )
         with ServerProcess(binary, models, options, log_path=work_dir / f"{label}.log") as srv:
             if draft:

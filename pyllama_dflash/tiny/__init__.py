@@ -108,13 +108,14 @@ class TinyModels:
     def n_ctx_train(self) -> int:
         return self.config.n_ctx
 
-    def server_args(self, *, spec: bool = True, n_ctx: int = 256) -> list[str]:
+    def server_args(self, *, spec: bool = True, n_ctx: int | None = None) -> list[str]:
         """llama-server model flags seen to work with b11434 (add host/port/threads/batch).
 
         `--no-warmup` also turns off the mmproj warmup (server passes params.warmup
         to mtmd), which would otherwise encode a 1288x1288 image. The chat template
         comes from the target GGUF, so no --chat-template flag is needed.
         """
+        n_ctx = self.n_ctx_train if n_ctx is None else n_ctx
         args = ["-m", str(self.target), "--mmproj", str(self.mmproj), "-c", str(n_ctx), "--no-warmup"]
         if spec:
             args += [
