@@ -9,6 +9,7 @@ import ast
 import importlib
 import inspect
 import pkgutil
+import re
 from pathlib import Path
 
 import pytest
@@ -246,3 +247,23 @@ def test_every_command_runs_through_the_one_runner():
         (block,) = [n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
         assert [ast.unparse(n) for n in block.body] == ["sys.exit(command.run(main))"], path
         assert "def main(" in path.read_text(), path
+
+
+# What a comment must not carry: where a line came from belongs in docs/regression.md and
+# docs/performance.md, beside the figures it explains, not in the code that outlives it.
+_HISTORY = re.compile(
+    r"\b20\d\d-\d\d-\d\d\b"  # a date
+    r"|\b(?:bound|offset|drop|negate|swap|const)-[0-9a-f]{8}\b"  # a mutant's id
+    r"|\b[Ii]ssue #?\d+|\(#\d{2,6}\)"  # an issue or pull request
+)
+
+
+def test_the_package_source_carries_no_history():
+    hits = [
+        f"{path.relative_to(PACKAGE_DIR.parent)}:{n}: {line.strip()}"
+        for path in sorted(PACKAGE_DIR.rglob("*"))
+        if path.suffix in (".py", ".cpp", ".h")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if _HISTORY.search(line)
+    ]
+    assert not hits, "\n".join(hits)

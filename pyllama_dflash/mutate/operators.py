@@ -5,7 +5,7 @@ not: a mutated log message changes nothing the harness can observe, by design). 
 yields the whole file with one line changed or removed; mutants whose text is identical to
 another's are kept once.
 
-Operators, as the regression-power issue lists them:
+The operators:
 - ``bound``: a comparison one off (``<`` and ``<=``, ``>`` and ``>=``), or ``== `` / ``!=`` swapped;
 - ``offset``: a ``+ 1`` or ``- 1`` dropped;
 - ``drop``: a statement (a line ending in ``;``) removed, or a checked call (``if (!f(...))``) with

@@ -156,7 +156,7 @@ SIBLINGS = ("mtp", "eagle3")  # the drafters that keep a memory of the conversat
 
 
 def sibling_models(sibling: str, out_dir: Path | None = None, seed: int = 0) -> ModelSet:
-    """The tiny models of a sibling drafter (issue: what MTP and EAGLE3 do after an image):
+    """The tiny models of a sibling drafter, to measure what MTP and EAGLE3 do after an image:
 
     - ``mtp``: the dense target with a Qwen3.5 MTP head (its own file, the trunk byte for byte the
       dense target's), drafting with ``--spec-type draft-mtp`` over its own head;
