@@ -3,8 +3,9 @@ the process boundary only)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
+from ..codec import Coded
 from ..scenarios.config import SessionConfig
 from ..scenarios.models import ModelSet
 
@@ -27,31 +28,10 @@ class Column:
 
 
 @dataclass(frozen=True)
-class AcceptanceJob:
+class AcceptanceJob(Coded):
     column: Column
     models: ModelSet
     seeds: tuple[int, ...]
     session: SessionConfig  # before the column's own: its variant's slot loop, or the definition's
     paired: bool = False  # drafts at every position of the target's replies (script.run_conversation)
     image_px: int | None = None  # the images' size (None: the corpus's drawn sizes)
-
-    def to_json(self) -> dict:
-        return {
-            "column": asdict(self.column),
-            "models": self.models.to_json(),
-            "seeds": list(self.seeds),
-            "session": self.session.to_json(),
-            "paired": self.paired,
-            "image_px": self.image_px,
-        }
-
-    @classmethod
-    def from_json(cls, d: dict) -> AcceptanceJob:
-        return cls(
-            Column(**d["column"]),
-            ModelSet.from_json(d["models"]),
-            tuple(d["seeds"]),
-            SessionConfig.from_json(d["session"]),
-            d.get("paired", False),
-            d.get("image_px"),
-        )

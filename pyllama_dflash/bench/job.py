@@ -3,8 +3,10 @@ boundary only. Each task's defaults are written here once."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar
+
+from ..codec import decode, encode
 
 
 @dataclass(frozen=True)
@@ -49,12 +51,8 @@ class BenchJob:
     task: Task
 
     def to_json(self) -> dict[str, Any]:
-        args = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self.task).items()}
-        return {"variant": self.variant, "task": self.task.TASK, "args": args}
+        return {"variant": self.variant, "task": self.task.TASK, "args": encode(self.task)}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> BenchJob:
-        kind = TASKS[d["task"]]
-        args = d.get("args", {})
-        tuples = {f.name for f in fields(kind) if str(f.type).startswith("tuple")}
-        return cls(d["variant"], kind(**{k: tuple(v) if k in tuples else v for k, v in args.items()}))
+        return cls(d["variant"], decode(TASKS[d["task"]], d.get("args", {})))

@@ -1,12 +1,14 @@
 """The schedules' jobs, as a parent hands them to a child process (run_schedule.py): a hypothesis
 search (:class:`SearchJob`) or one schedule replayed (:class:`ReplayJob`) on one variant. Each
-writes its defaults here once, and its JSON form for the job file; :func:`from_json` reads either."""
+writes its defaults here once; its JSON form is the codec's, tagged with its mode, and
+:func:`from_json` reads either."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from ..codec import Coded, decode, encode
 from ..scenarios.config import DEFAULT_CONFIG, SessionConfig
 from ..scenarios.models import ModelSet
 from .schedule import Schedule
@@ -15,8 +17,23 @@ DEFAULT_EXAMPLES = 50  # per variant in CI; PYLLAMA_DFLASH_FUZZ_EXAMPLES raises 
 DEFAULT_SEED = 0  # a fixed seed keeps CI deterministic; PYLLAMA_DFLASH_FUZZ_SEED varies it
 
 
+class _Tagged(Coded):
+    """A job whose JSON names its kind (``mode``), so one job file can hold either."""
+
+    MODE = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": self.MODE, **encode(self)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]):
+        if d.get("mode", cls.MODE) != cls.MODE:
+            raise ValueError(f"a {cls.MODE} job, not {d['mode']!r}")
+        return decode(cls, {k: v for k, v in d.items() if k != "mode"})
+
+
 @dataclass(frozen=True)
-class SearchJob:
+class SearchJob(_Tagged):
     """The hypothesis search on one variant: up to ``examples`` schedules, each drawing its drafter
     and target kind from ``drafters`` and ``targets`` (none: ``models`` as they are). With ``drift``
     every completed run is also checked against the drift oracle's reference; kinds in ``ignore``
@@ -39,39 +56,9 @@ class SearchJob:
 
     MODE = "search"
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "mode": self.MODE,
-            **_common(self),
-            "examples": self.examples,
-            "seed": self.seed,
-            "max_steps": self.max_steps,
-            "exact": self.exact,
-            "ignore": list(self.ignore),
-            "drift": self.drift,
-            "weighted": self.weighted,
-            "drafters": list(self.drafters),
-            "targets": list(self.targets),
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> SearchJob:
-        return cls(
-            **_common_from_json(d),
-            examples=d["examples"],
-            seed=d["seed"],
-            max_steps=d["max_steps"],
-            exact=d["exact"],
-            ignore=tuple(d["ignore"]),
-            drift=d["drift"],
-            weighted=d["weighted"],
-            drafters=tuple(d["drafters"]),
-            targets=tuple(d["targets"]),
-        )
-
 
 @dataclass(frozen=True)
-class ReplayJob:
+class ReplayJob(_Tagged):
     """One schedule on one variant; with ``exact`` the output is compared with greedy decoding, with
     ``drift`` the drafts with the drift oracle's reference."""
 
@@ -86,21 +73,6 @@ class ReplayJob:
 
     MODE = "replay"
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "mode": self.MODE,
-            **_common(self),
-            "schedule": self.schedule.to_json(),
-            "exact": self.exact,
-            "drift": self.drift,
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> ReplayJob:
-        return cls(
-            schedule=Schedule.from_json(d["schedule"]), exact=d["exact"], drift=d["drift"], **_common_from_json(d)
-        )
-
 
 ScheduleJob = SearchJob | ReplayJob
 
@@ -111,23 +83,3 @@ def from_json(d: dict[str, Any]) -> ScheduleJob:
         if d.get("mode") == kind.MODE:
             return kind.from_json(d)
     raise ValueError(f"unknown mode {d.get('mode')!r}")
-
-
-def _common(job: ScheduleJob) -> dict[str, Any]:
-    return {
-        "variant": job.variant,
-        "models": job.models.to_json(),
-        "config": job.config.to_json(),
-        "backend": job.backend,
-        "threads": job.threads,
-    }
-
-
-def _common_from_json(d: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "variant": d["variant"],
-        "models": ModelSet.from_json(d["models"]),
-        "config": SessionConfig.from_json(d["config"]),
-        "backend": d["backend"],
-        "threads": d["threads"],
-    }

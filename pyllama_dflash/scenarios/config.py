@@ -6,12 +6,13 @@ No native code and no numpy here, so the schedules and the parents of child proc
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import dataclass
+
+from ..codec import Coded
 
 
 @dataclass(frozen=True)
-class SessionConfig:
+class SessionConfig(Coded):
     n_ctx: int = 512
     n_batch: int = 16  # small, so a modest image spans several sub-batches (S3)
     n_ubatch: int = 16
@@ -51,18 +52,6 @@ class SessionConfig:
     def cuts_drafts(self) -> bool:
         """Whether a drafting round may legitimately draft nothing: a p_min or n_min cut-off."""
         return bool(self.p_min) or bool(self.n_min)
-
-    def to_json(self) -> dict[str, Any]:
-        """Every field, as a job file carries the config to a child process."""
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> SessionConfig:
-        """The config a job file carries; ValueError naming a field this version does not know."""
-        unknown = sorted(set(d) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ValueError(f"unknown session config field(s): {', '.join(unknown)}")
-        return cls(**d)
 
     def check(self) -> SessionConfig:
         """Refuse sizes the pinned llama.cpp answers with an assert, before any native call; returns self.

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import tiny
+from ..codec import Coded
 from ..llamabuild.variants import Variant
 from ..paths import cache_root
 from ..tiny import image as tiny_image_module
@@ -25,7 +26,7 @@ DRAFT_KINDS = ("plain", "mrope", "swa")
 
 
 @dataclass(frozen=True)
-class ModelSet:
+class ModelSet(Coded):
     target: Path
     draft: Path
     mmproj: Path | None
@@ -69,42 +70,6 @@ class ModelSet:
         if kind == "swa":
             return self.draft_swa_mrope if twin else self.draft_swa
         return self.draft_mrope if twin else self.draft
-
-    def to_json(self) -> dict:
-        return {
-            "target": str(self.target),
-            "draft": str(self.draft),
-            "mmproj": str(self.mmproj) if self.mmproj else None,
-            "draft_mrope": str(self.draft_mrope) if self.draft_mrope else None,
-            "draft_swa": str(self.draft_swa) if self.draft_swa else None,
-            "draft_swa_mrope": str(self.draft_swa_mrope) if self.draft_swa_mrope else None,
-            "swa_window": self.swa_window,
-            "image_files": [str(p) for p in self.image_files],
-            "real": self.real,
-            "spec_type": self.spec_type,
-            "drafter": self.drafter,
-            "target_kind": self.target_kind,
-            "image_rows": self.image_rows,
-        }
-
-    @classmethod
-    def from_json(cls, d: dict) -> ModelSet:
-        p = lambda v: Path(v) if v else None
-        return cls(
-            Path(d["target"]),
-            Path(d["draft"]),
-            p(d["mmproj"]),
-            p(d["draft_mrope"]),
-            p(d["draft_swa"]),
-            d.get("swa_window"),
-            tuple(Path(x) for x in d.get("image_files", ())),
-            d.get("real", False),
-            draft_swa_mrope=p(d.get("draft_swa_mrope")),
-            spec_type=d.get("spec_type"),
-            drafter=d.get("drafter", tiny.DFLASH.name),
-            target_kind=d.get("target_kind", "dense"),
-            image_rows=d.get("image_rows", False),
-        )
 
 
 def tiny_models(

@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from ..codec import Coded
 from .config import DEFAULT_CONFIG, SessionConfig
 from .models import ModelSet, case_name
 
 
 @dataclass(frozen=True)
-class ScenarioJob:
+class ScenarioJob(Coded):
     """A scenario on a variant with the models and session config; ``twin`` runs the draft's
     reconverted twin instead (the drift reference), ``definition`` drafts as the draft's definition
     has it (the definition reference). ``timeout_s`` stays with the parent: how long the child may take."""
@@ -40,28 +40,3 @@ class ScenarioJob:
     def key(self) -> tuple[str, str]:
         """(scenario, column)."""
         return self.scenario, self.column
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "scenario": self.scenario,
-            "variant": self.variant,
-            "models": self.models.to_json(),
-            "config": self.config.to_json(),
-            "backend": self.backend,
-            "check_exact": self.check_exact,
-            "twin": self.twin,
-            "definition": self.definition,
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> ScenarioJob:
-        return cls(
-            d["scenario"],
-            d["variant"],
-            ModelSet.from_json(d["models"]),
-            SessionConfig.from_json(d["config"]),
-            backend=d["backend"],
-            check_exact=d["check_exact"],
-            twin=d["twin"],
-            definition=d["definition"],
-        )
