@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +38,6 @@ class ModelSet(Coded):
     swa_window: int | None = None
     image_files: tuple[Path, ...] = ()  # real images, encoded files (PNG/JPEG) read by mtmd
     real: bool = False
-    extra: dict = field(default_factory=dict)
     draft_swa_mrope: Path | None = None  # the sliding-window draft's reconverted twin
     # the --spec-type the draft runs under (None: what llama-server detects from the draft file),
     # and for the tiny models which drafter and target kind these are (tiny.drafters, tiny.target)
