@@ -8,7 +8,7 @@
 Each subcommand hands the rest of the line to that tool's own ``main(argv)``, run as every command
 is (command.py: its prog, its error line, exit 2 on an error, 130 on Ctrl-C or SIGTERM), so
 ``pyllama-dflash repro --help`` is repro's help and the older forms keep working as they were.
-The flags several tools take (``--variants``, ``--fix``, ``--backend``, ``--jobs``,
+The flags several tools take (``--variants``, ``--must-pass``, ``--backend``, ``--jobs``,
 ``--timeout``) are defined once, in ``flags.py``, and each tool's parser picks those it uses.
 """
 

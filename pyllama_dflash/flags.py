@@ -1,6 +1,6 @@
 """The flags several of the project's tools take, each defined once; every tool's parser picks its own.
 
-``--variants``, ``--fix``, ``--backend``, ``--jobs`` and ``--timeout`` keep one spelling and one
+``--variants``, ``--must-pass``, ``--backend``, ``--jobs`` and ``--timeout`` keep one spelling and one
 help text across ``pyllama-dflash build|repro|fuzz|...`` (see cli.py). This module imports no
 tool, so the tools import it and cli.py imports them, one way.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,15 +31,31 @@ class _Shared:
     unset: str = ""  # shown as the default when the tool's default is None
     short: str | None = None  # only for tools that ask for short options (build's -j)
     kwargs: dict = field(default_factory=dict)
+    retired: tuple[str, ...] = ()  # old spellings still taken, each saying its new name
+
+
+class RetiredFlag(argparse.Action):
+    """An old spelling of a flag: it still works, and says once on stderr what it is called now."""
+
+    def __init__(self, option_strings, dest, new: str = "", **kwargs) -> None:
+        self.new = new
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(f"{parser.prog}: {option_string} is now {self.new}; the old name still works", file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
 SHARED: dict[str, _Shared] = {
     "variants": _Shared(("--variants",), "comma-separated variants", unset="every variant of patches/series"),
-    "fix": _Shared(
-        ("--fix",),
-        "the variant that must pass: every scenario in repro, every schedule in fuzz",
+    "must_pass": _Shared(
+        ("--must-pass",),
+        "the variant whose verdict decides the exit code: it must pass every scenario in repro, every "
+        "schedule in fuzz, and its mutants must all be killed in mutate",
         unset="the last variant of role as-trained run (each draft served as it was trained), else the "
-        "last of role fix, else the last run",
+        "last of role twin, else the last run",
+        kwargs={"metavar": "VARIANT"},
+        retired=("--fix",),
     ),
     "backend": _Shared(
         ("--backend",),
@@ -126,6 +143,8 @@ def common_parser(*names: str, short: bool = False, **defaults) -> argparse.Argu
         shown = spec.unset if default is None else "%(default)s"
         flags = (*spec.flags, spec.short) if short and spec.short else spec.flags
         group.add_argument(*flags, default=default, help=f"{spec.help} (default: {shown})", **spec.kwargs)
+        for old in spec.retired:
+            group.add_argument(old, dest=name, action=RetiredFlag, new=spec.flags[0], help=argparse.SUPPRESS)
     return ap
 
 

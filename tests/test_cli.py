@@ -26,7 +26,7 @@ from pyllama_dflash.repro.__main__ import parser as repro_parser
 SCRIPT = Path(sys.executable).parent / "pyllama-dflash"
 COMMAND = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-m", "pyllama_dflash.cli"]
 SUBCOMMANDS = ("build", "repro", "fuzz", "mutate", "bench", "tiny", "soak", "upgrade", "train", "develop", "write-back")
-SHARED_IN_REPRO_AND_FUZZ = ("--variants", "--fix", "--backend", "--jobs", "--timeout", "--cpu", "--patches")
+SHARED_IN_REPRO_AND_FUZZ = ("--variants", "--must-pass", "--backend", "--jobs", "--timeout", "--cpu", "--patches")
 
 
 def run(
@@ -90,10 +90,21 @@ def test_each_tool_keeps_its_defaults():
     assert (repro.jobs, repro.timeout) == (os.cpu_count() or 2, 300.0)
     assert (fuzz.jobs, fuzz.timeout) == (2, 1800.0)
     for args in (repro, fuzz):
-        assert (args.variants, args.fix, args.backend) == (None, None, None)
+        assert (args.variants, args.must_pass, args.backend) == (None, None, None)
     build = build_parser()
     assert (build.parse_args([]).jobs, build.parse_args([]).backend) == (None, None)
     assert build.parse_args(["-j", "4"]).jobs == build.parse_args(["--jobs", "4"]).jobs == 4  # build keeps its -j
+
+
+def test_a_retired_flag_still_works_and_says_its_new_name(capsys):
+    from pyllama_dflash.mutate.__main__ import parser as mutate_parser
+
+    assert repro_parser().parse_args(["--fix", "slots"]).must_pass == "slots"
+    assert fuzz_parser().parse_args(["--fix", "slots"]).must_pass == "slots"
+    assert mutate_parser().parse_args(["--fix", "slots"]).variant == "slots"
+    err = capsys.readouterr().err
+    assert err.count("--fix is now --must-pass") == 2 and "--fix is now --variant" in err, err
+    assert "--fix" not in repro_parser().format_help()  # the old name is not offered
 
 
 def test_common_parser_refuses_a_flag_it_does_not_share():
@@ -134,7 +145,7 @@ def test_repro_through_the_command_prints_the_table(variants):
     header = proc.stdout.splitlines()[0].split()
     assert header[:2] == ["scenario", "full"], proc.stdout  # one drafter and target: one table, no heading
     assert re.search(r"^S8 .*\bPASS\b", proc.stdout, re.M), proc.stdout
-    assert "fix variant 'full': OK" in proc.stdout
+    assert "must-pass variant 'full': OK" in proc.stdout
 
 
 @pytest.mark.parametrize("tool", ["repro", "fuzz"])
@@ -280,9 +291,9 @@ def test_sigterm_ends_a_command_as_ctrl_c_does(tmp_path):
 
 
 def test_the_older_forms_say_their_own_prog(tmp_path):
-    proc = run("--no-build", "--fix", "nope", command=[sys.executable, "-m", "pyllama_dflash.repro"])
+    proc = run("--no-build", "--must-pass", "nope", command=[sys.executable, "-m", "pyllama_dflash.repro"])
     assert proc.returncode == 2
-    assert proc.stderr.startswith("python -m pyllama_dflash.repro: error: --fix 'nope' is not among"), proc.stderr
+    assert proc.stderr.startswith("python -m pyllama_dflash.repro: error: --must-pass 'nope' is not among"), proc.stderr
     build_py = [sys.executable, str(Path(__file__).resolve().parent.parent / "build.py")]
     proc = run("--patches", str(tmp_path / "nowhere"), command=build_py)
     assert proc.returncode == 2 and proc.stderr.startswith("build.py: error: "), proc.stderr

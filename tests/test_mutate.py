@@ -16,7 +16,7 @@ from pyllama_dflash.llamabuild.manifest import variants_root
 from pyllama_dflash.llamabuild.patchset import apply_series, load_series, tree_reader
 from pyllama_dflash.mutate.__main__ import parser
 from pyllama_dflash.mutate.operators import line_mutations, mutants
-from pyllama_dflash.mutate.runner import EQUIVALENT_FILE, MUTATED_FILES, fix_eagle3_runs, load_equivalents
+from pyllama_dflash.mutate.runner import EQUIVALENT_FILE, MUTATED_FILES, load_equivalents, unmutated_eagle3_runs
 from pyllama_dflash.scenarios.catalog import SIBLING_SCENARIOS
 from pyllama_dflash.scenarios.drift import judge
 from pyllama_dflash.scenarios.models import tiny_models
@@ -109,7 +109,7 @@ def test_one_mutant_is_killed_and_the_run_leaves_nothing_behind(variants, tmp_pa
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     report = tmp_path / "mutate.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pyllama_dflash.mutate", "--fix", FIX, "--only", "negate-60968674"]
+        [sys.executable, "-m", "pyllama_dflash.mutate", "--variant", FIX, "--only", "negate-60968674"]
         + ["--json", str(report)],
         cwd=REPO,
         env=env,
@@ -128,8 +128,8 @@ def test_one_mutant_is_killed_and_the_run_leaves_nothing_behind(variants, tmp_pa
 def test_the_eagle3_stage_does_not_kill_the_fix_itself(variants, tmp_path):
     """Stage 4 judges EAGLE3's runs against the unmutated fix's: the fix run again must meet every one,
     status and drafts (every sibling scenario on the definition passes and drafts)."""
-    first = fix_eagle3_runs(DEFINED, tiny_models(), DEFAULT_CONFIG, 2, tmp_path / "a")
-    again = fix_eagle3_runs(DEFINED, tiny_models(), DEFAULT_CONFIG, 2, tmp_path / "b")
+    first = unmutated_eagle3_runs(DEFINED, tiny_models(), DEFAULT_CONFIG, 2, tmp_path / "a")
+    again = unmutated_eagle3_runs(DEFINED, tiny_models(), DEFAULT_CONFIG, 2, tmp_path / "b")
     assert {sid: first[sid]["status"] for sid in SIBLING_SCENARIOS} == dict.fromkeys(SIBLING_SCENARIOS, "PASS")
     assert all(first[sid]["rounds"] for sid in SIBLING_SCENARIOS)  # something to compare in each
     for sid in SIBLING_SCENARIOS:
@@ -160,7 +160,7 @@ def test_the_shards_partition_the_mutants_and_each_keeps_its_slice_whatever_else
 
 
 def _mutate(*args: str, env: dict) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pyllama_dflash.mutate", "--fix", FIX, *args]
+    cmd = [sys.executable, "-m", "pyllama_dflash.mutate", "--variant", FIX, *args]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
 
 
@@ -198,7 +198,7 @@ def test_the_merged_shards_score_as_the_whole_run(variants, tmp_path):
 def test_the_harness_kills_every_non_equivalent_mutant(variants, tmp_path):
     report = tmp_path / "mutate.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pyllama_dflash.mutate", "--fix", FIX, "--json", str(report)],
+        [sys.executable, "-m", "pyllama_dflash.mutate", "--variant", FIX, "--json", str(report)],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from pyllama_dflash.errors import PatchError
-from pyllama_dflash.llamabuild import default_fix, prerequisites
+from pyllama_dflash.llamabuild import default_must_pass, prerequisites
 from pyllama_dflash.llamabuild.patchset import (
     BASELINE,
     CARRIED,
@@ -184,12 +184,12 @@ def test_a_series_line_names_its_role_or_is_refused_naming_the_line(tmp_path):
 
 
 def test_fix_means_the_variant_that_serves_each_draft_as_trained_unless_named():
-    """--fix's default: paired acceptance measures that each draft accepts best served as it was trained
+    """--must-pass's default: paired acceptance measures that each draft accepts best served as it was trained
     (docs/performance.md), which the as-trained variant does per draft; without it, the last fix exact
     to the twin (what the drafts users have, trained on text only, were trained for)."""
     series = load_series(REPO / "patches")
-    assert default_fix(series.variants) == "as-trained"
+    assert default_must_pass(series.variants) == "as-trained"
     fixes = [v for v in series.variants if v != "baseline" and series.role(v) == "fix"]
-    assert default_fix([v for v in series.variants if v != "as-trained"]) == fixes[-1] == "slots"
-    assert default_fix(["baseline", "zero-fill", "full"]) == "full"
-    assert default_fix(["baseline", "definition"]) == "definition"  # no fix among those run: the last
+    assert default_must_pass([v for v in series.variants if v != "as-trained"]) == fixes[-1] == "slots"
+    assert default_must_pass(["baseline", "zero-fill", "full"]) == "full"
+    assert default_must_pass(["baseline", "definition"]) == "definition"  # no fix among those run: the last

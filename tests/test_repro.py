@@ -17,7 +17,7 @@ import pytest
 
 from conftest import AS_TRAINED, DEFINED, FIX, VARIANTS
 from pyllama_dflash.engine.matrix import DEFINITION, REFERENCE, run_matrix, run_table, server_config
-from pyllama_dflash.llamabuild import default_fix
+from pyllama_dflash.llamabuild import default_must_pass
 from pyllama_dflash.llamabuild import variant as variant_of
 from pyllama_dflash.scenarios.catalog import SCENARIOS, expectations, meets
 from pyllama_dflash.scenarios.config import DEFAULT_CONFIG
@@ -198,7 +198,7 @@ def test_repro_cli_json_and_exit_status(variants, tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(out.read_text())
-    assert report["variants"] == list(VARIANTS) and report["fix"] == default_fix(list(VARIANTS))
+    assert report["variants"] == list(VARIANTS) and report["must_pass"] == default_must_pass(list(VARIANTS))
     assert report["ok"] is True
     assert report["reference"] == {"variant": "baseline", "draft": "reconverted twin"}
     # per case: as-trained is judged against the definition only where the drafts carry the image-rows key
@@ -240,7 +240,7 @@ def test_repro_exits_non_zero_when_the_fix_is_baseline(variants):
             "dflash",
             "--targets",
             "dense",
-            "--fix",
+            "--must-pass",
             "baseline",
         ],
         capture_output=True,

@@ -2,7 +2,7 @@
 
 Each variant runs the hypothesis loop in a child process of its own. A broken invariant is
 shrunk, printed and written as a schedule file that ``python -m pyllama_dflash.repro --schedule
-FILE`` replays. Exits 0 when the fix variant (default: the last variant of role fix) broke nothing.
+FILE`` replays. Exits 0 when the must-pass variant (``--must-pass``) broke nothing.
 Builds nothing: build first with ``python build.py``.
 
 ``--seeds 0-4`` searches at each of several seeds in turn; ``--shard I/N`` keeps slice I of N of them
@@ -26,7 +26,7 @@ from ..engine.schedule_runner import examples_from_env, search_variants, seed_fr
 from ..errors import UsageError
 from ..files import atomic_write_json
 from ..flags import common_parser, export, pick, tool_prog
-from ..llamabuild import default_fix, find_built
+from ..llamabuild import default_must_pass, find_built
 from ..llamabuild.patchset import BASELINE
 from ..scenarios.models import tiny_models
 from ..shard import check_slices, load_reports, parse_seeds, shard_from_json, shard_json
@@ -36,7 +36,7 @@ from ..tiny import DRAFTERS, TARGET_KINDS
 def parser() -> argparse.ArgumentParser:
     shared = common_parser(
         "variants",
-        "fix",
+        "must_pass",
         "jobs",
         "timeout",
         "backend",
@@ -119,15 +119,15 @@ def _output_flags(ap: argparse.ArgumentParser) -> None:
     )
 
 
-def _print_seed(results: dict[str, dict], variants: list[str], fix: str, seed: int, out: Path | None) -> bool:
+def _print_seed(results: dict[str, dict], variants: list[str], must_pass: str, seed: int, out: Path | None) -> bool:
     """One seed's results, variant by variant; the shrunk schedules saved in ``out`` (None: printed only).
-    Returns whether the fix broke."""
+    Returns whether the must-pass variant broke."""
     broken = False
     for v in variants:
         r = results[v]
         if "runs" not in r:  # the child itself failed
             print(f"{v}: {r.get('status')}: {r.get('first_failure')}")
-            broken |= v == fix
+            broken |= v == must_pass
             continue
         found = r["failures"]
         print(
@@ -136,7 +136,7 @@ def _print_seed(results: dict[str, dict], variants: list[str], fix: str, seed: i
             f"checks {r['stats']}"
         )
         for f in found:
-            broken |= v == fix
+            broken |= v == must_pass
             print(f"  {f['kind']} (first seen at run {r['first_failure_run'].get(f['kind'], '?')}): {f['message']}")
             if f["schedule"]:
                 s = Schedule.from_json(f["schedule"])
@@ -149,11 +149,11 @@ def _print_seed(results: dict[str, dict], variants: list[str], fix: str, seed: i
 
 
 def merge_reports(reports: list[dict]) -> dict:
-    """The slices' reports as one run's: the same fix, variants and settings in each, every slice 1..N
+    """The slices' reports as one run's: the same must-pass variant, variants and settings in each, every slice 1..N
     once, and together every seed of the run exactly once. ValueError says what does not fit."""
     if not reports:
         raise ValueError("no reports to merge")
-    for key in ("fix", "variants", "selection"):
+    for key in ("must_pass", "variants", "selection"):
         if len({json.dumps(r.get(key), sort_keys=True) for r in reports}) != 1:
             raise ValueError(f"the reports are not slices of one run: their {key!r} differ")
     check_slices([shard_from_json(r.get("shard")) for r in reports], "fuzz")
@@ -169,7 +169,7 @@ def merge_reports(reports: list[dict]) -> dict:
         raise ValueError(f"the reports do not hold the run's seeds: {', '.join(missing) or 'others'} missing")
     first = reports[0]
     return {
-        "fix": first["fix"],
+        "must_pass": first["must_pass"],
         "variants": first["variants"],
         "selection": first["selection"],
         "shard": None,
@@ -189,13 +189,13 @@ def merge_main(args: argparse.Namespace) -> int:
     broken = False
     for seed, results in merged["seeds"].items():
         print(f"== seed {seed} ==")
-        broken |= _print_seed(results, merged["variants"], merged["fix"], int(seed), None)
+        broken |= _print_seed(results, merged["variants"], merged["must_pass"], int(seed), None)
     if args.json:
         atomic_write_json(args.json, merged)
-    fix = merged["fix"]
+    must_pass = merged["must_pass"]
     print(
         f"fuzz: {len(merged['seeds'])} seeds from {len(reports)} slices, {merged['wall_s']:.1f}s in all; "
-        f"fix variant {fix!r}: {'NOT OK' if broken else 'OK'}"
+        f"must-pass variant {must_pass!r}: {'NOT OK' if broken else 'OK'}"
     )
     return 1 if broken else 0
 
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     variants = [m.variant for m in find_built(names, backend=backend)]
     if not args.no_drift:
         find_built([BASELINE], backend=backend)  # the drift oracle's reference runs on baseline
-    fix = args.fix or default_fix(variants)
+    must_pass = args.must_pass or default_must_pass(variants)
     examples = args.examples or examples_from_env()
     every_seed = args.seeds or [seed_from_env() if args.seed is None else args.seed]
     seeds = args.shard.by_place(every_seed) if args.shard else every_seed
@@ -243,14 +243,14 @@ def main(argv: list[str] | None = None) -> int:
         # each seed's shrunk schedules in a folder of their own when there are several
         folder = out / f"seed-{seed}" if len(seeds) > 1 else out
         folder.mkdir(parents=True, exist_ok=True)
-        broken |= _print_seed(results, variants, fix, seed, folder)
+        broken |= _print_seed(results, variants, must_pass, seed, folder)
         by_seed[str(seed)] = results
     wall = time.monotonic() - t0
     if args.json:
-        report = {"fix": fix, "variants": variants, "selection": selection, "shard": shard_json(args.shard)}
+        report = {"must_pass": must_pass, "variants": variants, "selection": selection, "shard": shard_json(args.shard)}
         atomic_write_json(args.json, {**report, "seeds": by_seed, "broken": broken, "wall_s": round(wall, 1)})
     sliced = f" (seeds {', '.join(map(str, seeds))}: slice {args.shard})" if args.shard else ""
-    print(f"fuzz: {wall:.1f}s{sliced}; fix variant {fix!r}: {'NOT OK' if broken else 'OK'}")
+    print(f"fuzz: {wall:.1f}s{sliced}; must-pass variant {must_pass!r}: {'NOT OK' if broken else 'OK'}")
     return 1 if broken else 0
 
 

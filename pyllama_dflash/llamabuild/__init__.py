@@ -9,7 +9,7 @@ from ..errors import (
 )
 from .builder import BuildOptions, build, find_built, plan
 from .manifest import Manifest, find
-from .variants import Variant, default_fix, saves_draft_with_slot, variant
+from .variants import Variant, default_must_pass, saves_draft_with_slot, variant
 
 __all__ = [
     "BuildError",
@@ -24,7 +24,7 @@ __all__ = [
     "find_built",
     "plan",
     "saves_draft_with_slot",
-    "default_fix",
+    "default_must_pass",
     "variant",
     "Variant",
 ]

@@ -30,7 +30,7 @@ __all__ = [
     "FIX_ROLE",
     "SEED_ROLE",
     "Variant",
-    "default_fix",
+    "default_must_pass",
     "variant",
 ]
 
@@ -74,8 +74,8 @@ def variant(name: str, patches_dir: Path | None = None) -> Variant:
     return Variant(name, tuple(p.name for p in series.prefix(name)), series.changes(name, SERVER_SOURCE), role)
 
 
-def default_fix(names: list[str], patches_dir: Path | None = None) -> str:
-    """The variant ``--fix`` means when it is not given, of those run: the last whose role is
+def default_must_pass(names: list[str], patches_dir: Path | None = None) -> str:
+    """The variant ``--must-pass`` means when it is not given, of those run: the last whose role is
     ``as-trained``, else the last ``fix``, else the last. Paired acceptance measures that a draft
     accepts best served as it was trained (docs/performance.md, "Which semantics for which draft"):
     an ``as-trained`` variant does that per draft, a ``fix`` variant for drafts trained on text."""

@@ -27,7 +27,7 @@ from pathlib import Path
 from .. import command
 from ..errors import UsageError
 from ..files import atomic_write_json
-from ..flags import common_parser, tool_prog
+from ..flags import RetiredFlag, common_parser, tool_prog
 from ..scenarios.models import tiny_models
 from . import report
 from .plan import Plan, plan, stale
@@ -36,10 +36,16 @@ from .trials import try_all
 
 
 def parser() -> argparse.ArgumentParser:
-    shared = common_parser("fix", "jobs", "shard", jobs=os.cpu_count() or 2)
+    shared = common_parser("jobs", "shard", jobs=os.cpu_count() or 2)
     ap = argparse.ArgumentParser(
         prog=tool_prog("python -m pyllama_dflash.mutate"), description=__doc__.split("\n\n")[0], parents=[shared]
     )
+    ap.add_argument(
+        "--variant",
+        metavar="VARIANT",
+        help="the fix whose lines are mutated, judged as its role has it (default: the series' last variant)",
+    )
+    ap.add_argument("--fix", dest="variant", action=RetiredFlag, new="--variant", help=argparse.SUPPRESS)
     _selection_flags(ap)
     _output_flags(ap)
     return ap
@@ -102,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for m in p.selected:
             print(f"{m.id:16s} {m.describe()}")
-        print(f"{len(p.selected)} mutants{sliced} of {', '.join(p.files)} as variant {p.fix!r} has it")
+        print(f"{len(p.selected)} mutants{sliced} of {', '.join(p.files)} as variant {p.variant!r} has it")
         return 0
     try:
         equivalents = load_equivalents()
@@ -110,12 +116,12 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError(str(e)) from None
     t0 = time.monotonic()
     models = tiny_models()
-    print(f"mutate: {len(p.selected)} mutants{sliced} of {', '.join(p.files)} ({p.fix})", flush=True)
+    print(f"mutate: {len(p.selected)} mutants{sliced} of {', '.join(p.files)} ({p.variant})", flush=True)
     outcomes = try_all(p, models, equivalents, jobs=args.jobs, fuzz_examples=args.fuzz_examples)
     result = report.scored(
         [o.to_json() for o in outcomes],
         files=p.files,
-        fix=p.fix,
+        variant=p.variant,
         selection=p.selection,
         shard=args.shard,
         wall_s=time.monotonic() - t0,

@@ -1,6 +1,6 @@
 """What a mutation run tries: the fix and how it is judged, its files, and the mutants selected.
 
-:func:`plan` reads the flags (``--fix``, ``--files``, ``--every``, ``--only``, ``--shard``, ``--limit``)
+:func:`plan` reads the flags (``--variant``, ``--files``, ``--every``, ``--only``, ``--shard``, ``--limit``)
 against the series and the pristine source (baseline's build), and raises UsageError for a run that
 cannot be made. :func:`stale` names the equivalent mutants on file that no fix of the series has.
 """
@@ -35,7 +35,7 @@ MUTATED_ROLES = (FIX_ROLE, DEFINITION_ROLE, AS_TRAINED_ROLE)
 @dataclass
 class Plan:
     series: Series
-    fix: str
+    variant: str  # the fix whose lines are mutated
     # FIX_ROLE (judged against the twin), DEFINITION_ROLE (against the draft's definition) or AS_TRAINED_ROLE
     # (per draft; the mutants run on drafts without the image-rows key, judged against the twin, and the C++
     # test's runs with the key against the definition reference)
@@ -51,11 +51,11 @@ class Plan:
 
 def plan(args: argparse.Namespace) -> Plan:
     series = load_series(default_patches_dir())
-    fix = args.fix or series.variants[-1]
+    fix = args.variant or series.variants[-1]
     # each mutant is judged as its fix is: against the twin, or against the draft's definition (0007)
     role = series.role(fix) if fix in series.variants[1:] else FIX_ROLE
     if role not in MUTATED_ROLES:
-        raise UsageError(f"--fix {fix!r} is judged as {role!r}: not a fix to mutate")
+        raise UsageError(f"--variant {fix!r} is judged as {role!r}: not a fix to mutate")
     (base,) = build(["baseline"], BuildOptions(cpu="native", quiet=True))
     pristine = Path(base.data["source"]["path"])
     read = tree_reader(pristine)

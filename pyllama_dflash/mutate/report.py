@@ -1,7 +1,7 @@
 """A mutation run's JSON report and its score, for a whole run, one slice of it (``--shard I/N``) or the
 slices merged (``--merge``): one function scores them all, so a merged score is the whole run's.
 
-The report: ``files``, ``fix``, ``selection`` (what was asked: ``every``, ``only``, ``limit``, and
+The report: ``files``, ``variant``, ``selection`` (what was asked: ``every``, ``only``, ``limit``, and
 ``mutants``, the ids selected before the slicing, in the run's order), ``shard`` (``"I/N"``, or None
 for a whole run), ``score``, ``counts``, ``killed_by``, ``outcomes`` (one per mutant tried, runner.Outcome
 as JSON), ``wall_s``; a merged report adds ``shards``, each slice's ``shard``, ``mutants`` tried and
@@ -19,14 +19,14 @@ from .runner import KILLED, STILLBORN, SURVIVED
 
 
 def scored(
-    outcomes: list[dict], *, files: list[str], fix: str, selection: dict, shard: Shard | None, wall_s: float
+    outcomes: list[dict], *, files: list[str], variant: str, selection: dict, shard: Shard | None, wall_s: float
 ) -> dict:
     """The report of these outcomes: counts, what killed them, and the score killed / (killed + survived)."""
     counts = Counter(o["status"] for o in outcomes)
     n_scored = counts[KILLED] + counts[SURVIVED]
     return {
         "files": files,
-        "fix": fix,
+        "variant": variant,
         "selection": selection,
         "shard": shard_json(shard),
         "score": counts[KILLED] / n_scored if n_scored else 1.0,
@@ -63,12 +63,12 @@ def exit_code(report: dict, *, slice_of_run: bool = False) -> int:
 
 
 def merge(reports: list[dict]) -> dict:
-    """The slices' reports as one run's: the same fix, files and selection in each, every slice 1..N once,
+    """The slices' reports as one run's: the same variant, files and selection in each, every slice 1..N once,
     and together every mutant selected tried exactly once. ValueError says what does not fit."""
     if not reports:
         raise ValueError("no reports to merge")
     first = reports[0]
-    for key in ("fix", "files", "selection"):
+    for key in ("variant", "files", "selection"):
         if len({json.dumps(r.get(key), sort_keys=True) for r in reports}) != 1:
             raise ValueError(f"the reports are not slices of one run: their {key!r} differ")
     check_slices([shard_from_json(r.get("shard")) for r in reports], "mutation")
@@ -87,7 +87,7 @@ def merge(reports: list[dict]) -> dict:
     out = scored(
         [by_id[m] for m in wanted],
         files=first["files"],
-        fix=first["fix"],
+        variant=first["variant"],
         selection=first["selection"],
         shard=None,
         wall_s=sum(r.get("wall_s", 0.0) for r in reports),

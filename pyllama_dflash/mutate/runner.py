@@ -203,12 +203,12 @@ def references(models: ModelSet, config: dict, parallel: int, work: Path, role: 
     return {sid: results[(sid, jobs[0].column)] for sid in SCENARIOS}
 
 
-def fix_eagle3_runs(fix: str, models: ModelSet, config: dict, parallel: int, work: Path) -> dict[str, dict]:
+def unmutated_eagle3_runs(variant: str, models: ModelSet, config: dict, parallel: int, work: Path) -> dict[str, dict]:
     """The EAGLE3 drafter's scenarios on the unmutated fix, once for every mutant (stage 4's oracle)."""
     eagle3 = sibling_models("eagle3", models.target.parent)
     cases = [(eagle3, list(SIBLING_SCENARIOS))]
-    table = run_cases(cases, [fix], config, parallel=parallel, drift=False, work_dir=work / "eagle3-fix")
-    return {sid: row[fix] for sid, row in table[case_name(eagle3)].items()}
+    table = run_cases(cases, [variant], config, parallel=parallel, drift=False, work_dir=work / "eagle3-fix")
+    return {sid: row[variant] for sid, row in table[case_name(eagle3)].items()}
 
 
 def try_mutant(
@@ -220,7 +220,7 @@ def try_mutant(
     *,
     parallel: int,
     work: Path,
-    fix_eagle3: Callable[[], dict[str, dict]],
+    unmutated_eagle3: Callable[[], dict[str, dict]],
     fuzz_examples: int = 0,
 ) -> Outcome:
     """Build the mutant and try the harness on it, cheapest stage first (the module's docstring),
@@ -242,7 +242,7 @@ def try_mutant(
             return out
         if _family_kills(trial, models, config, parallel, work / mutant.id / "family"):
             return out
-        if _eagle3_kills(trial, fix_eagle3, models, config, parallel, work / mutant.id / "eagle3"):
+        if _eagle3_kills(trial, unmutated_eagle3, models, config, parallel, work / mutant.id / "eagle3"):
             return out
         if _rules_kill(trial, series_dir):
             return out
@@ -320,21 +320,28 @@ def _family_kills(trial: _Trial, models: ModelSet, config: dict, parallel: int, 
 
 
 def _eagle3_kills(
-    trial: _Trial, fix_eagle3: Callable[[], dict[str, dict]], models: ModelSet, config: dict, parallel: int, work: Path
+    trial: _Trial,
+    unmutated_eagle3: Callable[[], dict[str, dict]],
+    models: ModelSet,
+    config: dict,
+    parallel: int,
+    work: Path,
 ) -> bool:
     """Stage 4: the EAGLE3 drafter's scenarios against the unmutated fix's (the module's docstring)."""
     eagle3 = sibling_models("eagle3", models.target.parent)
     table = run_cases(
         [(eagle3, list(SIBLING_SCENARIOS))], [VARIANT], config, parallel=parallel, drift=False, work_dir=work
     )
-    fix = fix_eagle3()
+    unmutated = unmutated_eagle3()
     out = trial.out
     for sid in SIBLING_SCENARIOS:
-        got = judge(table[case_name(eagle3)][sid][VARIANT], fix[sid])  # DRIFT where the drafts differ from the fix's
+        got = judge(
+            table[case_name(eagle3)][sid][VARIANT], unmutated[sid]
+        )  # DRIFT where the drafts differ from the unmutated fix's
         out.rows[f"{sid} eagle3"] = got["status"]
-        if got["status"] != fix[sid]["status"]:
+        if got["status"] != unmutated[sid]["status"]:
             out.status, out.killed_by = KILLED, f"{sid} eagle3"
-            out.detail = f"{got['status']} where the fix is {fix[sid]['status']}: {got.get('first_failure')}"
+            out.detail = f"{got['status']} where the fix is {unmutated[sid]['status']}: {got.get('first_failure')}"
             return True
     return False
 

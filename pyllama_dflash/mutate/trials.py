@@ -22,15 +22,15 @@ from ..llamabuild.patchset import DEFINITION_ROLE
 from ..scenarios.models import ModelSet
 from ..scenarios.session import DEFAULT_CONFIG
 from .plan import Plan
-from .runner import EQUIVALENT, KILLED, SURVIVED, Outcome, fix_eagle3_runs, references, try_mutant, write_series
+from .runner import EQUIVALENT, KILLED, SURVIVED, Outcome, references, try_mutant, unmutated_eagle3_runs, write_series
 
 
 def try_all(p: Plan, models: ModelSet, equivalents: dict[str, dict], *, jobs: int, fuzz_examples: int) -> list[Outcome]:
     """Every selected mutant tried, a line printed for each; a survivor on file as equivalent is one."""
     work = Path(tempfile.mkdtemp(prefix="pyllama-dflash-mutate-"))
     refs = functools.cache(lambda: _references(p, models, jobs, work))
-    fix_eagle3 = functools.cache(
-        lambda: _on_the_series(lambda: fix_eagle3_runs(p.fix, models, DEFAULT_CONFIG, jobs, work))
+    unmutated_eagle3 = functools.cache(
+        lambda: _on_the_series(lambda: unmutated_eagle3_runs(p.variant, models, DEFAULT_CONFIG, jobs, work))
     )
     outcomes: list[Outcome] = []
     try:
@@ -44,7 +44,7 @@ def try_all(p: Plan, models: ModelSet, equivalents: dict[str, dict], *, jobs: in
                 DEFAULT_CONFIG,
                 parallel=jobs,
                 work=work,
-                fix_eagle3=fix_eagle3,
+                unmutated_eagle3=unmutated_eagle3,
                 fuzz_examples=fuzz_examples,
             )
             if o.status == SURVIVED and m.id in equivalents:
@@ -83,7 +83,7 @@ def _on_the_series(run):
 def _clean_up(p: Plan, work: Path, outcomes: list[Outcome]) -> None:
     os.environ.pop(PATCHES_ENV, None)
     if p.selected:  # the shared build folder back on the fix, compiled
-        stage(p.fix, BuildOptions(cpu="native", quiet=True))
+        stage(p.variant, BuildOptions(cpu="native", quiet=True))
     # the builds of the run's scratch series go with the run: the mutants' folder, and the
     # baseline the mutant variant's series builds beside it (19 MB each, left in the cache before)
     for m in all_manifests():

@@ -3,7 +3,7 @@
 With no flag it runs on the tiny generated models (no download) against every variant,
 building what is not built yet: every drafter of the DFlash family on the dense target, and the
 image scenarios on the MoE target too. It prints a table per drafter and target (scenarios down,
-variants across) and exits 0 when the fix variant passes every scenario of every table. See
+variants across) and exits 0 when the must-pass variant passes every scenario of every table. See
 ``--help`` for real models and the JSON report.
 """
 
@@ -28,7 +28,7 @@ from .report import format_siblings, json_report, print_matrix, print_server, pr
 
 
 def parser() -> argparse.ArgumentParser:
-    picked = "variants fix jobs timeout backend cpu drafters targets patches".split()
+    picked = "variants must_pass jobs timeout backend cpu drafters targets patches".split()
     shared = common_parser(*picked, jobs=os.cpu_count() or 2, timeout=300.0)
     ap = argparse.ArgumentParser(
         prog=tool_prog("python -m pyllama_dflash.repro"), description=__doc__.split("\n\n")[0], parents=[shared]
@@ -123,14 +123,14 @@ def main(argv: list[str] | None = None) -> int:
     export(args)  # --cpu and --patches: for the lookups here and in every child process
     t0 = time.monotonic()
     manifests = planning.manifests(args)
-    fix = planning.fix_of(args, [m.variant for m in manifests])
-    plan = planning.Plan(manifests, fix, *planning.models_and_config(args))
+    must_pass = planning.must_pass_of(args, [m.variant for m in manifests])
+    plan = planning.Plan(manifests, must_pass, *planning.models_and_config(args))
     if args.schedule:
         return replay_schedule(args, plan)
     scenarios = planning.scenario_ids(args)
     matrix = tables.run_matrix(args, plan, planning.cases(args, plan.models, scenarios, plan.variants), scenarios)
     print_matrix(matrix, {**SCENARIOS, ctest_row.ROW: ctest_row.TITLE}, detail=args.detail)
-    reasons = verdict.matrix_problems(matrix, fix, args.expect_baseline_fail, args.check_expected)
+    reasons = verdict.matrix_problems(matrix, must_pass, args.expect_baseline_fail, args.check_expected)
     server = family = siblings = None
     if args.server:
         server, family = tables.run_server(args, plan, matrix.cases)
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             siblings.server = tables.run_siblings_server(plan, siblings)
             print_server(siblings.server, None, plan.variants, measured=True)
     wall, ok = time.monotonic() - t0, not reasons
-    print_summary(matrix, reasons, fix, wall)
+    print_summary(matrix, reasons, must_pass, wall)
     if args.json:
         atomic_write_json(args.json, json_report(plan, matrix, args, server, family, siblings, ok, wall))
     return 0 if ok else 1

@@ -1,4 +1,4 @@
-"""What a repro run runs: the variants (built or found), the fix, the models and their session
+"""What a repro run runs: the variants (built or found), the must-pass variant, the models and their session
 config, the scenario rows and the cases (drafter and target) of its tables."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 from ..engine import ctest_row
 from ..errors import UsageError
 from ..flags import pick
-from ..llamabuild import BuildOptions, build, default_fix, find_built, variant
+from ..llamabuild import BuildOptions, build, default_must_pass, find_built, variant
 from ..llamabuild.manifest import Manifest
 from ..llamabuild.patchset import BASELINE
 from ..llamabuild.variants import AS_TRAINED_ROLE
@@ -25,10 +25,10 @@ REAL_N_BATCH = 256  # the target's n_batch for real models, unless --n-batch say
 
 @dataclass(frozen=True)
 class Plan:
-    """The run's inputs, once the flags are read: ``variants`` in the series' order, ``fix`` among them."""
+    """The run's inputs, once the flags are read: ``variants`` in the series' order, ``must_pass`` among them."""
 
     manifests: list[Manifest]
-    fix: str
+    must_pass: str
     models: ModelSet
     config: SessionConfig
 
@@ -46,12 +46,12 @@ def manifests(args: argparse.Namespace) -> list[Manifest]:
     return out
 
 
-def fix_of(args: argparse.Namespace, variants: list[str]) -> str:
-    """The variant that must pass: ``--fix``, else default_fix's; UsageError when not run."""
-    fix = args.fix or default_fix(variants)
-    if fix not in variants:
-        raise UsageError(f"--fix {fix!r} is not among the variants run ({', '.join(variants)})")
-    return fix
+def must_pass_of(args: argparse.Namespace, variants: list[str]) -> str:
+    """The variant that must pass: ``--must-pass``, else default_must_pass's; UsageError when not run."""
+    must_pass = args.must_pass or default_must_pass(variants)
+    if must_pass not in variants:
+        raise UsageError(f"--must-pass {must_pass!r} is not among the variants run ({', '.join(variants)})")
+    return must_pass
 
 
 def _variant_names(args: argparse.Namespace) -> list[str]:

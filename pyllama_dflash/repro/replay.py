@@ -17,12 +17,12 @@ from .tables import backend
 
 
 def replay_schedule(args: argparse.Namespace, plan: Plan) -> int:
-    """One table row: the schedule on every variant; 0 when the fix variant keeps the invariant.
+    """One table row: the schedule on every variant; 0 when the must-pass variant keeps the invariant.
     UsageError for a schedule file that does not parse (an OSError for one that cannot be read)."""
     from ..engine.schedule import Schedule, ScheduleError
     from ..engine.schedule_runner import replay_variants
 
-    variants, fix = plan.variants, plan.fix
+    variants, must_pass = plan.variants, plan.must_pass
     try:
         schedule = Schedule.load(args.schedule)
     except ScheduleError as e:
@@ -40,15 +40,25 @@ def replay_schedule(args: argparse.Namespace, plan: Plan) -> int:
     )
     row = args.schedule.name
     print(format_table({row: results}, variants, {row: SimpleNamespace(title=f"({len(schedule.steps)} steps)")}))
-    ok = results[fix]["status"] in (PASS, TIE)
+    ok = results[must_pass]["status"] in (PASS, TIE)
     if not ok:
-        print(f"repro: {fix} {results[fix]['status']} on {row}: {results[fix].get('first_failure')}", file=sys.stderr)
+        print(
+            f"repro: {must_pass} {results[must_pass]['status']} on {row}: {results[must_pass].get('first_failure')}",
+            file=sys.stderr,
+        )
     print(
         f"repro: schedule {args.schedule} on {len(variants)} variants in {time.monotonic() - t0:.1f}s; "
-        f"fix variant {fix!r}: {'OK' if ok else 'NOT OK'}"
+        f"must-pass variant {must_pass!r}: {'OK' if ok else 'NOT OK'}"
     )
     if args.json:
         atomic_write_json(
-            args.json, {"schedule": schedule.to_json(), "variants": variants, "fix": fix, "results": results, "ok": ok}
+            args.json,
+            {
+                "schedule": schedule.to_json(),
+                "variants": variants,
+                "must_pass": must_pass,
+                "results": results,
+                "ok": ok,
+            },
         )
     return 0 if ok else 1

@@ -202,7 +202,7 @@ def _target_arch(kind: str) -> str:
     return ARCHS.get(kind, kind)
 
 
-def print_summary(matrix, reasons: list[str], fix: str, wall_s: float) -> None:
+def print_summary(matrix, reasons: list[str], must_pass: str, wall_s: float) -> None:
     """The reasons the run is NOT OK, one a line on stderr, then the line that sums it up."""
     import sys
 
@@ -211,7 +211,7 @@ def print_summary(matrix, reasons: list[str], fix: str, wall_s: float) -> None:
     n_runs, n_refs = matrix.n_runs()
     print(
         f"repro: {n_runs} runs ({n_refs} of them references) in {len(matrix.cases)} table(s) in {wall_s:.1f}s; "
-        f"fix variant {fix!r}: {'OK' if not reasons else 'NOT OK'}"
+        f"must-pass variant {must_pass!r}: {'OK' if not reasons else 'NOT OK'}"
     )
 
 
@@ -227,7 +227,7 @@ def json_report(plan, matrix, args, server, family, siblings, ok: bool, wall_s: 
     return {
         "llama_cpp": manifest.data["source"] | {"backend": manifest.backend},
         "variants": variants,
-        "fix": plan.fix,
+        "must_pass": plan.must_pass,
         "reference": {"variant": BASELINE, "draft": "reconverted twin"} if drift else None,
         # the column each variant's drafts were judged against, per case
         "references": {case_name(m): {v: reference_of(v, m) for v in variants} for m, _ in matrix.cases}

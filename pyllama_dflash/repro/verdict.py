@@ -10,14 +10,14 @@ from ..scenarios.record import CRASH, DRIFT, ERROR, FAIL, PASS, SKIP, TIE
 from .tables import Matrix
 
 
-def matrix_problems(matrix: Matrix, fix: str, expect_baseline_fail: bool, check_expected: bool) -> list[str]:
+def matrix_problems(matrix: Matrix, must_pass: str, expect_baseline_fail: bool, check_expected: bool) -> list[str]:
     """Every table's reasons, each prefixed with its case where there are several."""
     reasons = []
     for case_models, _ in matrix.cases:
         case = case_name(case_models)
         table = matrix.tables[case]
         prefix = f"{case}: " if len(matrix.cases) > 1 else ""
-        case_reasons = fix_problems(table, fix, expect_baseline_fail and case == matrix.first)
+        case_reasons = must_pass_problems(table, must_pass, expect_baseline_fail and case == matrix.first)
         if check_expected:
             case_reasons += unexpected(table, matrix.variants, case_models)
         case_reasons += reference_problems(table, matrix.references)
@@ -66,18 +66,18 @@ def unexpected(table: Table, variants: list[str], models: ModelSet) -> list[str]
     return out
 
 
-def fix_problems(table: Table, fix: str, expect_baseline_fail: bool) -> list[str]:
-    """The fix passes every scenario. A TIE passes (a tie broken by the cells' order, proven by the
+def must_pass_problems(table: Table, must_pass: str, expect_baseline_fail: bool) -> list[str]:
+    """The must-pass variant passes every scenario. A TIE passes (a tie broken by the cells' order, proven by the
     layout replay); the one documented exception besides is a drift confined to rounds where draft()
     met a draft behind the target (the fill then exists for the noise block's decode only, or, for
     the definition, the restored rows' features exist nowhere). The C++ test (C1) judges a fix with
     the target's positions against the twin, and the definition against the definition reference."""
     reasons = []
     for sid, row in table.items():
-        status = row[fix]["status"]
-        behind_only = status == DRIFT and (row[fix].get("drift") or {}).get("behind_only")
+        status = row[must_pass]["status"]
+        behind_only = status == DRIFT and (row[must_pass].get("drift") or {}).get("behind_only")
         if status not in (PASS, SKIP, TIE) and not behind_only:
-            reasons.append(f"{fix} {status} on {sid}: {row[fix].get('first_failure')}")
+            reasons.append(f"{must_pass} {status} on {sid}: {row[must_pass].get('first_failure')}")
     if expect_baseline_fail:
         base = table.get("S1", {}).get(BASELINE)
         if base is None:

@@ -34,7 +34,7 @@ position agrees when it proposes the same token and its three largest probabilit
 by at most the log's last digit (:func:`positions_agree`); where the reference's top two are that close,
 the proposed token is a tie and not compared (counted in ``ties``), as the matrix excludes ties it
 cannot prove. A draft left with rows too many or too few is told apart all the same: the mutants of
-0007's trims after an image (``mutate --fix definition``) fail here.
+0007's trims after an image (``mutate --variant definition``) fail here.
 
 The library's definition reference (``SessionConfig.definition_reference``) computes the same drafts
 through the API, but from features of the library's own decode batches, which are not the server's: the
