@@ -229,7 +229,7 @@ def test_the_drift_schedules_drift_on_zero_fill_and_not_on_full(variants, model_
     seed's zero-fill drafts otherwise than the twin on baseline, the fix drafts exactly the same,
     and so does the twin itself under the fix (it needs no fill and gets none)."""
     schedule = Schedule.load(path)
-    for draft in (model_set.draft, model_set.draft_mrope):
+    for draft in (model_set.draft, model_set.twin):
         results = replay_variants(schedule, list(VARIANTS), model_set.with_draft(draft), work_dir=tmp_path / draft.stem)
         zf, full = results["zero-fill"], results["full"]
         assert zf["status"] == "DRIFT" and "drafts differ from the reference" in zf["first_failure"], zf
@@ -309,7 +309,7 @@ def test_the_fix_keeps_an_m_rope_drafts_stale_cell_as_baseline_does(variants, mo
     under the fix drafts the history's [106]. Fixing it for M-RoPE drafts would change what a converted
     draft drafts on today's llama.cpp; it is a defect of the restore path, not of the image hole."""
     schedule = Schedule.load(Path(__file__).parent / "data" / "schedules" / "restore-history.json")
-    mrope = replay_variants(schedule, ["baseline", FIX], model_set.with_draft(model_set.draft_mrope), work_dir=tmp_path)
+    mrope = replay_variants(schedule, ["baseline", FIX], model_set.with_draft(model_set.twin), work_dir=tmp_path)
     assert [d["tokens"] for d in mrope["baseline"]["drafts"]] == [[64]] == [d["tokens"] for d in mrope[FIX]["drafts"]]
     assert mrope[FIX]["status"] == "DRIFT"  # judged against the history, which has no stale cell
 

@@ -35,7 +35,7 @@ def _finish(w: Any) -> None:
 
 
 def test_reader_agrees_with_gguf_py(ms: ModelSet, gguf: Any) -> None:
-    for p in (ms.target, ms.draft, ms.draft_mrope, ms.mmproj):
+    for p in (ms.target, ms.draft, ms.twin, ms.mmproj):
         ours, theirs = gs.read_gguf(p), gguf.GGUFReader(p)
         assert ours.data_offset == theirs.data_offset
         fields = {k: f.contents() for k, f in theirs.fields.items() if not k.startswith("GGUF.")}

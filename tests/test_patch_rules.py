@@ -321,7 +321,7 @@ def laid_out_like_the_fix(self, batch, step, seq):
     assert self.draft.seq_rm(seq, x + 1, y)
 
 session.Session._spec_process = laid_out_like_the_fix
-out = execute(Schedule.load(sys.argv[2]), models.with_draft(models.draft_mrope), DEFAULT_CONFIG,
+out = execute(Schedule.load(sys.argv[2]), models.with_draft(models.twin), DEFAULT_CONFIG,
               check=False)
 print(json.dumps([r.tokens for r in out.record.rounds]))
 """

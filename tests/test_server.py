@@ -70,7 +70,7 @@ def checks(variants, models, model_set, tmp_path_factory) -> dict[str, dict[str,
     """Every check on every variant; drafts_vs_twin against baseline's server with the twin draft."""
     assert set(VARIANTS) <= set(variants), f"built variants: {sorted(variants)}"
     work = tmp_path_factory.mktemp("server-checks")
-    reference = (variants["baseline"], replace(models, draft=model_set.draft_mrope))
+    reference = (variants["baseline"], replace(models, draft=model_set.twin))
     return {v: run_server_checks(variants[v], models, work_dir=work, reference=reference) for v in VARIANTS}
 
 
@@ -397,7 +397,7 @@ def family_checks(variants, tmp_path_factory) -> dict[tuple[str, str], dict[str,
     out = {}
     for drafter, target in FAMILY_CASES:
         m = tiny_models(work / "models", drafter=drafter, target=target)
-        reference = (variants["baseline"], m.with_draft(m.draft_mrope))
+        reference = (variants["baseline"], m.with_draft(m.twin))
         out[(drafter, target)] = {
             v: run_server_checks(
                 variants[v], m, checks=FAMILY, work_dir=work / f"{drafter}-{target}", reference=reference

@@ -78,7 +78,7 @@ def test_upgrade_adds_only_the_sections(ms: ModelSet, legacy: Path, tmp_path: Pa
     res = upgrade(legacy, out)
     assert res.written and res.out == out and out.is_file()
 
-    src, dst, twin = gs.read_gguf(legacy), gs.read_gguf(out), gs.read_gguf(ms.draft_mrope)
+    src, dst, twin = gs.read_gguf(legacy), gs.read_gguf(out), gs.read_gguf(ms.twin)
     head_dim = src.get("dflash.attention.key_length")
     assert SECTIONS_KEY not in src
     assert dst.get(SECTIONS_KEY) == [head_dim // 2, 0, 0, 0] == twin.get(SECTIONS_KEY)
@@ -104,7 +104,7 @@ def test_upgraded_legacy_is_the_reconverted_twin(ms: ModelSet, legacy: Path, tmp
     """Apart from the tiny generator's own fingerprint, the upgrade gives what the generator writes
     for an M-RoPE target."""
     out = upgrade(legacy, tmp_path / "out.gguf").out
-    dst, twin = gs.read_gguf(out), gs.read_gguf(ms.draft_mrope)
+    dst, twin = gs.read_gguf(out), gs.read_gguf(ms.twin)
     strip = lambda g: {k: v for k, v in _kv_map(g).items() if k != FINGERPRINT_KEY}
     assert strip(dst) == strip(twin)
     assert dst.tensors == twin.tensors
@@ -117,14 +117,14 @@ def test_upgrade_default_output_name(legacy: Path) -> None:
 
 
 def test_upgrade_has_sections_is_noop(ms: ModelSet, tmp_path: Path) -> None:
-    before = _state(ms.draft_mrope)
+    before = _state(ms.twin)
     out = tmp_path / "never.gguf"
-    res = upgrade(ms.draft_mrope, out)
+    res = upgrade(ms.twin, out)
     assert not res.written and res.out is None
     assert res.sections == (16, 0, 0, 0)
     assert "already has rope.dimension_sections [16, 0, 0, 0]: nothing to do" in res.reason
     assert not out.exists() and list(tmp_path.iterdir()) == []
-    assert _state(ms.draft_mrope) == before
+    assert _state(ms.twin) == before
 
 
 def test_upgrade_non_mrope_target_is_noop(ms: ModelSet, legacy: Path, tmp_path: Path) -> None:
@@ -140,7 +140,7 @@ def test_inspect(ms: ModelSet) -> None:
     assert info.sections_to_write == (16, 0, 0, 0)
     info = inspect(ms.draft)
     assert info.target_mrope is None and not info.affected
-    info = inspect(ms.draft_mrope, ms.target)
+    info = inspect(ms.twin, ms.target)
     assert info.has_sections and info.sections == (16, 0, 0, 0) and info.sections_to_write is None
     assert not info.affected
     info = inspect(ms.target)
@@ -177,7 +177,7 @@ def test_check_exit_codes(ms: ModelSet) -> None:
     r = _cli(ms.draft, "--check", "--target", ms.target)
     assert r.returncode == 1, r.stderr
     assert "affected" in r.stdout and len(r.stdout.strip().splitlines()) == 1
-    r = _cli(ms.draft_mrope, "--check", "--target", ms.target)
+    r = _cli(ms.twin, "--check", "--target", ms.target)
     assert r.returncode == 0, r.stderr
     assert "not affected" in r.stdout
 
@@ -185,7 +185,7 @@ def test_check_exit_codes(ms: ModelSet) -> None:
 def test_check_without_target(ms: ModelSet, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(ms.draft), "--check"]) == 1
     assert "no sections; affected if its target uses M-RoPE" in capsys.readouterr().out
-    assert main([str(ms.draft_mrope), "--check"]) == 0
+    assert main([str(ms.twin), "--check"]) == 0
     # a target without M-RoPE: not affected
     assert main([str(ms.draft), "--check", "--target", str(ms.draft)]) == 0
     assert "does not use M-RoPE" in capsys.readouterr().out
@@ -196,7 +196,7 @@ def test_cli_upgrade_and_noop(ms: ModelSet, legacy: Path, tmp_path: Path, capsys
     assert main([str(legacy), "-o", str(out)]) == 0
     assert f"wrote {out}" in capsys.readouterr().out
     assert gs.read_gguf(out).get(SECTIONS_KEY) == [16, 0, 0, 0]
-    assert main([str(ms.draft_mrope), "-o", str(tmp_path / "no.gguf")]) == 0
+    assert main([str(ms.twin), "-o", str(tmp_path / "no.gguf")]) == 0
     assert "already has rope.dimension_sections [16, 0, 0, 0]: nothing to do" in capsys.readouterr().out
     assert not (tmp_path / "no.gguf").exists()
 
@@ -380,7 +380,7 @@ def test_image_rows_written_with_the_sections(legacy: Path, tmp_path: Path) -> N
 
 def test_image_rows_alone_when_the_sections_are_there(ms: ModelSet, tmp_path: Path) -> None:
     draft = tmp_path / "mrope.gguf"
-    shutil.copy2(ms.draft_mrope, draft)
+    shutil.copy2(ms.twin, draft)
     before = _state(draft)
     res = upgrade(draft, image_rows=True)  # not "nothing to do": the key is missing
     out = draft.with_name("mrope-mrope.gguf")
@@ -396,7 +396,7 @@ def test_image_rows_alone_when_the_sections_are_there(ms: ModelSet, tmp_path: Pa
 
 
 def test_image_rows_noop_when_both_are_there(ms: ModelSet, tmp_path: Path) -> None:
-    both = upgrade(ms.draft_mrope, tmp_path / "both.gguf", image_rows=True).out
+    both = upgrade(ms.twin, tmp_path / "both.gguf", image_rows=True).out
     before = _state(both)
     res = upgrade(both, tmp_path / "never.gguf", image_rows=True)
     assert not res.written and res.out is None and res.image_rows

@@ -50,7 +50,7 @@ def serve_column(col: Column, models: ModelSet, seeds: Sequence[int], work: Path
     """One column through llama-server: each conversation on a server with the draft, then on one without
     (the same variant, started beside it), so that the tokens/s ratio is measured side by side."""
     n_ctx = session_for(image_px).n_ctx
-    drafted_models = models.with_draft(models.draft_mrope) if col.twin else models
+    drafted_models = models.with_draft(models.twin) if col.twin else models
     turns: list[TurnResult] = []
     plain: list[TurnResult] = []
     failed = []

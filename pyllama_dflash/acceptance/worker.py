@@ -43,7 +43,7 @@ def run_one(raw: dict) -> dict:
         if col.variant != BASELINE:
             raise ValueError(f"column {col.name}: the definition's references run on {BASELINE}")
         cfg = definition_config(job.session)
-    models = job.models.with_draft(job.models.draft_mrope) if col.twin else job.models
+    models = job.models.with_draft(job.models.twin) if col.twin else job.models
     drafter = reference_model_drafter(models) if col.mode == "model" else None
     rounds: list[RoundResult] = []
     failed = []

@@ -75,7 +75,7 @@ def trained_models(target_kind: str = "dense", directory: Path = TRAINED_DIR, tr
         models.target,
         path,
         models.mmproj,
-        draft_mrope=twin,
+        twin=twin,
         drafter="dflash",
         target_kind=target_kind,
         image_rows=inspect(path).image_rows,

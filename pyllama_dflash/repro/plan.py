@@ -158,6 +158,4 @@ def _with_draft(models: ModelSet, draft: Path) -> ModelSet:
         twin = reconverted_twin(draft, cache_root() / "twins")
     except DraftUpgradeError as e:
         raise ValueError(f"--draft: {e}") from None
-    return replace(
-        models, draft=draft.resolve(), draft_mrope=twin, draft_swa=None, draft_swa_mrope=None, swa_window=None
-    )
+    return replace(models, draft=draft.resolve(), twin=twin, draft_swa=None, swa_twin=None, swa_window=None)

@@ -31,14 +31,14 @@ class ModelSet(Coded):
     draft: Path
     mmproj: Path | None
     # alternative drafts for the control scenarios (None when not available, e.g. real models).
-    # draft_mrope is also the plain draft's reconverted twin: the same tensors with the
+    # twin is the plain draft's reconverted twin (and S9's M-RoPE draft): the same tensors with the
     # rope.dimension_sections that llama.cpp's converter now writes (the drift oracle's reference)
-    draft_mrope: Path | None = None
+    twin: Path | None = None
     draft_swa: Path | None = None
     swa_window: int | None = None
     image_files: tuple[Path, ...] = ()  # real images, encoded files (PNG/JPEG) read by mtmd
     real: bool = False
-    draft_swa_mrope: Path | None = None  # the sliding-window draft's reconverted twin
+    swa_twin: Path | None = None  # the sliding-window draft's reconverted twin
     # the --spec-type the draft runs under (None: what llama-server detects from the draft file),
     # and for the tiny models which drafter and target kind these are (tiny.drafters, tiny.target)
     spec_type: str | None = None
@@ -65,10 +65,10 @@ class ModelSet(Coded):
         if kind not in DRAFT_KINDS:
             raise ValueError(f"unknown draft kind {kind!r} (known: {', '.join(DRAFT_KINDS)})")
         if kind == "mrope":
-            return self.draft_mrope
+            return self.twin
         if kind == "swa":
-            return self.draft_swa_mrope if twin else self.draft_swa
-        return self.draft_mrope if twin else self.draft
+            return self.swa_twin if twin else self.draft_swa
+        return self.twin if twin else self.draft
 
 
 def tiny_models(
@@ -99,7 +99,7 @@ def tiny_models(
         mrope.draft,
         swa.draft,
         SWA_WINDOW,
-        draft_swa_mrope=swa_mrope.draft,
+        swa_twin=swa_mrope.draft,
         spec_type=form.spec_type,
         drafter=form.name,
         target_kind=target,
