@@ -1,9 +1,9 @@
 """Thin owning wrappers over the raw binding: one class per native object, nothing friendlier.
 
 Each wrapper owns exactly one native pointer and frees it once, on ``close()``, on leaving a
-``with`` block, or (as a last resort) when garbage-collected. Wrappers form a tree: a child keeps
-its parents alive (a context its model, a draft its target, the speculative driver both), and
-closing a parent first closes its living children, newest first. So drafts and the speculative
+``with`` block, or (as a last resort) when garbage-collected. Wrappers form a tree: a dependent keeps
+its owners alive (a context its model, a draft its target, the speculative driver both), and
+closing an owner first closes its living dependents, newest first. So drafts and the speculative
 driver always go before their target, and models last, whatever order Python drops them in.
 
 The friendly API (numpy in and out, checks that keep llama.cpp from aborting) is ``api.py``.
@@ -88,28 +88,28 @@ class NativeHandle:
 
     _kind = "native object"
 
-    def __init__(self, rt: Runtime, parents: tuple[NativeHandle, ...] = ()) -> None:
+    def __init__(self, rt: Runtime, owners: tuple[NativeHandle, ...] = ()) -> None:
         self.rt = rt
         self.ptr: Any = rt.ffi.NULL
-        self._parents = parents  # strong refs: a parent outlives its children
-        self._children: list[weakref.ref[NativeHandle]] = []
-        self._n_unreleased = 0  # adopted children whose native side is not freed yet
-        self._free_pending = False  # closed, but waiting for children the GC cut off
+        self._parents = owners  # strong refs: a owner outlives its dependents
+        self._dependents: list[weakref.ref[NativeHandle]] = []
+        self._n_unreleased = 0  # adopted dependents whose native side is not freed yet
+        self._free_pending = False  # closed, but waiting for dependents the GC cut off
         self._closed = False
-        for parent in parents:
-            parent._require_open()
-            parent._adopt(self)
+        for owner in owners:
+            owner._require_open()
+            owner._adopt(self)
 
-    def _adopt(self, child: NativeHandle) -> None:
-        self._children = [ref for ref in self._children if ref() is not None]
-        self._children.append(weakref.ref(child))
+    def _adopt(self, dependent: NativeHandle) -> None:
+        self._dependents = [ref for ref in self._dependents if ref() is not None]
+        self._dependents.append(weakref.ref(dependent))
         self._n_unreleased += 1
 
-    def _living_children(self) -> Iterator[NativeHandle]:
-        for ref in reversed(self._children):
-            child = ref()
-            if child is not None and not child._closed:
-                yield child
+    def _living_dependents(self) -> Iterator[NativeHandle]:
+        for ref in reversed(self._dependents):
+            dependent = ref()
+            if dependent is not None and not dependent._closed:
+                yield dependent
 
     @property
     def closed(self) -> bool:
@@ -122,14 +122,14 @@ class NativeHandle:
     def close(self) -> None:
         if self._closed:
             return
-        for child in list(self._living_children()):
-            child.close()
+        for dependent in list(self._living_dependents()):
+            dependent.close()
         self._closed = True
         if self._n_unreleased:
             # Children we cannot reach are still unfreed: the garbage collector clears weak
             # references before it runs finalizers, in any order, on a cycle's objects (at
             # interpreter exit, say). Freeing now would let them use freed memory; the last
-            # of them frees us instead (they hold strong references to their parents).
+            # of them frees us instead (they hold strong references to their owners).
             self._free_pending = True
             return
         self._release()
@@ -138,12 +138,12 @@ class NativeHandle:
         if self.ptr != self.rt.ffi.NULL:
             self._free()
         self.ptr = self.rt.ffi.NULL
-        parents, self._parents = self._parents, ()
-        for parent in parents:
-            parent._n_unreleased -= 1
-            if parent._free_pending and parent._n_unreleased == 0:
-                parent._free_pending = False
-                parent._release()
+        owners, self._parents = self._parents, ()
+        for owner in owners:
+            owner._n_unreleased -= 1
+            if owner._free_pending and owner._n_unreleased == 0:
+                owner._free_pending = False
+                owner._release()
 
     def _free(self) -> None:  # pragma: no cover - every subclass overrides
         raise NotImplementedError
