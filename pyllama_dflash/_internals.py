@@ -91,7 +91,7 @@ class NativeHandle:
     def __init__(self, rt: Runtime, owners: tuple[NativeHandle, ...] = ()) -> None:
         self.rt = rt
         self.ptr: Any = rt.ffi.NULL
-        self._parents = owners  # strong refs: a owner outlives its dependents
+        self._owners = owners  # strong refs: an owner outlives its dependents
         self._dependents: list[weakref.ref[NativeHandle]] = []
         self._n_unreleased = 0  # adopted dependents whose native side is not freed yet
         self._free_pending = False  # closed, but waiting for dependents the GC cut off
@@ -138,7 +138,7 @@ class NativeHandle:
         if self.ptr != self.rt.ffi.NULL:
             self._free()
         self.ptr = self.rt.ffi.NULL
-        owners, self._parents = self._parents, ()
+        owners, self._owners = self._owners, ()
         for owner in owners:
             owner._n_unreleased -= 1
             if owner._free_pending and owner._n_unreleased == 0:
