@@ -178,7 +178,7 @@ def bench_overhead(rounds: int) -> dict:
 
 
 def bench_portable(rounds: int) -> dict:
-    """The fix variant's portable build against its native one, same loop, interleaved."""
+    """`full`'s portable build against its native one, same loop, interleaved."""
     _require_built(["full"], "portable", "build it first: pyllama-dflash build --variant full --cpu portable")
     return _ab_ratio(
         {m: (lambda m=m: worker("full", LOOP, cpu=m)["tok_per_s"]) for m in ("native", "portable")},

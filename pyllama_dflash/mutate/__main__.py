@@ -1,6 +1,6 @@
 """``python -m pyllama_dflash.mutate``: how much of the fix the harness would notice breaking.
 
-Every mutant of the C++ lines the fix variant adds to ``common/speculative.cpp`` and to
+Every mutant of the C++ lines the mutated variant (``--variant``) adds to ``common/speculative.cpp`` and to
 ``tools/server/server-context.cpp`` (see operators.py) is built as a variant and tried: a mutant of
 libcommon with the C++ test, the scenario matrix of every drafter and target, the rules tests and,
 optionally, a fixed-seed fuzz; a mutant of llama-server with its slot checks (see runner.py).

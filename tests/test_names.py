@@ -1,0 +1,53 @@
+"""One word per concept: a name retired from the code and docs stays retired.
+
+Each entry is an old name, what it is called now, and the only places it may still stand (an alias
+that still takes it and says its new name, or the test of that alias). No native code.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# old name (a regular expression) -> (its new name, the files that may still spell it)
+RETIRED: dict[str, tuple[str, tuple[str, ...]]] = {
+    r"--fix\b": (
+        "--must-pass (repro, fuzz) or --variant (mutate)",
+        ("pyllama_dflash/flags.py", "pyllama_dflash/mutate/__main__.py", "tests/test_cli.py"),
+    ),
+    r"\bdefault_fix\b|\bfix_of\b|\bfix_problems\b": ("default_must_pass, must_pass_of, must_pass_problems", ()),
+    r"\bfix variant\b": ("must-pass variant", ()),
+    r"\bdraft_mrope\b(?!=True)|\bdraft_swa_mrope\b": ("ModelSet.twin, ModelSet.swa_twin", ("pyllama_dflash/tiny/",)),
+    r"\b_living_children\b|self\._children\b": ("owners and dependents (_internals.NativeHandle)", ()),
+    r"\bfix_eagle3_runs\b": ("unmutated_eagle3_runs", ()),
+    r"\bNO_HOLE\b": ("Scenario.hole and HOLE_SCENARIOS", ()),
+}
+
+SCANNED = ("pyllama_dflash", "tests", "docs", "README.md", ".github", ".ci", "patches/series")
+
+
+def _tracked() -> list[Path]:
+    out = subprocess.run(["git", "ls-files", *SCANNED], cwd=REPO, capture_output=True, text=True, check=True)
+    return [REPO / line for line in out.stdout.splitlines() if not line.endswith((".json", ".svg", ".gguf"))]
+
+
+@pytest.mark.parametrize("old", list(RETIRED))
+def test_a_retired_name_does_not_come_back(old):
+    new, allowed = RETIRED[old]
+    pattern = re.compile(old)
+    hits = []
+    for path in _tracked():
+        rel = path.relative_to(REPO).as_posix()
+        if rel == "tests/test_names.py" or any(rel == a or (a.endswith("/") and rel.startswith(a)) for a in allowed):
+            continue
+        try:
+            text = path.read_text()
+        except (UnicodeDecodeError, FileNotFoundError):
+            continue
+        hits += [f"{rel}:{n}: {line.strip()}" for n, line in enumerate(text.splitlines(), 1) if pattern.search(line)]
+    assert not hits, f"{old} is now {new}:\n" + "\n".join(hits)
