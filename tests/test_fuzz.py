@@ -28,8 +28,8 @@ from pyllama_dflash.engine.schedule_runner import examples_from_env, replay_vari
 from pyllama_dflash.engine.strategy import normalize, raw_steps, schedules
 from pyllama_dflash.env import FUZZ_BUDGET_TEST_ENV
 from pyllama_dflash.fuzz.__main__ import parser
+from pyllama_dflash.process.shard import Shard
 from pyllama_dflash.scenarios.record import Call
-from pyllama_dflash.shard import Shard
 from pyllama_dflash.tiny import DRAFTERS, TARGET_KINDS
 
 # -- the format and the strategy (no native code) ------------------------------------------------

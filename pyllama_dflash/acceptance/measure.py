@@ -15,10 +15,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from .. import child
 from ..engine.matrix import DEFINITION, REFERENCE, reference_of
 from ..llamabuild.patchset import BASELINE, load_series
 from ..paths import default_patches_dir
+from ..process import child
 from ..scenarios.config import SessionConfig
 from ..scenarios.models import ModelSet
 from .job import AcceptanceJob, Column

@@ -9,9 +9,9 @@ from dataclasses import asdict
 import numpy as np
 
 from .. import load
-from ..child import job_main
 from ..engine.matrix import definition_config, server_config
 from ..llamabuild.patchset import BASELINE
+from ..process.child import job_main
 from ..scenarios.loaded import Loaded
 from ..scenarios.record import Record, StopScenario
 from ..scenarios.session import Session

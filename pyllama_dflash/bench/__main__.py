@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import child, command
+from .. import command
 from ..acceptance.script import IMAGE_ROWS_PX
 from ..draftmodel.trained import TARGET_KINDS, TRAINED_ON
 from ..env import CACHE_ENV, CPU_ENV, THREADS_ENV
@@ -54,6 +54,7 @@ from ..flags import tool_prog
 from ..llamabuild import BuildError, BuildOptions, build, find_built
 from ..llamabuild.patchset import load_series
 from ..paths import cache_root, default_patches_dir
+from ..process import child
 from . import stats
 from .job import BenchJob, BindingsFill, FillCurve, SpecLoop, Task
 from .report import markdown

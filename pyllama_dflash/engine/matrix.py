@@ -17,10 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from .. import child
 from ..env import THREADS_ENV
 from ..llamabuild import variant as variant_of
 from ..llamabuild.patchset import BASELINE
+from ..process import child
 from ..scenarios.config import SessionConfig
 from ..scenarios.drift import judge
 from ..scenarios.models import ModelSet, case_name, judged_variant

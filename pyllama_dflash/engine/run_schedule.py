@@ -13,8 +13,8 @@ import os
 import sys
 import time
 
-from ..child import job_main
 from ..llamabuild import variant
+from ..process.child import job_main
 from ..scenarios.models import judged_variant
 from . import schedule_job
 from .reference import ReferenceProcess

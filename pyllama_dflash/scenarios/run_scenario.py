@@ -16,7 +16,7 @@ from dataclasses import asdict, fields, replace
 
 import numpy as np
 
-from ..child import job_main
+from ..process.child import job_main
 from .catalog import SCENARIOS, Env
 from .config import SessionConfig
 from .drift import drafts

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .bindings.callbacks import native_callback
-from .errors import format_lines as format_lines  # the errors quote log lines too
+from ..bindings.callbacks import native_callback
+from ..errors import format_lines as format_lines  # the errors quote log lines too
 
 LOGGER_PREFIX = "pyllama_dflash"
 SOURCES = ("llama", "mtmd", "common")
