@@ -21,7 +21,7 @@ PACKAGE_DIR = Path(pyllama_dflash.__file__).parent
 # Exceptions that steer control flow inside the harness and never reach a caller, so they need
 # not derive from PyllamaError: each is raised and caught within one run of the harness.
 INTERNAL = {
-    "pyllama_dflash.scenarios.record.StopScenario": "ends a scenario run at its first failing call; "
+    "pyllama_dflash.slotloop.record.StopScenario": "ends a scenario run at its first failing call; "
     "the runner catches it",
     "pyllama_dflash.engine.invariant.Violation": "a broken invariant handed to hypothesis, which shrinks and "
     "reports it",
@@ -144,7 +144,7 @@ def test_no_module_imports_a_module_that_imports_it_back():
 # layer: a module below the commands that imports it
 LAYERS_WITH_A_COMMAND = {
     "pyllama_dflash.llamabuild": "pyllama_dflash.engine.matrix",
-    "pyllama_dflash.tiny": "pyllama_dflash.scenarios.models",
+    "pyllama_dflash.tiny": "pyllama_dflash.slotloop.models",
     "pyllama_dflash.draftmodel": "pyllama_dflash.acceptance.worker",
 }
 

@@ -20,8 +20,8 @@ from pyllama_dflash.mutate.runner import EQUIVALENT_FILE, MUTATED_FILES, fix_eag
 from pyllama_dflash.process.shard import Shard
 from pyllama_dflash.scenarios.catalog import SIBLING_SCENARIOS
 from pyllama_dflash.scenarios.drift import judge
-from pyllama_dflash.scenarios.models import tiny_models
-from pyllama_dflash.scenarios.session import DEFAULT_CONFIG
+from pyllama_dflash.slotloop import DEFAULT_CONFIG
+from pyllama_dflash.slotloop.models import tiny_models
 
 PRISTINE = "int f(int a, int b) {\n    return a;\n}\n"
 PATCHED = (

@@ -20,10 +20,10 @@ from pyllama_dflash.engine.matrix import DEFINITION, REFERENCE, run_matrix, run_
 from pyllama_dflash.llamabuild import default_fix
 from pyllama_dflash.llamabuild import variant as variant_of
 from pyllama_dflash.scenarios.catalog import SCENARIOS, expectations, meets
-from pyllama_dflash.scenarios.config import DEFAULT_CONFIG
 from pyllama_dflash.scenarios.drift import compare
-from pyllama_dflash.scenarios.models import IMAGE_ROWS_CASE
 from pyllama_dflash.scenarios.scenario_job import ScenarioJob
+from pyllama_dflash.slotloop.config import DEFAULT_CONFIG
+from pyllama_dflash.slotloop.models import IMAGE_ROWS_CASE
 
 
 @pytest.fixture(scope="session")

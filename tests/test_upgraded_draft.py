@@ -15,8 +15,8 @@ import pytest
 
 from pyllama_dflash.engine.matrix import REFERENCE, run_table
 from pyllama_dflash.scenarios.catalog import SCENARIOS
-from pyllama_dflash.scenarios.config import DEFAULT_CONFIG
 from pyllama_dflash.server import run_server_checks
+from pyllama_dflash.slotloop.config import DEFAULT_CONFIG
 from pyllama_dflash.upgrade import upgrade
 
 

@@ -19,8 +19,8 @@ from ..engine.matrix import DEFINITION, REFERENCE, reference_of
 from ..llamabuild.patchset import BASELINE, load_series
 from ..paths import default_patches_dir
 from ..process import child
-from ..scenarios.config import SessionConfig
-from ..scenarios.models import ModelSet
+from ..slotloop.config import SessionConfig
+from ..slotloop.models import ModelSet
 from .job import AcceptanceJob, Column
 from .script import PHASES
 from .stats import bootstrap_mean, paired_difference

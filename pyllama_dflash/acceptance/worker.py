@@ -12,9 +12,9 @@ from .. import load
 from ..engine.matrix import definition_config, server_config
 from ..llamabuild.patchset import BASELINE
 from ..process.child import job_main
-from ..scenarios.loaded import Loaded
-from ..scenarios.record import Record, StopScenario
-from ..scenarios.session import Session
+from ..slotloop import Session
+from ..slotloop.loaded import Loaded
+from ..slotloop.record import Record, StopScenario
 from .job import AcceptanceJob
 from .script import RoundResult, run_conversation
 

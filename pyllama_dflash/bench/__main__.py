@@ -127,8 +127,8 @@ def bench_matrix() -> dict:
     """The matrix as repro runs it: every scenario on every variant plus its drift reference."""
     from ..engine.matrix import run_table
     from ..scenarios.catalog import SCENARIOS
-    from ..scenarios.models import tiny_models
-    from ..scenarios.session import DEFAULT_CONFIG
+    from ..slotloop import DEFAULT_CONFIG
+    from ..slotloop.models import tiny_models
 
     variants = [m.variant for m in build(["all"], BuildOptions(quiet=True))]
     models = tiny_models()

@@ -16,9 +16,9 @@ import numpy as np
 
 from .. import api, load
 from ..process.child import job_main
-from ..scenarios.models import ModelSet, tiny_models
-from ..scenarios.record import Record
-from ..scenarios.session import Session, SessionConfig
+from ..slotloop import Session, SessionConfig
+from ..slotloop.models import ModelSet, tiny_models
+from ..slotloop.record import Record
 from ..tiny.image import rgb
 from .job import BenchJob, BindingsFill, FillCurve, SpecLoop
 

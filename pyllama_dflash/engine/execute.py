@@ -13,11 +13,11 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..scenarios.config import DEFAULT_CONFIG, SessionConfig
 from ..scenarios.drift import REFERENCE_OK, compare, drafts
-from ..scenarios.models import ModelSet, for_schedule
-from ..scenarios.record import Record, StopScenario
-from ..scenarios.session import SeqState, Session
+from ..slotloop import SeqState, Session
+from ..slotloop.config import DEFAULT_CONFIG, SessionConfig
+from ..slotloop.models import ModelSet, for_schedule
+from ..slotloop.record import Record, StopScenario
 from ..tiny import image as tiny_image
 from .invariant import CheckedRecord, DraftDrift, DraftStarved, Memories, OutputDiffers, Violation
 from .schedule import Schedule, Step, image_px

@@ -21,11 +21,11 @@ from ..env import THREADS_ENV
 from ..llamabuild import variant as variant_of
 from ..llamabuild.patchset import BASELINE
 from ..process import child
-from ..scenarios.config import SessionConfig
 from ..scenarios.drift import judge
-from ..scenarios.models import ModelSet, case_name, judged_variant
-from ..scenarios.record import DRIFT, PASS
 from ..scenarios.scenario_job import ScenarioJob
+from ..slotloop.config import SessionConfig
+from ..slotloop.models import ModelSet, case_name, judged_variant
+from ..slotloop.record import DRIFT, PASS
 
 REFERENCE = f"{BASELINE}+twin"  # the drift oracle's column: baseline with the draft's reconverted twin
 # the definition variant's column: baseline drafting from every row of the history at 0..N-1

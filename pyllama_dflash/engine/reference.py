@@ -20,8 +20,8 @@ from pathlib import Path
 
 from ..errors import ReferenceDied
 from ..llamabuild.patchset import BASELINE
-from ..scenarios.config import DEFAULT_CONFIG, SessionConfig
-from ..scenarios.models import ModelSet, for_schedule
+from ..slotloop.config import DEFAULT_CONFIG, SessionConfig
+from ..slotloop.models import ModelSet, for_schedule
 from .schedule import Schedule
 
 

@@ -15,7 +15,7 @@ import time
 
 from ..llamabuild import variant
 from ..process.child import job_main
-from ..scenarios.models import judged_variant
+from ..slotloop.models import judged_variant
 from . import schedule_job
 from .reference import ReferenceProcess
 from .schedule_job import SearchJob

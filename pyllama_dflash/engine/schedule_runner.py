@@ -10,7 +10,7 @@ from typing import Any
 
 from ..env import FUZZ_EXAMPLES_ENV, FUZZ_SEED_ENV
 from ..process import child
-from ..scenarios.models import ModelSet
+from ..slotloop.models import ModelSet
 from .schedule import Schedule
 from .schedule_job import DEFAULT_EXAMPLES, DEFAULT_SEED, ReplayJob, ScheduleJob, SearchJob
 

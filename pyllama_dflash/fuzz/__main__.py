@@ -29,7 +29,7 @@ from ..flags import common_parser, export, pick, tool_prog
 from ..llamabuild import default_fix, find_built
 from ..llamabuild.patchset import BASELINE
 from ..process.shard import check_slices, load_reports, parse_seeds, shard_from_json, shard_json
-from ..scenarios.models import tiny_models
+from ..slotloop.models import tiny_models
 from ..tiny import DRAFTERS, TARGET_KINDS
 
 

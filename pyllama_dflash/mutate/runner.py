@@ -71,8 +71,8 @@ from ..llamabuild.variants import Variant
 from ..paths import REPO_DIR
 from ..scenarios.catalog import SCENARIOS, SIBLING_SCENARIOS, expectations, meets
 from ..scenarios.drift import judge
-from ..scenarios.models import ModelSet, sibling_models, tiny_models
-from ..scenarios.record import PASS
+from ..slotloop.models import ModelSet, sibling_models, tiny_models
+from ..slotloop.record import PASS
 from ..tiny import DRAFTERS, TARGET_KINDS
 from .operators import Mutant
 
@@ -120,7 +120,7 @@ SERVER_KILLERS = (
     "restore_image_drafts",
     "spec_checkpoint_image",
 )
-# the sibling drafters' checks, on their own models (scenarios.models.sibling_models): 0007's lines for a
+# the sibling drafters' checks, on their own models (slotloop.models.sibling_models): 0007's lines for a
 # draft without positions of its own (the else-branches of slot_draft_load and server_draft_pos) are
 # reached by MTP's only, and its count of the text rows (server_draft_pos, for EAGLE3) by EAGLE3's only
 SIBLING_KILLERS = (

@@ -17,15 +17,15 @@ from dataclasses import asdict, fields, replace
 import numpy as np
 
 from ..process.child import job_main
+from ..slotloop import replay_reference
+from ..slotloop.config import SessionConfig
+from ..slotloop.loaded import Loaded
+from ..slotloop.models import ModelSet, large_image, long_image, small_image, tiny_image, wide_image
+from ..slotloop.ops import Generate, Op
+from ..slotloop.record import Record, StopScenario
 from .catalog import SCENARIOS, Env
-from .config import SessionConfig
 from .drift import drafts
-from .loaded import Loaded
-from .models import ModelSet, large_image, long_image, small_image, tiny_image, wide_image
-from .ops import Generate, Op
-from .record import Record, StopScenario
 from .scenario_job import ScenarioJob
-from .session import replay_reference
 
 
 def images_for(models: ModelSet) -> dict[str, np.ndarray | bytes]:
