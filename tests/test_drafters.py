@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import FIX, VARIANTS
-from pyllama_dflash.engine.matrix import REFERENCE, case_name, run_cases
+from pyllama_dflash.engine.matrix import case_name, run_cases
+from pyllama_dflash.oracles.references import REFERENCE
 from pyllama_dflash.scenarios.catalog import SCENARIOS, expectations, meets
 from pyllama_dflash.slotloop.config import DEFAULT_CONFIG
 from pyllama_dflash.slotloop.models import tiny_models

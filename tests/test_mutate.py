@@ -17,9 +17,9 @@ from pyllama_dflash.llamabuild.patchset import apply_series, load_series, tree_r
 from pyllama_dflash.mutate.__main__ import parser
 from pyllama_dflash.mutate.operators import line_mutations, mutants
 from pyllama_dflash.mutate.runner import EQUIVALENT_FILE, MUTATED_FILES, fix_eagle3_runs, load_equivalents
+from pyllama_dflash.oracles.drift import judge
 from pyllama_dflash.process.shard import Shard
 from pyllama_dflash.scenarios.catalog import SIBLING_SCENARIOS
-from pyllama_dflash.scenarios.drift import judge
 from pyllama_dflash.slotloop import DEFAULT_CONFIG
 from pyllama_dflash.slotloop.models import tiny_models
 

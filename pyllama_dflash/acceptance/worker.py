@@ -9,10 +9,11 @@ from dataclasses import asdict
 import numpy as np
 
 from .. import load
-from ..engine.matrix import definition_config, server_config
 from ..llamabuild.patchset import BASELINE
+from ..oracles.references import definition_config
 from ..process.child import job_main
 from ..slotloop import Session
+from ..slotloop.config import server_config
 from ..slotloop.loaded import Loaded
 from ..slotloop.record import Record, StopScenario
 from .job import AcceptanceJob

@@ -14,8 +14,8 @@ import sys
 import time
 
 from ..llamabuild import variant
+from ..oracles.references import judged_variant
 from ..process.child import job_main
-from ..slotloop.models import judged_variant
 from . import schedule_job
 from .reference import ReferenceProcess
 from .schedule_job import SearchJob

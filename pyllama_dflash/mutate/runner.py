@@ -52,25 +52,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..engine import ctest_row
-from ..engine.matrix import (
-    REFERENCE,
-    Job,
-    case_name,
-    definition_config,
-    prove_ties,
-    reference_config,
-    run_cases,
-    run_matrix,
-    server_config,
-)
+from ..engine.matrix import Job, case_name, prove_ties, run_cases, run_matrix
 from ..env import PATCHES_ENV
 from ..errors import BuildError
 from ..llamabuild import BuildOptions, build, variant
 from ..llamabuild.patchset import BASELINE, DEFINITION_ROLE, FIX_ROLE, Series
 from ..llamabuild.variants import Variant
+from ..oracles.drift import judge
+from ..oracles.references import REFERENCE, definition_config, reference_config
 from ..paths import REPO_DIR
 from ..scenarios.catalog import SCENARIOS, SIBLING_SCENARIOS, expectations, meets
-from ..scenarios.drift import judge
+from ..slotloop.config import server_config
 from ..slotloop.models import ModelSet, sibling_models, tiny_models
 from ..slotloop.record import PASS
 from ..tiny import DRAFTERS, TARGET_KINDS

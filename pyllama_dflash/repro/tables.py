@@ -8,9 +8,10 @@ import argparse
 from dataclasses import dataclass
 
 from ..engine import ctest_row
-from ..engine.matrix import Table, case_name, reference_columns, run_cases
+from ..engine.matrix import Table, case_name, run_cases
 from ..llamabuild import find_built
 from ..llamabuild.patchset import BASELINE
+from ..oracles.references import reference_columns
 from ..scenarios.catalog import SIBLING_SCENARIOS
 from ..slotloop.models import ModelSet
 from .plan import Plan

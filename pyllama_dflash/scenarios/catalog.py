@@ -14,12 +14,12 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from ..llamabuild.variants import BASELINE_ROLE, DEFINITION_ROLE, FIX_ROLE, SEED_ROLE, Variant, variant
+from ..oracles.drift import compare, drafts
 from ..slotloop import Session
 from ..slotloop.config import SessionConfig
 from ..slotloop.loaded import Loaded
 from ..slotloop.models import ModelSet
 from ..slotloop.record import DEGRADED, DRIFT, FAIL, PASS, TIE, Record
-from .drift import compare, drafts
 
 N_GEN = 6  # tokens generated after each prompt: two or more drafting rounds
 

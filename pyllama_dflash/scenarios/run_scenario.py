@@ -16,6 +16,7 @@ from dataclasses import asdict, fields, replace
 
 import numpy as np
 
+from ..oracles.drift import drafts
 from ..process.child import job_main
 from ..slotloop import replay_reference
 from ..slotloop.config import SessionConfig
@@ -24,7 +25,6 @@ from ..slotloop.models import ModelSet, large_image, long_image, small_image, ti
 from ..slotloop.ops import Generate, Op
 from ..slotloop.record import Record, StopScenario
 from .catalog import SCENARIOS, Env
-from .drift import drafts
 from .scenario_job import ScenarioJob
 
 

@@ -6,8 +6,10 @@ No native code and no numpy here, so the schedules and the parents of child proc
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
+
+from ..llamabuild.variants import variant as variant_of
 
 
 @dataclass(frozen=True)
@@ -92,3 +94,9 @@ class SessionConfig:
 
 # the session config the tools run the tiny models with
 DEFAULT_CONFIG = SessionConfig()
+
+
+def server_config(variant: str, config: SessionConfig) -> SessionConfig:
+    """The session config for a variant: the slot loop mirrors what the variant's llama-server does
+    with a slot file (see saves_draft_with_slot)."""
+    return replace(config, server_saves_draft=variant_of(variant).saves_draft)
