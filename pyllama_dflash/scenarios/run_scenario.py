@@ -48,7 +48,7 @@ def images_for(models: ModelSet) -> dict[str, np.ndarray | bytes]:
 
 # greedy references already replayed in this process: a batch of jobs replays each schedule once
 _REPLAYED: dict[str, dict[int, list[int]]] = {}
-# the models and projectors of this process's sessions, loaded once (see loaded.py)
+# the models and projectors of this process's sessions, loaded once (see slotloop/loaded.py)
 _LOADED = Loaded()
 
 
