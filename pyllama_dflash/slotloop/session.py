@@ -7,7 +7,7 @@ each sub-batch to ``common_speculative_process``; generation drafts from the las
 verifies the draft on the target, feeds the verified batch to the driver, trims both memories
 past the accepted tokens (llama-server's ``slot.mem.seq_rm``) and tells the driver how many were
 accepted. Sampling is greedy, so the output must equal plain greedy decoding (checked by
-:func:`replay_reference`).
+:func:`~.replay.replay_reference`).
 """
 
 from __future__ import annotations
