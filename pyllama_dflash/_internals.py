@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from pyllama_dflash import logs
 from pyllama_dflash.bindings.callbacks import native_callback
 from pyllama_dflash.bindings.ffi import load_module
 from pyllama_dflash.env import LIB_DIR_ENV
@@ -33,6 +32,7 @@ from pyllama_dflash.errors import (
     PyllamaError,
     check_error,
 )
+from pyllama_dflash.process import logs
 
 GGUF_MAGIC = b"GGUF"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from .env import CPU_ENV, PATCHES_ENV
 from .errors import UsageError
 from .llamabuild.cpu import MODES as CPU_MODES
-from .shard import parse_shard
+from .process.shard import parse_shard
 
 PROG = "pyllama-dflash"
 

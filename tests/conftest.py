@@ -12,7 +12,7 @@ from pyllama_dflash.env import CPU_ENV, JOBS_ENV
 from pyllama_dflash.llamabuild import BuildOptions, Manifest, build
 from pyllama_dflash.llamabuild.patchset import AS_TRAINED_ROLE, DEFINITION_ROLE, FIX_ROLE, load_series
 from pyllama_dflash.paths import default_patches_dir
-from pyllama_dflash.scenarios.models import ModelSet, tiny_models
+from pyllama_dflash.slotloop.models import ModelSet, tiny_models
 
 REPO = Path(__file__).resolve().parent.parent
 # every variant of the series, baseline first, and the fix judged against the draft's reconverted twin

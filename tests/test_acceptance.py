@@ -17,7 +17,7 @@ from conftest import DEFINED
 from pyllama_dflash.acceptance.measure import MODEL, TEXT_ONLY, columns, measure
 from pyllama_dflash.acceptance.served import measure_server
 from pyllama_dflash.draftmodel.trained import trained_models
-from pyllama_dflash.engine.matrix import DEFINITION, REFERENCE
+from pyllama_dflash.oracles.references import DEFINITION, REFERENCE
 
 SEEDS = (2000, 2001)
 

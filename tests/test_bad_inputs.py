@@ -19,10 +19,11 @@ import pytest
 
 import pyllama_dflash
 from conftest import VARIANTS
-from pyllama_dflash import api, guard, tiny
+from pyllama_dflash import api, tiny
 from pyllama_dflash.env import CPU_ENV
 from pyllama_dflash.llamabuild import PatchError, VariantNotBuilt
 from pyllama_dflash.paths import CACHE_ENV, cache_root
+from pyllama_dflash.process import guard
 from pyllama_dflash.tiny import image
 
 REPO = Path(__file__).resolve().parent.parent

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pyllama_dflash import logs
+from pyllama_dflash.process import logs
 
 
 def test_second_library_dir_is_refused(lib_dir: Path, tmp_path: Path) -> None:

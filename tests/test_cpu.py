@@ -19,7 +19,7 @@ from pyllama_dflash.engine.matrix import run_table
 from pyllama_dflash.errors import VariantNotBuilt
 from pyllama_dflash.llamabuild import BuildOptions, build, cpu, manifest, toolchain
 from pyllama_dflash.scenarios.catalog import SCENARIOS, expectations, meets
-from pyllama_dflash.scenarios.config import DEFAULT_CONFIG
+from pyllama_dflash.slotloop.config import DEFAULT_CONFIG
 
 
 def test_a_build_records_the_features_it_uses(variants):

@@ -13,7 +13,7 @@ from pyllama_dflash.llamabuild import BuildOptions, ctest
 from pyllama_dflash.llamabuild.builder import stage
 from pyllama_dflash.llamabuild.patchset import BASELINE, EVERY, load_series
 from pyllama_dflash.scenarios.catalog import expectations, meets
-from pyllama_dflash.scenarios.record import CRASH, DRIFT, ERROR, FAIL, PASS, TIE
+from pyllama_dflash.slotloop.record import CRASH, DRIFT, ERROR, FAIL, PASS, TIE
 
 pytestmark = pytest.mark.build
 

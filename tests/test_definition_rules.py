@@ -20,7 +20,7 @@ import sys
 import pytest
 
 from conftest import DEFINED
-from pyllama_dflash.scenarios.models import ModelSet, sibling_models, tiny_models
+from pyllama_dflash.slotloop.models import ModelSet, sibling_models, tiny_models
 
 # how far apart the draft's last logits may be from those of a fresh draft fed the same history in one
 # pass, for the one call order that is nothing but passes (a cut back into the last batch). The
@@ -34,7 +34,7 @@ _CHILD = r"""
 import json, sys
 import numpy as np
 from pyllama_dflash import api, load
-from pyllama_dflash.scenarios.models import ModelSet
+from pyllama_dflash.slotloop.models import ModelSet
 
 variant, models = sys.argv[1], ModelSet.from_json(json.loads(sys.argv[2]))
 load(variant)
@@ -213,9 +213,9 @@ with api.Model(models.target) as tm, api.Model(models.draft_for("plain")) as dm:
         out["back_pos_max"] = draft.pos_max(0)
 # the slot loop's check of a draft with positions of its own: a gap inside its memory, which its first
 # and last positions do not show
-from pyllama_dflash.scenarios.config import DEFAULT_CONFIG
-from pyllama_dflash.scenarios.record import DRAFT_ROWS, Record, StopScenario
-from pyllama_dflash.scenarios.session import Session
+from pyllama_dflash.slotloop.config import DEFAULT_CONFIG
+from pyllama_dflash.slotloop.record import DRAFT_ROWS, Record, StopScenario
+from pyllama_dflash.slotloop import Session
 
 record = Record()
 with Session(models, DEFAULT_CONFIG, record) as session:

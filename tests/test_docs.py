@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -118,20 +119,48 @@ def test_api_md_and_the_api_docstring_show_the_same_example():
     assert shown in api.__doc__, "pyllama_dflash.api's docstring shows another example than docs/api.md"
 
 
-def test_architecture_md_names_every_module():
-    """Every module of the package (but a package's __init__.py) is named in the layout table, by its path,
-    its file name or its stem, so that a new file gets a line saying what it owns."""
-    named = set()
-    for token in re.findall(r"`([^`]+)`", _section(DOCS / "architecture.md", "## Layout")):
-        named.update(part.strip("/") for part in re.split(r"[ ,]+", token))
-    package = REPO / "pyllama_dflash"
-    missing = []
-    for path in sorted(package.rglob("*.py")):
-        rel = path.relative_to(package)
-        if path.name == "__init__.py" or "__pycache__" in rel.parts:
+def _tracked_package_files() -> list[Path]:
+    """Every file git tracks under pyllama_dflash/: the modules, and the declarations, native sources and data
+    beside them."""
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", "pyllama_dflash"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout: which files are tracked is unknown")
+    return [REPO / rel for rel in out.split()]
+
+
+def _layout_names() -> tuple[set[Path], set[Path]]:
+    """The files and the folders docs/architecture.md's layout table names. A name in a row is looked up in
+    the row's folder (its first path, or the folder of its first file), in each folder the row names, and
+    from the top of the repository, so ``report.py`` in the row of ``repro/`` is repro/report.py alone."""
+    files: set[Path] = set()
+    folders: set[Path] = set()
+    for line in _section(DOCS / "architecture.md", "## Layout").splitlines():
+        if not line.startswith("| `"):
             continue
-        if not {path.name, path.stem, str(rel), str(rel.with_suffix("")), f"pyllama_dflash/{rel}"} & named:
-            missing.append(str(rel))
+        tokens = [t.strip("/") for token in re.findall(r"`([^`]+)`", line) for t in re.split(r"[ ,]+", token) if t]
+        first = REPO / tokens[0]
+        bases = [first if first.is_dir() else first.parent]
+        for _ in range(2):  # a folder named inside a folder the row names
+            bases += [b / t for t in tokens for b in bases if (b / t).is_dir() and b / t not in bases]
+        folders.update(REPO / t for t in tokens if (REPO / t).is_dir())
+        folders.update(b for b in bases if b != REPO / "pyllama_dflash" or first.is_dir())
+        files.update(p for t in tokens for p in [REPO / t, *(b / t for b in bases)] if p.is_file())
+    return files, folders
+
+
+def test_architecture_md_names_every_file_of_the_package():
+    """Every file of the package is named in the layout table, in the row of its folder (by its path from
+    there), so that a new file gets a few words saying what it owns: the modules, and the files beside them
+    (``bindings/decl/*.h``, the native sources, ``equivalent.json``). A package's __init__.py is its folder's."""
+    files, folders = _layout_names()
+    missing = [
+        str(path.relative_to(REPO))
+        for path in _tracked_package_files()
+        if path not in files and not (path.name == "__init__.py" and path.parent in folders)
+    ]
     assert missing == [], f"docs/architecture.md's layout table does not name {missing}"
 
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import pytest
 
 from conftest import FIX, VARIANTS
-from pyllama_dflash.engine.matrix import REFERENCE, case_name, run_cases
+from pyllama_dflash.engine.matrix import case_name, run_cases
+from pyllama_dflash.oracles.references import REFERENCE
 from pyllama_dflash.scenarios.catalog import HOLE_SCENARIOS, SCENARIOS, expectations, meets
-from pyllama_dflash.scenarios.config import DEFAULT_CONFIG
-from pyllama_dflash.scenarios.models import tiny_models
+from pyllama_dflash.slotloop.config import DEFAULT_CONFIG
+from pyllama_dflash.slotloop.models import tiny_models
 from pyllama_dflash.tiny import DRAFTERS
 
 IMAGE_SCENARIOS = [sid for sid, sc in SCENARIOS.items() if sc.image]

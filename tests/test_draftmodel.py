@@ -27,9 +27,9 @@ from pyllama_dflash.draftmodel.trained import (
 )
 from pyllama_dflash.draftmodel.weights import load_draft
 from pyllama_dflash.errors import GGUFError
-from pyllama_dflash.scenarios.models import tiny_models
-from pyllama_dflash.scenarios.record import Record
-from pyllama_dflash.scenarios.session import Session
+from pyllama_dflash.slotloop import Session
+from pyllama_dflash.slotloop.models import tiny_models
+from pyllama_dflash.slotloop.record import Record
 
 NMSE_MAX = 1e-5
 IMPLEMENTED = ("dflash", "dflash-causal", "dspark", "dspark-bonus", "dspark-vocab")

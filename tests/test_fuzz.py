@@ -28,8 +28,8 @@ from pyllama_dflash.engine.schedule_runner import examples_from_env, replay_vari
 from pyllama_dflash.engine.strategy import normalize, raw_steps, schedules
 from pyllama_dflash.env import FUZZ_BUDGET_TEST_ENV
 from pyllama_dflash.fuzz.__main__ import parser
-from pyllama_dflash.scenarios.record import Call
-from pyllama_dflash.shard import Shard
+from pyllama_dflash.process.shard import Shard
+from pyllama_dflash.slotloop.record import Call
 from pyllama_dflash.tiny import DRAFTERS, TARGET_KINDS
 
 # -- the format and the strategy (no native code) ------------------------------------------------
@@ -341,9 +341,9 @@ def test_a_rewind_trims_both_memories_so_text_only_rewinds_pass_everywhere(varia
 _SESSION_REWIND = """
 import sys
 from pyllama_dflash import load
-from pyllama_dflash.scenarios.models import ModelSet
-from pyllama_dflash.scenarios.record import Record
-from pyllama_dflash.scenarios.session import Session, SessionConfig, replay_reference
+from pyllama_dflash.slotloop.models import ModelSet
+from pyllama_dflash.slotloop.record import Record
+from pyllama_dflash.slotloop import Session, SessionConfig, replay_reference
 load("baseline")
 models, cfg, record = ModelSet.from_json(__import__("json").loads(sys.argv[1])), SessionConfig(), Record()
 with Session(models, cfg, record) as s:

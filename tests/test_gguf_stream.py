@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from pyllama_dflash import gguf_stream as gs
-from pyllama_dflash.scenarios.models import ModelSet
+from pyllama_dflash.slotloop.models import ModelSet
 from pyllama_dflash.upgrade import SECTIONS_KEY, DraftUpgradeError, upgrade
 
 

@@ -15,8 +15,8 @@ from pyllama_dflash.engine.matrix import run_matrix
 from pyllama_dflash.llamabuild import VariantNotBuilt, find
 from pyllama_dflash.llamabuild.toolchain import nvidia_gpu_present
 from pyllama_dflash.scenarios.catalog import SCENARIOS, expectations, meets
-from pyllama_dflash.scenarios.config import DEFAULT_CONFIG
 from pyllama_dflash.scenarios.scenario_job import ScenarioJob
+from pyllama_dflash.slotloop.config import DEFAULT_CONFIG
 
 
 def _cuda_builds() -> bool:

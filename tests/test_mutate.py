@@ -17,11 +17,11 @@ from pyllama_dflash.llamabuild.patchset import apply_series, load_series, tree_r
 from pyllama_dflash.mutate.__main__ import parser
 from pyllama_dflash.mutate.operators import line_mutations, mutants
 from pyllama_dflash.mutate.runner import EQUIVALENT_FILE, MUTATED_FILES, load_equivalents, unmutated_eagle3_runs
+from pyllama_dflash.oracles.drift import judge
+from pyllama_dflash.process.shard import Shard
 from pyllama_dflash.scenarios.catalog import SIBLING_SCENARIOS
-from pyllama_dflash.scenarios.drift import judge
-from pyllama_dflash.scenarios.models import tiny_models
-from pyllama_dflash.scenarios.session import DEFAULT_CONFIG
-from pyllama_dflash.shard import Shard
+from pyllama_dflash.slotloop import DEFAULT_CONFIG
+from pyllama_dflash.slotloop.models import tiny_models
 
 PRISTINE = "int f(int a, int b) {\n    return a;\n}\n"
 PATCHED = (

@@ -19,7 +19,7 @@ from pyllama_dflash.acceptance import paired
 from pyllama_dflash.acceptance.script import FIRST_POSITIONS, paired_results, phase_of
 from pyllama_dflash.draftmodel.trained import trained_models
 from pyllama_dflash.paths import REPO_DIR
-from pyllama_dflash.scenarios.record import Round
+from pyllama_dflash.slotloop.record import Round
 
 SEEDS = (2000, 2001)
 RECORD = REPO_DIR / "docs" / "figures" / "paired.json"

@@ -23,7 +23,7 @@ _CHILD = r"""
 import hashlib, json, sys
 import numpy as np
 from pyllama_dflash import api, load
-from pyllama_dflash.scenarios.models import ModelSet
+from pyllama_dflash.slotloop.models import ModelSet
 
 variant, twin, models = sys.argv[1], sys.argv[2] == "twin", ModelSet.from_json(json.loads(sys.argv[3]))
 load(variant)
@@ -300,13 +300,13 @@ import numpy as np
 from pyllama_dflash import api, load
 from pyllama_dflash.engine.execute import execute
 from pyllama_dflash.engine.schedule import Schedule
-from pyllama_dflash.scenarios import session
-from pyllama_dflash.scenarios.config import DEFAULT_CONFIG
-from pyllama_dflash.scenarios.models import ModelSet
+from pyllama_dflash import slotloop
+from pyllama_dflash.slotloop.config import DEFAULT_CONFIG
+from pyllama_dflash.slotloop.models import ModelSet
 
 load("baseline")
 models, same_layout = ModelSet.from_json(json.loads(sys.argv[1])), sys.argv[3] == "same-layout"
-spec_process = session.Session._spec_process
+spec_process = slotloop.Session._spec_process
 
 def laid_out_like_the_fix(self, batch, step, seq):
     # what 0004 does to a legacy draft's cells, done to the twin: zero rows in the hole before the
@@ -320,7 +320,7 @@ def laid_out_like_the_fix(self, batch, step, seq):
     spec_process(self, batch, step, seq)
     assert self.draft.seq_rm(seq, x + 1, y)
 
-session.Session._spec_process = laid_out_like_the_fix
+slotloop.Session._spec_process = laid_out_like_the_fix
 out = execute(Schedule.load(sys.argv[2]), models.with_draft(models.twin), DEFAULT_CONFIG,
               check=False)
 print(json.dumps([r.tokens for r in out.record.rounds]))

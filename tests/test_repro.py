@@ -16,14 +16,15 @@ from dataclasses import replace
 import pytest
 
 from conftest import AS_TRAINED, DEFINED, FIX, VARIANTS
-from pyllama_dflash.engine.matrix import DEFINITION, REFERENCE, run_matrix, run_table, server_config
+from pyllama_dflash.engine.matrix import run_matrix, run_table
 from pyllama_dflash.llamabuild import default_must_pass
 from pyllama_dflash.llamabuild import variant as variant_of
+from pyllama_dflash.oracles.drift import compare
+from pyllama_dflash.oracles.references import DEFINITION, REFERENCE
 from pyllama_dflash.scenarios.catalog import SCENARIOS, expectations, meets
-from pyllama_dflash.scenarios.config import DEFAULT_CONFIG
-from pyllama_dflash.scenarios.drift import compare
-from pyllama_dflash.scenarios.models import IMAGE_ROWS_CASE
 from pyllama_dflash.scenarios.scenario_job import ScenarioJob
+from pyllama_dflash.slotloop.config import DEFAULT_CONFIG, server_config
+from pyllama_dflash.slotloop.models import IMAGE_ROWS_CASE
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,6 @@ import pytest
 from conftest import AS_TRAINED, DEFINED, FIX, VARIANTS
 from pyllama_dflash import tiny
 from pyllama_dflash.llamabuild import variant as variant_of
-from pyllama_dflash.scenarios.models import tiny_models
 from pyllama_dflash.server import (
     CHECKS,
     FAMILY,
@@ -34,6 +33,7 @@ from pyllama_dflash.server import (
 )
 from pyllama_dflash.server.checks.definition import positions_agree
 from pyllama_dflash.server.drafts import LOGS_NO_DRAFTS, request_logs, rounds_with_history
+from pyllama_dflash.slotloop.models import tiny_models
 from pyllama_dflash.tiny import DRAFTERS
 from pyllama_dflash.tiny._vocab import text_for_test_vocab, tokenize_test_vocab
 

@@ -17,9 +17,9 @@ from pyllama_dflash.llamabuild import variant as variant_of
 from pyllama_dflash.llamabuild.patchset import DEFINITION_ROLE
 from pyllama_dflash.repro.report import drafting_around_images
 from pyllama_dflash.scenarios.catalog import HOLE_SCENARIOS
-from pyllama_dflash.scenarios.config import DEFAULT_CONFIG
-from pyllama_dflash.scenarios.models import SIBLINGS, sibling_models
 from pyllama_dflash.server import SIBLINGS_CHECKS, run_server_checks
+from pyllama_dflash.slotloop.config import DEFAULT_CONFIG
+from pyllama_dflash.slotloop.models import SIBLINGS, sibling_models
 
 SCENARIOS = ["S8", "S1", "S2", "S3", "S5", "S10", "S11"]
 # the hole scenarios whose image follows text the draft holds: S2's image comes first (EAGLE3's memory

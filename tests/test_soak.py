@@ -11,7 +11,7 @@ import pytest
 
 from conftest import FIX
 from pyllama_dflash.env import SOAK_TEST_ENV
-from pyllama_dflash.scenarios.models import tiny_models
+from pyllama_dflash.slotloop.models import tiny_models
 from pyllama_dflash.soak import soak, workload
 from pyllama_dflash.soak.workload import KINDS
 

@@ -356,7 +356,7 @@ def test_a_long_context_target_differs_in_its_context_length_alone(tmp_path):
     """llama-server caps a slot at the training context the target records: the copy that lifts it keeps
     every other entry and every tensor byte, so it computes what the target computes."""
     from pyllama_dflash.gguf_stream import read_gguf
-    from pyllama_dflash.scenarios.models import tiny_models
+    from pyllama_dflash.slotloop.models import tiny_models
     from pyllama_dflash.tiny.long_context import long_context_target
 
     src = tiny_models().target

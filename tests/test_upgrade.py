@@ -17,7 +17,7 @@ import pytest
 
 from pyllama_dflash import gguf_stream as gs
 from pyllama_dflash.draft_upgrade import IMAGE_ROWS_KEY
-from pyllama_dflash.scenarios.models import ModelSet
+from pyllama_dflash.slotloop.models import ModelSet
 from pyllama_dflash.tiny._write import FINGERPRINT_KEY
 from pyllama_dflash.upgrade import SECTIONS_KEY, DraftUpgradeError, inspect, upgrade
 from pyllama_dflash.upgrade.__main__ import main

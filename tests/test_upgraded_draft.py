@@ -13,10 +13,11 @@ from dataclasses import replace
 
 import pytest
 
-from pyllama_dflash.engine.matrix import REFERENCE, run_table
+from pyllama_dflash.engine.matrix import run_table
+from pyllama_dflash.oracles.references import REFERENCE
 from pyllama_dflash.scenarios.catalog import SCENARIOS
-from pyllama_dflash.scenarios.config import DEFAULT_CONFIG
 from pyllama_dflash.server import run_server_checks
+from pyllama_dflash.slotloop.config import DEFAULT_CONFIG
 from pyllama_dflash.upgrade import upgrade
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..codec import Coded
-from ..scenarios.config import SessionConfig
-from ..scenarios.models import ModelSet
+from ..slotloop.config import SessionConfig
+from ..slotloop.models import ModelSet
 
 # how a column drafts: the variant's libcommon (``variant``), baseline drafting as the definition has it
 # through llama.cpp (``definition``) or through the reference model (``model``)

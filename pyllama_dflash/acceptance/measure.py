@@ -15,12 +15,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from .. import child
-from ..engine.matrix import DEFINITION, REFERENCE, reference_of
 from ..llamabuild.patchset import BASELINE, load_series
+from ..oracles.references import DEFINITION, REFERENCE, reference_of
 from ..paths import default_patches_dir
-from ..scenarios.config import SessionConfig
-from ..scenarios.models import ModelSet
+from ..process import child
+from ..slotloop.config import SessionConfig
+from ..slotloop.models import ModelSet
 from .job import AcceptanceJob, Column
 from .script import PHASES
 from .stats import bootstrap_mean, paired_difference
@@ -52,7 +52,7 @@ def columns(variants: Sequence[str] | None = None) -> list[Column]:
 
 def pairs(cols: Sequence[Column], models: ModelSet) -> list[tuple[str, str]]:
     """The comparisons the table is for: the variant judged against the definition on these models (the
-    matrix's reference_of) against the twin on baseline (what b11434 does with a reconverted draft), and
+    oracles' reference_of) against the twin on baseline (what b11434 does with a reconverted draft), and
     the two ceilings against that variant."""
     defined = [
         c.name for c in cols if c.mode == "variant" and c.images and reference_of(c.variant, models) == DEFINITION

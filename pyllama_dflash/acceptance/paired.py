@@ -31,7 +31,7 @@ import numpy as np
 from ..bootstrap import percentile_interval, resample
 from ..llamabuild import variant as variant_of
 from ..llamabuild.patchset import BASELINE
-from ..scenarios.models import ModelSet
+from ..slotloop.models import ModelSet
 from .job import AcceptanceJob, Column
 from .measure import run_column, session_for, summarise
 from .script import IMAGE_ROWS_PX, PHASES

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..draftmodel.corpus import Turn, draw_turns, user_text
-from ..scenarios.session import Session
+from ..slotloop import Session
 from ..tiny.image import rgb
 
 PHASES = ("text", "after image", "later", "after second image", "after restore", "later after restore")

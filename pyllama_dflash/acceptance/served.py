@@ -18,8 +18,8 @@ import numpy as np
 from ..bootstrap import percentile_interval, resample
 from ..llamabuild.builder import BuildOptions, build
 from ..paths import cache_root
-from ..scenarios.models import ModelSet
 from ..server import ServerOptions, serve
+from ..slotloop.models import ModelSet
 from ..tiny.long_context import long_context_target
 from .chat import TURN_PHASES, ChatFailed, TurnResult, fresh_slot_dir, run_chat
 from .job import Column

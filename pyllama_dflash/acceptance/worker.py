@@ -9,12 +9,13 @@ from dataclasses import asdict
 import numpy as np
 
 from .. import load
-from ..child import job_main
-from ..engine.matrix import definition_config, server_config
 from ..llamabuild.patchset import BASELINE
-from ..scenarios.loaded import Loaded
-from ..scenarios.record import Record, StopScenario
-from ..scenarios.session import Session
+from ..oracles.references import definition_config
+from ..process.child import job_main
+from ..slotloop import Session
+from ..slotloop.config import server_config
+from ..slotloop.loaded import Loaded
+from ..slotloop.record import Record, StopScenario
 from .job import AcceptanceJob
 from .script import RoundResult, run_conversation
 

@@ -5,7 +5,7 @@ it); errors that are not return codes raise a :class:`PyllamaError`. Inputs that
 llama.cpp abort the process (a GGML_ASSERT) are checked here first and raise ``ValueError`` or a
 :class:`ContextError` instead, and so are inputs it would accept silently into a corrupt state
 (negative or repeated positions, a draft with another vocab). What cannot be checked cheaply has a
-guarded path that runs the native call in a child process (``pyllama_dflash.guard``):
+guarded path that runs the native call in a child process (``pyllama_dflash.process.guard``):
 :meth:`Model.load_checked` and :meth:`Projector.load_checked` for untrusted files, and
 ``guard.run_in_child`` for anything else.
 

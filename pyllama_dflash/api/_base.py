@@ -7,9 +7,9 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .. import logs
 from .._internals import NativeHandle
 from ..env import THREADS_ENV
+from ..process import logs
 
 T = TypeVar("T")
 

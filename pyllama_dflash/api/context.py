@@ -6,7 +6,6 @@ from typing import Any
 
 import numpy as np
 
-from .. import logs
 from .._internals import (
     LlamaBatchExt,
     LlamaContext,
@@ -17,6 +16,7 @@ from ..errors import (
     IncompatibleModelsError,
     PyllamaError,
 )
+from ..process import logs
 from ._base import _default_threads, _Owner
 from .batch import Batch, _check_positions
 from .model import Model

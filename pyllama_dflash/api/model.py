@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import guard
 from .._internals import (
     LlamaModel,
     runtime,
@@ -14,6 +13,7 @@ from .._internals import (
 from ..errors import (
     NativeCallError,
 )
+from ..process import guard
 from ._base import _Owner
 
 

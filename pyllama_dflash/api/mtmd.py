@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from .. import guard, logs
 from .._internals import (
     ImageDecodeState,
     MtmdBitmap,
@@ -24,6 +23,7 @@ from ..errors import (
     NativeCallError,
     check_error,
 )
+from ..process import guard, logs
 from ._base import _default_threads, _Owner
 from .context import Context
 from .model import Model

@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 
-from .. import logs
 from .._internals import (
     SpeculativeDriver,
     runtime,
@@ -18,6 +17,7 @@ from ..errors import (
     IncompatibleModelsError,
     PyllamaError,
 )
+from ..process import logs
 from ._base import _Owner
 from .batch import Batch, _seq_ids, embd_rows
 from .context import Context

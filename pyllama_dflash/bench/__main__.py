@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import child, command
+from .. import command
 from ..acceptance.script import IMAGE_ROWS_PX
 from ..bootstrap import median_interval
 from ..draftmodel.trained import TARGET_KINDS, TRAINED_ON
@@ -55,6 +55,7 @@ from ..flags import tool_prog
 from ..llamabuild import BuildError, BuildOptions, build, find_built
 from ..llamabuild.patchset import load_series
 from ..paths import cache_root, default_patches_dir
+from ..process import child
 from . import stats
 from .job import BenchJob, BindingsFill, FillCurve, SpecLoop, Task
 from .report import markdown
@@ -127,8 +128,8 @@ def bench_matrix() -> dict:
     """The matrix as repro runs it: every scenario on every variant plus its drift reference."""
     from ..engine.matrix import run_table
     from ..scenarios.catalog import SCENARIOS
-    from ..scenarios.models import tiny_models
-    from ..scenarios.session import DEFAULT_CONFIG
+    from ..slotloop import DEFAULT_CONFIG
+    from ..slotloop.models import tiny_models
 
     variants = [m.variant for m in build(["all"], BuildOptions(quiet=True))]
     models = tiny_models()

@@ -1,6 +1,6 @@
 """Measurements that need native code, each run in a child process for one variant.
 
-``python -m pyllama_dflash.bench.worker JOB OUT`` (``pyllama_dflash.child``'s job protocol: the
+``python -m pyllama_dflash.bench.worker JOB OUT`` (``pyllama_dflash.process.child``'s job protocol: the
 job is a job.BenchJob, a variant and its task). The parent (bench/__main__.py) interleaves
 children of different variants, so both sides of a ratio see the same machine weather.
 """
@@ -15,10 +15,10 @@ from collections.abc import Callable
 import numpy as np
 
 from .. import api, load
-from ..child import job_main
-from ..scenarios.models import ModelSet, tiny_models
-from ..scenarios.record import Record
-from ..scenarios.session import Session, SessionConfig
+from ..process.child import job_main
+from ..slotloop import Session, SessionConfig
+from ..slotloop.models import ModelSet, tiny_models
+from ..slotloop.record import Record
 from ..tiny.image import rgb
 from .job import BenchJob, BindingsFill, FillCurve, SpecLoop
 

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _train(args: argparse.Namespace) -> int:
     from ..llamabuild import BuildOptions, build
-    from ..scenarios.models import tiny_models
+    from ..slotloop.models import tiny_models
 
     # the target runs on baseline's build, made here if missing (as repro does); then, before the corpus
     # (minutes), the extra that training needs

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import api
-from ..scenarios.models import ModelSet
+from ..slotloop.models import ModelSet
 from ..tiny.image import rgb
 
 # short words of the tiny vocabulary ("test" tokenizer: one token per character class of text)
@@ -96,7 +96,7 @@ class Collector:
         n_past = 0
         for turn in turns:
             # the reply's last sampled token is never decoded: the next turn's text follows the rows the
-            # target holds, as the harness's slot loop (scenarios.session) drives a conversation
+            # target holds, as the harness's slot loop (pyllama_dflash.slotloop) drives a conversation
             starts.append(len(tokens))
             with self.projector.tokenize(user_text(turn, self.projector.marker), list(turn.images)) as chunks:
                 for chunk in chunks:

@@ -16,7 +16,7 @@ from ..draft_upgrade import inspect, reconverted_twin
 from ..errors import PyllamaError
 from ..files import sha256_file
 from ..paths import REPO_DIR, cache_root
-from ..scenarios.models import ModelSet, tiny_models
+from ..slotloop.models import ModelSet, tiny_models
 from ..tiny._write import stored_fingerprint
 
 TRAINED_DIR = REPO_DIR / "tests" / "data" / "trained"

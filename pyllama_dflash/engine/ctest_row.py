@@ -24,7 +24,7 @@ from ..llamabuild import ctest
 from ..llamabuild.manifest import Manifest
 from ..llamabuild.patchset import BASELINE
 from ..scenarios.catalog import CTEST_ROW
-from ..scenarios.record import CRASH, DRIFT, ERROR, FAIL, PASS, SKIP, TIE
+from ..slotloop.record import CRASH, DRIFT, ERROR, FAIL, PASS, SKIP, TIE
 
 ROW = CTEST_ROW
 TITLE = SimpleNamespace(title="the series' C++ tests (ctest)")

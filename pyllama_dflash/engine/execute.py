@@ -13,11 +13,11 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..scenarios.config import DEFAULT_CONFIG, SessionConfig
-from ..scenarios.drift import REFERENCE_OK, compare, drafts
-from ..scenarios.models import ModelSet, for_schedule
-from ..scenarios.record import Record, StopScenario
-from ..scenarios.session import SeqState, Session
+from ..oracles.drift import REFERENCE_OK, compare, drafts
+from ..slotloop import SeqState, Session
+from ..slotloop.config import DEFAULT_CONFIG, SessionConfig
+from ..slotloop.models import ModelSet, for_schedule
+from ..slotloop.record import Record, StopScenario
 from ..tiny import image as tiny_image
 from .invariant import CheckedRecord, DraftDrift, DraftStarved, Memories, OutputDiffers, Violation
 from .schedule import Schedule, Step, image_px
@@ -122,7 +122,7 @@ def execute(
 
 def _tie(record: Record, schedule: Schedule, reference: Callable, ref: dict, stats: dict) -> dict | None:
     """A drift that the reference laid out as the fix lays the draft out drafts too: a tie broken by the
-    KV cells' order (see scenarios.drift). Counted, with its round; None where the layout replay differs."""
+    KV cells' order (see oracles.drift). Counted, with its round; None where the layout replay differs."""
     layout = reference(schedule, layout=True)
     run_drafts = drafts([asdict(r) for r in record.rounds])
     if layout.get("status") not in REFERENCE_OK or compare(run_drafts, drafts(layout["rounds"])) is not None:

@@ -49,7 +49,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..scenarios.record import DRAFT_ROWS, Call, Record, StopScenario
+from ..slotloop.record import DRAFT_ROWS, Call, Record, StopScenario
 
 _X = re.compile(r"\bX = (-?\d+)")
 _Y = re.compile(r"\bY = (-?\d+)")

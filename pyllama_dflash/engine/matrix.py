@@ -1,7 +1,7 @@
 """The scenario matrix: every (scenario, column) of every case, run in child processes.
 
 A *case* is one pair of drafter and target (a :class:`ModelSet`); a *column* is a variant, or one of
-the drift oracle's references: ``baseline+twin``, the scenario on ``baseline`` with the draft's
+the references that judge it (``oracles.references``): ``baseline+twin``, the scenario on ``baseline`` with the draft's
 reconverted twin (what a ``fix`` variant must draft), and ``baseline+definition``, the scenario on
 ``baseline`` drafting as the draft's definition has it (what a ``definition`` variant must draft).
 Jobs that share a variant's libraries share a child (``child.run_batch``), several children at
@@ -14,24 +14,27 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 
-from .. import child
 from ..env import THREADS_ENV
-from ..llamabuild import variant as variant_of
 from ..llamabuild.patchset import BASELINE
-from ..scenarios.config import SessionConfig
-from ..scenarios.drift import judge
-from ..scenarios.models import ModelSet, case_name, judged_variant
-from ..scenarios.record import DRIFT, PASS
+from ..oracles.drift import judge
+from ..oracles.references import (
+    DEFINITION,
+    LAYOUT,
+    REFERENCE,
+    definition_config,
+    layout_config,
+    reference_columns,
+    reference_config,
+    reference_of,
+)
+from ..process import child
 from ..scenarios.scenario_job import ScenarioJob
+from ..slotloop.config import SessionConfig, server_config
+from ..slotloop.models import ModelSet, case_name
+from ..slotloop.record import DRIFT, PASS
 
-REFERENCE = f"{BASELINE}+twin"  # the drift oracle's column: baseline with the draft's reconverted twin
-# the definition variant's column: baseline drafting from every row of the history at 0..N-1
-DEFINITION = f"{BASELINE}+definition"
-# the tie check's run: the reference replayed with the fix's cell layout (not a column of the table)
-LAYOUT = f"{REFERENCE} (fix's layout)"
 SCENARIO_MODULE = "pyllama_dflash.scenarios.run_scenario"  # what a child runs: the jobs, one by one
 
 
@@ -84,38 +87,6 @@ def _batches(jobs: list[ScenarioJob], parallel: int) -> list[list[int]]:
     return sorted(pieces, key=len, reverse=True)
 
 
-def server_config(variant: str, config: SessionConfig) -> SessionConfig:
-    """The session config for a variant: the slot loop mirrors what the variant's llama-server does
-    with a slot file (see saves_draft_with_slot)."""
-    return replace(config, server_saves_draft=variant_of(variant).saves_draft)
-
-
-def reference_config(config: SessionConfig) -> SessionConfig:
-    """The drift reference's session config: baseline's slot loop, following the history a target-only
-    restore leaves (SessionConfig.history_restores)."""
-    return replace(server_config(BASELINE, config), history_restores=True)
-
-
-def definition_config(config: SessionConfig) -> SessionConfig:
-    """The definition reference's session config: baseline's slot loop, drafting from the history the
-    target holds (SessionConfig.definition_reference)."""
-    return replace(server_config(BASELINE, config), definition_reference=True)
-
-
-def reference_columns(variants: Iterable[str], cases: Iterable[ModelSet]) -> list[str]:
-    """The reference columns that judge these variants on these cases' models, in the tables' order:
-    every case's table has all of them."""
-    variants = list(variants)
-    return sorted({reference_of(v, m) for m in cases for v in variants}, key=(REFERENCE, DEFINITION).index)
-
-
-def reference_of(variant: str, models: ModelSet) -> str:
-    """The column a variant's drafts are judged against on these models: the definition's for a
-    ``definition`` variant (an ``as-trained`` one with drafts trained with image rows), the twin's for
-    every other."""
-    return DEFINITION if judged_variant(variant_of(variant), models).own_positions else REFERENCE
-
-
 Table = dict[str, dict[str, dict]]  # table[scenario][column]
 
 
@@ -135,7 +106,7 @@ def run_cases(
     With drift, each scenario of a case also runs once on baseline with the case's reconverted
     twin (column :data:`REFERENCE`) and, where a variant is judged against the draft's definition,
     once drafting as the definition has it (column :data:`DEFINITION`); every variant's drafts are
-    compared with its own (:func:`reference_of`, :func:`pyllama_dflash.scenarios.drift.judge`).
+    compared with its own (:func:`reference_of`, :func:`pyllama_dflash.oracles.drift.judge`).
     ``job_options`` go to every :class:`ScenarioJob`.
     """
     cases = list(cases)
@@ -186,10 +157,9 @@ def prove_ties(
     """Where a run drifted, replay its reference with the fix's cell layout and judge again: a drift
     that replay drafts too is a tie broken by the cells' order (TIE). One replay per drifting row;
     the tables (their rows holding each variant's result and the REFERENCE) are judged in place."""
-    layout_config = replace(reference_config(config), twin_fill_layout=True)
     tables = {case_name(models): table for models, table in cases}
     jobs = [
-        ScenarioJob(sid, BASELINE, models, layout_config, twin=True, **job_options)
+        ScenarioJob(sid, BASELINE, models, layout_config(config), twin=True, **job_options)
         for models, table in cases
         for sid, row in table.items()
         if any(row[v].get("status") == DRIFT and row[v].get("drift") for v in variants)

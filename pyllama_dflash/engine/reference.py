@@ -20,8 +20,9 @@ from pathlib import Path
 
 from ..errors import ReferenceDied
 from ..llamabuild.patchset import BASELINE
-from ..scenarios.config import DEFAULT_CONFIG, SessionConfig
-from ..scenarios.models import ModelSet, for_schedule
+from ..oracles.references import twin_of
+from ..slotloop.config import DEFAULT_CONFIG, SessionConfig
+from ..slotloop.models import ModelSet, for_schedule
 from .schedule import Schedule
 
 
@@ -38,7 +39,7 @@ class ReferenceProcess:
         definition: bool = False,
     ) -> None:
         if not definition:
-            _twin_of(models)  # refused here, not in the child
+            twin_of(models)  # refused here, not in the child
         self.models = models
         self.what = f"{BASELINE} + {'definition' if definition else 'twin'}"
         self._log = tempfile.NamedTemporaryFile(prefix="pyllama-dflash-reference-", suffix=".log", delete=False)
@@ -96,14 +97,6 @@ class ReferenceProcess:
         self.close()
 
 
-def _twin_of(models: ModelSet) -> ModelSet:
-    """The models with the draft's reconverted twin in its place (the drift oracle's reference)."""
-    twin = models.draft_for("plain", twin=True)
-    if twin is None:
-        raise ValueError(f"no reconverted twin of the draft {models.draft} to take the reference from")
-    return models.with_draft(twin)
-
-
 def main(argv: list[str]) -> int:
     from .. import api, load
     from .execute import execute
@@ -127,7 +120,7 @@ def main(argv: list[str]) -> int:
             ref_models, cfg = drafter, replace(config, definition_reference=True)
         else:
             layout = {"twin_fill_layout": True} if ask.get("layout") else {}
-            ref_models, cfg = _twin_of(drafter), replace(config, history_restores=True, **layout)
+            ref_models, cfg = twin_of(drafter), replace(config, history_restores=True, **layout)
         try:
             outcome = execute(replace(schedule, drafter=None, target=None), ref_models, cfg, check=False)
             answer = {"status": outcome.status, "rounds": [asdict(r) for r in outcome.record.rounds]}

@@ -13,9 +13,9 @@ import os
 import sys
 import time
 
-from ..child import job_main
 from ..llamabuild import variant
-from ..scenarios.models import judged_variant
+from ..oracles.references import judged_variant
+from ..process.child import job_main
 from . import schedule_job
 from .reference import ReferenceProcess
 from .schedule_job import SearchJob

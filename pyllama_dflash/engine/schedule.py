@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ScheduleError
-from ..scenarios.config import DEFAULT_CONFIG, SessionConfig
+from ..slotloop.config import DEFAULT_CONFIG, SessionConfig
 
 FORMAT = "pyllama-dflash-schedule"
 VERSION = 1

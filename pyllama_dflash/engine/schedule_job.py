@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..codec import Coded, decode, encode
-from ..scenarios.config import DEFAULT_CONFIG, SessionConfig
-from ..scenarios.models import ModelSet
+from ..slotloop.config import DEFAULT_CONFIG, SessionConfig
+from ..slotloop.models import ModelSet
 from .schedule import Schedule
 
 DEFAULT_EXAMPLES = 50  # per variant in CI; PYLLAMA_DFLASH_FUZZ_EXAMPLES raises it

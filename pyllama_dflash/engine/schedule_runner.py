@@ -8,9 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .. import child
 from ..env import FUZZ_EXAMPLES_ENV, FUZZ_SEED_ENV
-from ..scenarios.models import ModelSet
+from ..process import child
+from ..slotloop.models import ModelSet
 from .schedule import Schedule
 from .schedule_job import DEFAULT_EXAMPLES, DEFAULT_SEED, ReplayJob, ScheduleJob, SearchJob
 

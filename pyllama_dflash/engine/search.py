@@ -18,8 +18,8 @@ except ImportError:  # pragma: no cover - hypothesis depends on the backport bel
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 
-from ..scenarios.config import SessionConfig
-from ..scenarios.models import ModelSet
+from ..slotloop.config import SessionConfig
+from ..slotloop.models import ModelSet
 from .execute import execute
 from .invariant import Violation
 from .minimize import minimize

@@ -28,8 +28,8 @@ from ..files import atomic_write_json
 from ..flags import common_parser, export, pick, tool_prog
 from ..llamabuild import default_must_pass, find_built
 from ..llamabuild.patchset import BASELINE
-from ..scenarios.models import tiny_models
-from ..shard import check_slices, load_reports, parse_seeds, shard_from_json, shard_json
+from ..process.shard import check_slices, load_reports, parse_seeds, shard_from_json, shard_json
+from ..slotloop.models import tiny_models
 from ..tiny import DRAFTERS, TARGET_KINDS
 
 

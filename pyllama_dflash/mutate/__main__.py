@@ -28,7 +28,7 @@ from .. import command
 from ..errors import UsageError
 from ..files import atomic_write_json
 from ..flags import RetiredFlag, common_parser, tool_prog
-from ..scenarios.models import tiny_models
+from ..slotloop.models import tiny_models
 from . import report
 from .plan import Plan, plan, stale
 from .runner import EQUIVALENT_FILE, MUTATED_FILES, load_equivalents, write_series

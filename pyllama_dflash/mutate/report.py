@@ -14,7 +14,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from ..shard import Shard, check_slices, load_reports, shard_from_json, shard_json
+from ..process.shard import Shard, check_slices, load_reports, shard_from_json, shard_json
 from .runner import KILLED, STILLBORN, SURVIVED
 
 

@@ -52,27 +52,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..engine import ctest_row
-from ..engine.matrix import (
-    REFERENCE,
-    Job,
-    case_name,
-    definition_config,
-    prove_ties,
-    reference_config,
-    run_cases,
-    run_matrix,
-    server_config,
-)
+from ..engine.matrix import Job, case_name, prove_ties, run_cases, run_matrix
 from ..env import PATCHES_ENV
 from ..errors import BuildError
 from ..llamabuild import BuildOptions, build, variant
 from ..llamabuild.patchset import BASELINE, DEFINITION_ROLE, FIX_ROLE, Series
 from ..llamabuild.variants import Variant
+from ..oracles.drift import judge
+from ..oracles.references import REFERENCE, definition_config, reference_config
 from ..paths import REPO_DIR
 from ..scenarios.catalog import SCENARIOS, SIBLING_SCENARIOS, expectations, meets
-from ..scenarios.drift import judge
-from ..scenarios.models import ModelSet, sibling_models, tiny_models
-from ..scenarios.record import PASS
+from ..slotloop.config import server_config
+from ..slotloop.models import ModelSet, sibling_models, tiny_models
+from ..slotloop.record import PASS
 from ..tiny import DRAFTERS, TARGET_KINDS
 from .operators import Mutant
 
@@ -120,7 +112,7 @@ SERVER_KILLERS = (
     "restore_image_drafts",
     "spec_checkpoint_image",
 )
-# the sibling drafters' checks, on their own models (scenarios.models.sibling_models): 0007's lines for a
+# the sibling drafters' checks, on their own models (slotloop.models.sibling_models): 0007's lines for a
 # draft without positions of its own (the else-branches of slot_draft_load and server_draft_pos) are
 # reached by MTP's only, and its count of the text rows (server_draft_pos, for EAGLE3) by EAGLE3's only
 SIBLING_KILLERS = (

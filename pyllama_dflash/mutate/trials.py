@@ -19,8 +19,8 @@ from ..llamabuild import BuildOptions
 from ..llamabuild.builder import stage
 from ..llamabuild.manifest import all_manifests
 from ..llamabuild.patchset import DEFINITION_ROLE
-from ..scenarios.models import ModelSet
-from ..scenarios.session import DEFAULT_CONFIG
+from ..slotloop import DEFAULT_CONFIG
+from ..slotloop.models import ModelSet
 from .plan import Plan
 from .runner import EQUIVALENT, KILLED, SURVIVED, Outcome, references, try_mutant, unmutated_eagle3_runs, write_series
 

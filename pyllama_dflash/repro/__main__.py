@@ -20,7 +20,7 @@ from ..engine import ctest_row
 from ..files import atomic_write_json
 from ..flags import common_parser, export, tool_prog
 from ..scenarios.catalog import SCENARIOS
-from ..scenarios.config import DEFAULT_CONFIG
+from ..slotloop.config import DEFAULT_CONFIG
 from . import plan as planning
 from . import tables, verdict
 from .replay import replay_schedule

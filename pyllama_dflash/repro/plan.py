@@ -16,8 +16,8 @@ from ..llamabuild.patchset import BASELINE
 from ..llamabuild.variants import AS_TRAINED_ROLE
 from ..paths import cache_root
 from ..scenarios.catalog import SCENARIOS
-from ..scenarios.config import DEFAULT_CONFIG, SessionConfig
-from ..scenarios.models import ModelSet, tiny_models
+from ..slotloop.config import DEFAULT_CONFIG, SessionConfig
+from ..slotloop.models import ModelSet, tiny_models
 from ..tiny import DRAFTERS, TARGET_KINDS
 
 REAL_N_BATCH = 256  # the target's n_batch for real models, unless --n-batch says otherwise

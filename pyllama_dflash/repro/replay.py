@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from ..errors import UsageError
 from ..files import atomic_write_json
-from ..scenarios.record import PASS, TIE
+from ..slotloop.record import PASS, TIE
 from .plan import Plan
 from .report import format_table
 from .tables import backend

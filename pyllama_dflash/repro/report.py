@@ -219,8 +219,9 @@ def json_report(plan, matrix, args, server, family, siblings, ok: bool, wall_s: 
     """The full report ``--json`` writes: the source, the variants and their references, every case's
     models, expectations and results, the server checks and siblings where they ran."""
     drift = not args.no_drift
-    from ..engine.matrix import case_name, reference_of
+    from ..engine.matrix import case_name
     from ..llamabuild.patchset import BASELINE
+    from ..oracles.references import reference_of
     from ..scenarios.catalog import expectations
 
     manifest, variants = plan.manifests[0], plan.variants

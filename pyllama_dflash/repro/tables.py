@@ -8,11 +8,12 @@ import argparse
 from dataclasses import dataclass
 
 from ..engine import ctest_row
-from ..engine.matrix import Table, case_name, reference_columns, run_cases
+from ..engine.matrix import Table, case_name, run_cases
 from ..llamabuild import find_built
 from ..llamabuild.patchset import BASELINE
+from ..oracles.references import reference_columns
 from ..scenarios.catalog import SIBLING_SCENARIOS
-from ..scenarios.models import ModelSet
+from ..slotloop.models import ModelSet
 from .plan import Plan
 from .report import drafting_around_images
 
@@ -121,7 +122,7 @@ class Siblings:
 
 def run_siblings(args: argparse.Namespace, plan: Plan) -> Siblings:
     """draft-mtp and draft-eagle3 on the image scenarios (and S8, text only): measured, not judged."""
-    from ..scenarios.models import SIBLINGS, sibling_models
+    from ..slotloop.models import SIBLINGS, sibling_models
 
     cases = [(sibling_models(s), list(SIBLING_SCENARIOS)) for s in SIBLINGS]
     tables = run_cases(

@@ -5,8 +5,8 @@ from __future__ import annotations
 from ..engine.matrix import Table, case_name
 from ..llamabuild.patchset import BASELINE
 from ..scenarios.catalog import expectations, meets
-from ..scenarios.models import ModelSet
-from ..scenarios.record import CRASH, DRIFT, ERROR, FAIL, PASS, SKIP, TIE
+from ..slotloop.models import ModelSet
+from ..slotloop.record import CRASH, DRIFT, ERROR, FAIL, PASS, SKIP, TIE
 from .tables import Matrix
 
 

@@ -1,6 +1,6 @@
 """The scenario matrix: each one a schedule of prompts, images and drafting rounds.
 
-Every scenario runs on one variant in a child process (see child.py) and records each
+Every scenario runs on one variant in a child process (see process/child.py) and records each
 return code; ``EXPECTED`` says what each variant should do, and why where it is not
 obvious. The texts are short so the tiny models stay fast; with real models the same
 schedules run on the real tokenizer and projector.
@@ -14,12 +14,12 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from ..llamabuild.variants import BASELINE_ROLE, DEFINITION_ROLE, FIX_ROLE, SEED_ROLE, Variant, variant
-from .config import SessionConfig
-from .drift import compare, drafts
-from .loaded import Loaded
-from .models import ModelSet
-from .record import DEGRADED, DRIFT, FAIL, PASS, TIE, Record
-from .session import Session
+from ..oracles.drift import compare, drafts
+from ..slotloop import Session
+from ..slotloop.config import SessionConfig
+from ..slotloop.loaded import Loaded
+from ..slotloop.models import ModelSet
+from ..slotloop.record import DEGRADED, DRIFT, FAIL, PASS, TIE, Record
 
 N_GEN = 6  # tokens generated after each prompt: two or more drafting rounds
 
@@ -303,7 +303,7 @@ DRIFT_BEHIND = "DRIFT behind only"
 
 # What each kind of variant must do (llamabuild.variants: baseline, the seed's zero-fill, a fix),
 # as the test suite asserts it. Every run that completes is also judged by the drift oracle
-# (drift.py): its drafts against the same scenario's on baseline with the draft's reconverted twin.
+# (oracles/drift.py): its drafts against the same scenario's on baseline with the draft's reconverted twin.
 # DRIFT ranks between PASS and DEGRADED.
 EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
     # S2 is not a control on baseline after all: mtmd wraps a qwen2vl image in <|vision_start|> ...

@@ -16,16 +16,16 @@ from dataclasses import asdict, fields, replace
 
 import numpy as np
 
-from ..child import job_main
+from ..oracles.drift import drafts
+from ..process.child import job_main
+from ..slotloop import replay_reference
+from ..slotloop.config import SessionConfig
+from ..slotloop.loaded import Loaded
+from ..slotloop.models import ModelSet, large_image, long_image, small_image, tiny_image, wide_image
+from ..slotloop.ops import Generate, Op
+from ..slotloop.record import Record, StopScenario
 from .catalog import SCENARIOS, Env
-from .config import SessionConfig
-from .drift import drafts
-from .loaded import Loaded
-from .models import ModelSet, large_image, long_image, small_image, tiny_image, wide_image
-from .ops import Generate, Op
-from .record import Record, StopScenario
 from .scenario_job import ScenarioJob
-from .session import replay_reference
 
 
 def images_for(models: ModelSet) -> dict[str, np.ndarray | bytes]:
@@ -48,7 +48,7 @@ def images_for(models: ModelSet) -> dict[str, np.ndarray | bytes]:
 
 # greedy references already replayed in this process: a batch of jobs replays each schedule once
 _REPLAYED: dict[str, dict[int, list[int]]] = {}
-# the models and projectors of this process's sessions, loaded once (see loaded.py)
+# the models and projectors of this process's sessions, loaded once (see slotloop/loaded.py)
 _LOADED = Loaded()
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..codec import Coded
-from .config import DEFAULT_CONFIG, SessionConfig
-from .models import ModelSet, case_name
+from ..slotloop.config import DEFAULT_CONFIG, SessionConfig
+from ..slotloop.models import ModelSet, case_name
 
 
 @dataclass(frozen=True)

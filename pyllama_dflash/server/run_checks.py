@@ -19,7 +19,7 @@ from ..errors import ServerError
 from ..llamabuild.manifest import Manifest
 from ..llamabuild.variants import Variant
 from ..llamabuild.variants import variant as lookup_variant
-from ..scenarios.models import judged_variant
+from ..oracles.references import judged_variant
 from . import bodies
 from .checks import CHECKS, REGISTRY
 from .expect import Expect

@@ -14,7 +14,7 @@ after a timeout)::
         print(r.status, r.content, r.timings)
 
 ``models`` is anything with ``target``, ``draft`` and ``mmproj`` paths (``tiny.TinyModels``,
-``scenarios.models.ModelSet``); ``n_draft_max`` is used where it has one.
+``slotloop.models.ModelSet``); ``n_draft_max`` is used where it has one.
 
 HTTP goes through ``requests``, one short-lived session per request (so that concurrent
 requests share nothing) that ignores proxy settings from the environment: the server is on

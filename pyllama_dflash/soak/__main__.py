@@ -18,7 +18,7 @@ from .. import command
 from ..flags import common_parser, export, pick, tool_prog
 from ..llamabuild import find_built, variant
 from ..llamabuild.patchset import BASELINE
-from ..scenarios.models import tiny_models
+from ..slotloop.models import tiny_models
 from .workload import KINDS, soak
 
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .bindings.callbacks import native_callback
-from .errors import format_lines as format_lines  # the errors quote log lines too
+from ..bindings.callbacks import native_callback
+from ..errors import format_lines as format_lines  # the errors quote log lines too
 
 LOGGER_PREFIX = "pyllama_dflash"
 SOURCES = ("llama", "mtmd", "common")
@@ -203,7 +203,7 @@ def install(ffi: Any, lib: Any) -> None:
             lib.GGML_LOG_LEVEL_CONT,
         )
         if expected != tuple(range(6)):
-            raise RuntimeError(f"ggml_log_level values changed: {expected}; update pyllama_dflash/logs.py")
+            raise RuntimeError(f"ggml_log_level values changed: {expected}; update pyllama_dflash/process/logs.py")
 
         llama_joiner = _state.joiners["llama"]
         mtmd_joiner = _state.joiners["mtmd"]

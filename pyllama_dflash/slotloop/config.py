@@ -6,9 +6,10 @@ No native code and no numpy here, so the schedules and the parents of child proc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..codec import Coded
+from ..llamabuild.variants import variant as variant_of
 
 
 @dataclass(frozen=True)
@@ -81,3 +82,9 @@ class SessionConfig(Coded):
 
 # the session config the tools run the tiny models with
 DEFAULT_CONFIG = SessionConfig()
+
+
+def server_config(variant: str, config: SessionConfig) -> SessionConfig:
+    """The session config for a variant: the slot loop mirrors what the variant's llama-server does
+    with a slot file (see saves_draft_with_slot)."""
+    return replace(config, server_saves_draft=variant_of(variant).saves_draft)

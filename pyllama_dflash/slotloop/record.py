@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-from ..child import CRASH, ERROR  # noqa: F401 (every status of a run is importable from here)
+from ..process.child import CRASH, ERROR  # noqa: F401 (every status of a run is importable from here)
 
 # from best to worst (SKIP beside PASS, then child.CRASH and child.ERROR): TIE = the drafts differ from the
 # reference's only as a tie broken by the KV cells' order (proven by replaying the reference with the fix's
-# cell layout, see drift.py); DRIFT = every call succeeded and the output is exact, but the draft drafted
+# cell layout, see oracles/drift.py); DRIFT = every call succeeded and the output is exact, but the draft drafted
 # otherwise than its reference; DEGRADED = a round drafted nothing where it should
 PASS, TIE, DRIFT, DEGRADED, FAIL = "PASS", "TIE", "DRIFT", "DEGRADED", "FAIL"
 SKIP = "SKIP"

@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import short_native_line
-from .files import atomic_write_json
+from ..errors import short_native_line
+from ..files import atomic_write_json
 
 CRASH, ERROR = "CRASH", "ERROR"  # a child that died or timed out; a Python error inside a child
 

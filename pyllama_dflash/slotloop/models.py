@@ -9,7 +9,6 @@ import numpy as np
 
 from .. import tiny
 from ..codec import Coded
-from ..llamabuild.variants import Variant
 from ..paths import cache_root
 from ..tiny import image as tiny_image_module
 
@@ -159,15 +158,6 @@ def for_schedule(models: ModelSet, drafter: str | None, target: str | None) -> M
         target=target or models.target_kind,
         image_rows=models.image_rows,
     )
-
-
-def judged_variant(v: Variant, models: object) -> Variant:
-    """The variant as it is judged on these models (Variant.judged_as): an ``as-trained`` variant per
-    draft, by the image-rows key of a DFlash-family draft. ``models`` is a :class:`ModelSet` or a
-    :class:`tiny.TinyModels`; a set that says neither (real files given to llama-server) is taken as
-    an unmarked DFlash draft."""
-    image_rows = bool(getattr(models, "image_rows", False))
-    return v.judged_as(image_rows, dflash_family=getattr(models, "drafter", tiny.DFLASH.name) not in SIBLINGS)
 
 
 def small_image(seed: int = 0) -> np.ndarray:

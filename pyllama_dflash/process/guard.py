@@ -12,12 +12,12 @@ interpreter that loads the same variant, so the caller gets an exception instead
 * :func:`run_in_child`: any module-level function, e.g. a whole decode loop on untrusted input.
 
 The probes live next to the loaders they guard, so imports run one way: ``api`` imports this
-module, never the reverse. The child process itself is started by ``pyllama_dflash.child``.
+module, never the reverse. The child process itself is started by ``pyllama_dflash.process.child``.
 
 The child's result (or exception) comes back pickled; a child that dies raises
 :class:`NativeAbort` with the ``GGML_ASSERT`` line (or the last lines it wrote) and the signal.
 
-    python -m pyllama_dflash.guard PAYLOAD RESULT    # the child side (internal)
+    python -m pyllama_dflash.process.guard PAYLOAD RESULT    # the child side (internal)
 """
 
 from __future__ import annotations
@@ -31,17 +31,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .._internals import check_gguf_file, runtime
+from ..bindings.ffi import loaded_lib_dir
+from ..env import LIB_DIR_ENV
+from ..errors import ChildError, ModelLoadError, NativeAbort, PyllamaError
+from ..files import atomic_write_bytes
 from . import child
-from ._internals import check_gguf_file, runtime
-from .bindings.ffi import loaded_lib_dir
-from .env import LIB_DIR_ENV
-from .errors import ChildError, ModelLoadError, NativeAbort, PyllamaError
-from .files import atomic_write_bytes
 
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 600.0
-_PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
+# the folder that holds the package (process/ sits one level inside it): the child imports it from there
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 
 
 def _loaded_lib_dir() -> Path | None:
@@ -81,7 +82,10 @@ def run_in_child(
             "PYTHONPATH": os.pathsep.join(p for p in (_PACKAGE_PARENT, os.environ.get("PYTHONPATH")) if p),
         }
         done = child.run(
-            [sys.executable, "-m", "pyllama_dflash.guard", str(payload), str(result)], log=log, timeout=timeout, env=env
+            [sys.executable, "-m", "pyllama_dflash.process.guard", str(payload), str(result)],
+            log=log,
+            timeout=timeout,
+            env=env,
         )
         if done.rc == 0 and result.is_file():
             kind, value = pickle.loads(result.read_bytes())

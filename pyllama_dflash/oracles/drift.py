@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from .record import DEGRADED, DRIFT, PASS, TIE
+from ..slotloop.record import DEGRADED, DRIFT, PASS, TIE
 
 COMPARABLE = (PASS, DEGRADED)  # statuses of a run whose rounds ran to the end of the schedule
 # A reference must also have drafted in every round: a twin whose draft() was refused (DEGRADED:
