@@ -28,9 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...llamabuild.variants import BASELINE_ROLE, SEED_ROLE, Variant
+from ..client import Response
 from ..drafts import LOGS_NO_DRAFTS
 from ..expect import Expect, Result
-from ..server_process import Response, ServerProcess
+from ..server_process import ServerProcess
 
 # the kinds a check's expectations name; a definition variant (0007, on top of 0005) takes slots' expectations
 # where it has none of its own

@@ -54,9 +54,9 @@ from typing import Any
 
 from ...errors import PyllamaError, ServerError
 from .. import bodies
+from ..client import Response
 from ..drafts import DEBUG_VERBOSITY, LOGS_NO_DRAFTS, drafted_candidates, request_logs, rounds_with_history
 from ..expect import Expect, Result, Seen, judged
-from ..server_process import Response
 from . import check, server_facts
 
 # the conversations' text; the image goes between BEFORE and the ids of TAIL

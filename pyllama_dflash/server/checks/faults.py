@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .. import bodies
+from ..client import Response
 from ..draft_part import LENGTH, DraftPart, token_count
 from ..drafts import DEBUG_VERBOSITY, LOGS_NO_DRAFTS, read_drafted_rounds
 from ..expect import Expect, Result, Seen, judged
-from ..server_process import Response
 from . import check, keeps_own_positions, server_facts
 
 SHORT = "Tell me about the small robot that paints"

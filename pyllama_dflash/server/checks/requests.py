@@ -6,8 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .. import bodies
+from ..client import Response
 from ..expect import Expect, Result, Seen, judged
-from ..server_process import Response
 from . import check, server_facts, stats
 
 # -- one request, and exactness ------------------------------------------------------------
