@@ -440,11 +440,11 @@ def test_b11434_aborts_on_a_target_part_cut_short_in_its_state(llama_server, tmp
     (tmp_path / "slots-dir").mkdir()
     srv = llama_server("slots", n_parallel=1, slot_save_path=tmp_path / "slots-dir", cache_ram_mib=0)
     assert srv.completion([1, 60, 61, 62, 63], n_predict=4).ok
-    assert srv.slot_action("save", "t.bin").ok
+    assert srv.slot_save("t.bin").ok
     target = tmp_path / "slots-dir" / "t.bin"
     data = target.read_bytes()
     target.write_bytes(data[: len(data) // 2])
-    r = srv.slot_action("restore", "t.bin", timeout=30)
+    r = srv.slot_restore("t.bin", timeout=30)
     for _ in range(50):  # the abort prints a backtrace first
         if not srv.alive:
             break

@@ -37,7 +37,7 @@ def continued(srv, prompt: list[int]) -> Response:
 def no_draft_tokens(ctx, name: str, prompt: list[int]) -> list[int] | None:
     """The no-draft answer to the conversation ``prompt`` :func:`continued`: what the target alone
     continues it with (None where it did not answer)."""
-    r = without_draft(ctx, name, lambda srv: continued(srv, prompt))
+    r = without_draft(ctx, name, lambda plain: continued(plain, prompt))
     return r.tokens if r.ok else None
 
 

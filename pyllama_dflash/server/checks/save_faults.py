@@ -305,7 +305,7 @@ def save_killed(ctx, rounds: int = 3) -> Result:
             # the saved conversation's first part and MORE: a restored slot serves its common prefix
             last = continued(srv, prompt)
             alive = srv.alive
-        no_draft = without_draft(ctx, f"save_killed_{k}", lambda srv, prompt=prompt: continued(srv, prompt))
+        no_draft = without_draft(ctx, f"save_killed_{k}", lambda plain, prompt=prompt: continued(plain, prompt))
         responses.append(last)
         outcomes.append(
             {
