@@ -21,6 +21,13 @@ from ..expect import Expect, Result, Seen, judged
 from . import check, server_facts
 from .faults import LONG, OTHER, SHORT, continued, exact_continuation, no_draft_tokens
 
+# a blocked save: with 0005 the previous pair is restored and serves the continuation; without it the
+# continuation is exact, served from the slot or not (each check says what b11434 does with the file)
+_KEPT_AND_RESTORED = dict(
+    fix=Expect(200, "every", same_tokens=True),
+    slots=Expect(200, "every", same_tokens=True, cached=True),
+)
+
 
 def _writes_draft(ctx) -> bool:
     """Whether the variant's server writes a draft part with a slot (0005)."""
@@ -133,6 +140,11 @@ def _kept_the_pair(r: _BlockedSave, says: str) -> bool:
     )
 
 
+def _answer(r: Response) -> list:
+    """An answer as a report gives it: its status and its error (None where it has none)."""
+    return [r.status, r.error_message or None]
+
+
 def _fresh_refused(r: _BlockedSave, says: str) -> bool:
     return r.fresh is not None and not r.fresh.ok and says in r.fresh.error_message
 
@@ -148,11 +160,11 @@ def _judged_blocked(ctx, name: str, r: _BlockedSave, *, refused_well: bool, acce
         holds=r.saved.ok and (r.restore.ok and refused_well if _writes_draft(ctx) else accepted),
     )
     if r.fresh is not None:
-        details["fresh_save"] = [r.fresh.status, r.fresh.error_message or None]
+        details["fresh_save"] = _answer(r.fresh)
     return judged(
         ctx.expect(name),
         seen,
-        blocked_save=[r.blocked.status, r.blocked.error_message or None],
+        blocked_save=_answer(r.blocked),
         **details,
         files_left=r.left,
         cache_n_after_restore=r.last.timings.get("cache_n"),
@@ -164,8 +176,7 @@ def _judged_blocked(ctx, name: str, r: _BlockedSave, *, refused_well: bool, acce
     "save_draft_part_unwritable",
     # without 0005 the second save succeeds and the file holds the longer state, which the continuation
     # does not extend (a hybrid target cannot trim back): exact, but not served from the slot
-    fix=Expect(200, "every", same_tokens=True),
-    slots=Expect(200, "every", same_tokens=True, cached=True),
+    **_KEPT_AND_RESTORED,
 )
 def save_draft_part_unwritable(ctx) -> Result:
     """A save whose draft part cannot be written (a directory stands at ``<file>.draft.tmp``) fails with an
@@ -190,8 +201,7 @@ def save_draft_part_unwritable(ctx) -> Result:
     "save_target_part_unwritable",
     # without 0005 the server writes the file itself, not a temporary one, and the save succeeds (see
     # save_draft_part_unwritable for what the continuation then finds)
-    fix=Expect(200, "every", same_tokens=True),
-    slots=Expect(200, "every", same_tokens=True, cached=True),
+    **_KEPT_AND_RESTORED,
 )
 def save_target_part_unwritable(ctx) -> Result:
     """A save whose target part cannot be written (a directory stands at ``<file>.tmp``) fails with an
@@ -212,8 +222,7 @@ def save_target_part_unwritable(ctx) -> Result:
 @check(
     "save_draft_part_short_write",
     # without 0005 there is no draft part: the limit cuts the file itself short (see the target's check)
-    fix=Expect(200, "every", same_tokens=True),
-    slots=Expect(200, "every", same_tokens=True, cached=True),
+    **_KEPT_AND_RESTORED,
 )
 def save_draft_part_short_write(ctx) -> Result:
     """A save whose draft part's write fails partway (a file-size limit on the server at half its size)
@@ -248,17 +257,14 @@ def save_small_draft_part_short_write(ctx) -> Result:
         not blocked.ok and "draft's part of the slot (" in blocked.error_message and not any(".tmp" in n for n in left)
     )
     seen = Seen([first, after], holds=facts["server_alive"] and (refused_well if _writes_draft(ctx) else True))
-    return judged(
-        ctx.expect(name), seen, blocked_save=[blocked.status, blocked.error_message or None], files_left=left, **facts
-    )
+    return judged(ctx.expect(name), seen, blocked_save=_answer(blocked), files_left=left, **facts)
 
 
 @check(
     "save_target_part_short_write",
     # without 0005 the server writes the file itself: the limit cuts it short, the save fails, and the
     # first save's file is gone (a half-written one in its place); the continuation is exact all the same
-    fix=Expect(200, "every", same_tokens=True),
-    slots=Expect(200, "every", same_tokens=True, cached=True),
+    **_KEPT_AND_RESTORED,
 )
 def save_target_part_short_write(ctx) -> Result:
     """A save whose target part's write fails partway (a file-size limit on the server: the draft part fits,
@@ -278,7 +284,7 @@ def _short_write(ctx, name: str, filename: str, cut: str, message: str) -> Resul
         r,
         refused_well=_kept_the_pair(r, message),
         accepted=r.facts["server_alive"],  # without 0005 nothing is promised of the file, only a live server
-        restore=[r.restore.status, r.restore.error_message or None],
+        restore=_answer(r.restore),
     )
 
 
