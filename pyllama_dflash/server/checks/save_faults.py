@@ -1,7 +1,7 @@
 """Faults of a save, through the real server: a part that cannot be written, a write cut short, the
 server killed while it saves; and what 0005 promises of a slot file without a draft part. Each save that
-fails must leave the previous pair as it was and restorable, and no temporary file (see :mod:`.faults`
-for 0005's temporary names and the reference without it).
+fails must leave the previous pair as it was and restorable, and no temporary file (:mod:`.faults` says
+what 0005 writes, and what a server without it does).
 """
 
 from __future__ import annotations
