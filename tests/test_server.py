@@ -32,6 +32,7 @@ from pyllama_dflash.server import (
     server_command,
 )
 from pyllama_dflash.server.checks.definition import positions_agree
+from pyllama_dflash.server.client import Client, Response
 from pyllama_dflash.server.drafts import LOGS_NO_DRAFTS, request_logs, rounds_with_history
 from pyllama_dflash.slotloop.models import tiny_models
 from pyllama_dflash.tiny import DRAFTERS
@@ -143,6 +144,36 @@ def test_a_server_that_dies_raises_with_its_log(variants, models, tmp_path):
         pass
     assert "exited with code" in str(e.value) and e.value.log_tail
     assert not srv.alive
+
+
+def test_the_client_raises_with_the_log_where_it_needs_an_answer_and_gives_a_slot_refusal_as_it_is():
+    """One failure policy: /tokenize, /detokenize and /props answered with anything but their value raise
+    ServerError carrying the log's tail; a slot action answers as it is, since a check may expect a refusal."""
+
+    class Refusing(Client):
+        host, port, log_path, _media_marker = "127.0.0.1", 1, Path("server.log"), None
+
+        def __init__(self) -> None:
+            self.asked: list[tuple] = []
+
+        def request(self, method, path, body=None, timeout=120.0) -> Response:
+            self.asked.append((method, path, body))
+            return Response(400, {"error": {"message": "no"}})
+
+        def log_tail(self, n: int = 40) -> str:
+            return "the tail"
+
+    srv = Refusing()
+    for call in (lambda: srv.tokenize("hi"), lambda: srv.detokenize([1]), srv.media_marker):
+        with pytest.raises(ServerError) as e:
+            call()
+        assert e.value.log_tail == "the tail" and "400: no" in str(e.value)
+    assert srv.slot_restore("a.bin").status == 400
+    assert srv.asked[-1] == ("POST", "/slots/0?action=restore", {"filename": "a.bin"})
+    srv.slot_erase()
+    assert srv.asked[-1] == ("POST", "/slots/0?action=erase", {})
+    with pytest.raises(ValueError, match="slot action"):
+        srv.slot_action("load", "a.bin")
 
 
 def test_unknown_check_is_refused(variants, models):
@@ -440,11 +471,11 @@ def test_b11434_aborts_on_a_target_part_cut_short_in_its_state(llama_server, tmp
     (tmp_path / "slots-dir").mkdir()
     srv = llama_server("slots", n_parallel=1, slot_save_path=tmp_path / "slots-dir", cache_ram_mib=0)
     assert srv.completion([1, 60, 61, 62, 63], n_predict=4).ok
-    assert srv.slot_action("save", "t.bin").ok
+    assert srv.slot_save("t.bin").ok
     target = tmp_path / "slots-dir" / "t.bin"
     data = target.read_bytes()
     target.write_bytes(data[: len(data) // 2])
-    r = srv.slot_action("restore", "t.bin", timeout=30)
+    r = srv.slot_restore("t.bin", timeout=30)
     for _ in range(50):  # the abort prints a backtrace first
         if not srv.alive:
             break

@@ -13,13 +13,13 @@ closed by ``<|im_end|>``, where the library's slot holds the generated tokens th
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import PyllamaError
 from ..server import ServerProcess
 from ..server.bodies import image_part
+from ..server.client import fresh_slot_folder
 from ..tiny.image import png_bytes
 from .script import turns_for
 
@@ -94,12 +94,9 @@ def run_chat(
             continue
         r = srv.slot_action(action, SLOT_FILE)
         if not r.ok:
-            raise ChatFailed(f"POST /slots/0?action={action}: {r.describe()}")
+            raise ChatFailed(f"slot {action} of {SLOT_FILE}: {r.describe()}")
     turn(turns[3], "after restore")
 
 
 def fresh_slot_dir(work: Path, name: str) -> Path:
-    d = work / name.replace(" ", "_")
-    shutil.rmtree(d, ignore_errors=True)
-    d.mkdir(parents=True)
-    return d
+    return fresh_slot_folder(work / name.replace(" ", "_"))

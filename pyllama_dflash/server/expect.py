@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .server_process import Response
+from .client import Response
 
 SPEC_BATCH_ERROR = "failed to process speculative batch"
 

@@ -14,18 +14,13 @@ after a timeout)::
         print(r.status, r.content, r.timings)
 
 ``models`` is anything with ``target``, ``draft`` and ``mmproj`` paths (``tiny.TinyModels``,
-``slotloop.models.ModelSet``); ``n_draft_max`` is used where it has one.
-
-HTTP goes through ``requests``, one short-lived session per request (so that concurrent
-requests share nothing) that ignores proxy settings from the environment: the server is on
-loopback. A request that gets no answer comes back as a :class:`Response` with status ``None``.
+``slotloop.models.ModelSet``); ``n_draft_max`` is used where it has one. What a server is asked over
+HTTP, and how it answers, is its client half (:mod:`.client`).
 """
 
 from __future__ import annotations
 
 import atexit
-import base64
-import json
 import os
 import signal
 import socket
@@ -33,18 +28,15 @@ import subprocess
 import tempfile
 import time
 import weakref
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-import requests
-
 from ..errors import ServerError
 from ..llamabuild.manifest import Manifest, find
+from .client import Client
 
 __all__ = [
-    "Response",
     "ServerError",
     "ServerModels",
     "ServerOptions",
@@ -59,9 +51,6 @@ __all__ = [
 HOST = "127.0.0.1"
 # a server's own settings must not leak in from the caller's environment
 _ENV_PREFIXES = ("LLAMA_ARG_", "LLAMA_SERVER_", "LLAMA_TRACE")
-
-
-SLOT_ACTIONS = ("save", "restore")
 
 
 class ServerModels(Protocol):
@@ -181,74 +170,10 @@ def free_port(host: str = HOST) -> int:
         return s.getsockname()[1]
 
 
-@dataclass
-class Response:
-    """One HTTP exchange: status (None when the connection failed), parsed JSON (or text)."""
-
-    status: int | None
-    body: Any
-    elapsed_s: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.status == 200
-
-    @property
-    def error_message(self) -> str:
-        if isinstance(self.body, dict) and isinstance(self.body.get("error"), dict):
-            return str(self.body["error"].get("message", ""))
-        return "" if self.ok else str(self.body)
-
-    @property
-    def content(self) -> str | None:
-        """Generated text of a chat (``choices[0].message.content``) or /completion (``content``) answer."""
-        if not isinstance(self.body, dict):
-            return None
-        if "choices" in self.body:
-            choice = self.body["choices"][0]
-            return (choice.get("message") or {}).get("content", choice.get("text"))
-        return self.body.get("content")
-
-    @property
-    def tokens(self) -> list[int] | None:
-        """Generated token ids of a /completion answer asked with ``return_tokens``."""
-        return self.body.get("tokens") if isinstance(self.body, dict) else None
-
-    @property
-    def timings(self) -> dict:
-        return self.body.get("timings", {}) if isinstance(self.body, dict) else {}
-
-    @property
-    def draft_stats(self) -> dict[str, int] | None:
-        """``draft_n`` / ``draft_n_accepted`` from ``timings``; the server leaves them out when nothing was drafted."""
-        t = self.timings
-        if "draft_n" not in t:
-            return None
-        return {"draft_n": t["draft_n"], "draft_n_accepted": t.get("draft_n_accepted", 0)}
-
-    def describe(self, limit: int = 300) -> str:
-        """The answer for an error message: the status code and the body (or why there was none)."""
-        body = self.error_message if not self.ok else str(self.body)
-        if len(body) > limit:
-            body = body[:limit] + "..."
-        return f"{self.status if self.status is not None else 'no answer'}: {body}"
-
-    def summary(self) -> dict:
-        """A plain dict for reports: status, error or content, draft statistics."""
-        out: dict[str, Any] = {"status": self.status}
-        if self.ok:
-            out["content"] = self.content
-            if self.tokens is not None:
-                out["tokens"] = self.tokens
-            out["draft"] = self.draft_stats
-        else:
-            out["error"] = self.error_message
-        return out
-
-
 @dataclass(eq=False)  # identity semantics: instances live in a WeakSet
-class ServerProcess:
-    """One ``llama-server`` process on a loopback port. ``start()``/``stop()``, or ``with``."""
+class ServerProcess(Client):
+    """One ``llama-server`` process on a loopback port. ``start()``/``stop()``, or ``with``; its requests
+    are :class:`~.client.Client`'s."""
 
     binary: Path
     models: ServerModels
@@ -272,10 +197,6 @@ class ServerProcess:
         cls, server: Manifest | str | os.PathLike, models: ServerModels, options: ServerOptions | None = None, **kw: Any
     ) -> ServerProcess:
         return cls(resolve_binary(server), models, options or ServerOptions(), **kw)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
 
     @property
     def alive(self) -> bool:
@@ -387,104 +308,6 @@ class ServerProcess:
         with open(self.log_path, "rb") as f:
             f.seek(self._log_offset)
             return f.read().decode(errors="replace")
-
-    # -- HTTP -------------------------------------------------------------------
-
-    def request(self, method: str, path: str, body: Any = None, timeout: float = 120.0) -> Response:
-        """One HTTP exchange; every status comes back as a :class:`Response` (``None``: no answer,
-        ``body`` then says why). ``timeout`` bounds the connection and each read, not the whole."""
-        data = None if body is None else json.dumps(body).encode()
-        t0 = time.monotonic()
-        try:
-            with requests.Session() as session:
-                session.trust_env = False  # loopback: no proxies, no .netrc from the environment
-                r = session.request(
-                    method,
-                    self.base_url + path,
-                    data=data,
-                    timeout=timeout,
-                    headers={"Content-Type": "application/json"} if data else None,
-                )
-                status, raw = r.status_code, r.content
-        except (requests.RequestException, OSError) as e:
-            return Response(None, repr(e), time.monotonic() - t0)
-        try:
-            parsed: Any = json.loads(raw)
-        except ValueError:
-            parsed = raw.decode(errors="replace")
-        return Response(status, parsed, time.monotonic() - t0)
-
-    def post(self, path: str, body: Any, timeout: float = 120.0) -> Response:
-        return self.request("POST", path, body, timeout)
-
-    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool | None = None) -> list[int]:
-        """``POST /tokenize``: the ids the server gives ``text``. Anything else raises ServerError with the
-        answer, so a check built on the ids never runs on an empty prompt (the check fails, and says so).
-        ``parse_special`` left out is the server's default (true in b11434)."""
-        body: dict[str, Any] = {"content": text, "add_special": add_special}
-        if parse_special is not None:
-            body["parse_special"] = parse_special
-        r = self.post("/tokenize", body, timeout=30.0)
-        tokens = r.body.get("tokens") if r.ok and isinstance(r.body, dict) else None
-        if not isinstance(tokens, list):
-            raise ServerError(f"POST /tokenize answered {r.describe()}", self.log_tail(), self.log_path)
-        return [int(t) for t in tokens]
-
-    def slot_action(self, action: str, filename: str, slot: int = 0, timeout: float = 120.0) -> Response:
-        """``POST /slots/{slot}?action=save|restore`` for ``filename`` under ``--slot-save-path``; the answer as
-        it is, since a check may expect a refusal."""
-        if action not in SLOT_ACTIONS:
-            raise ValueError(f"slot action {action!r}: one of {', '.join(SLOT_ACTIONS)}")
-        return self.post(f"/slots/{slot}?action={action}", {"filename": filename}, timeout)
-
-    def get(self, path: str, timeout: float = 30.0) -> Response:
-        return self.request("GET", path, None, timeout)
-
-    def chat(
-        self,
-        messages: Sequence[dict],
-        *,
-        max_tokens: int = 8,
-        temperature: float = 0.0,
-        timeout: float = 120.0,
-        **params: Any,
-    ) -> Response:
-        """``POST /v1/chat/completions`` (greedy by default)."""
-        body = {"messages": list(messages), "max_tokens": max_tokens, "temperature": temperature, "seed": 0, **params}
-        return self.post("/v1/chat/completions", body, timeout)
-
-    def media_marker(self) -> str:
-        """The marker that stands for an image in a raw /completion prompt (random per server, from /props)."""
-        if self._media_marker is None:
-            r = self.get("/props")
-            if not r.ok:
-                raise ServerError(f"GET /props answered {r.describe()}", self.log_tail(), self.log_path)
-            self._media_marker = r.body["media_marker"]
-        return self._media_marker
-
-    def multimodal_prompt(self, text: str, images: Sequence[bytes], placeholder: str = "{image}") -> dict:
-        """A /completion prompt object: ``text`` with each ``placeholder`` standing for the next image
-        (PNG/JPEG bytes)."""
-        if text.count(placeholder) != len(images):
-            raise ValueError(f"{text.count(placeholder)} placeholders for {len(images)} images")
-        return {
-            "prompt_string": text.replace(placeholder, self.media_marker()),
-            "multimodal_data": [base64.b64encode(b).decode("ascii") for b in images],
-        }
-
-    def completion(
-        self, prompt: Any, *, n_predict: int = 8, temperature: float = 0.0, timeout: float = 120.0, **params: Any
-    ) -> Response:
-        """``POST /completion`` with the generated token ids (``return_tokens``), greedy by default."""
-        body = {
-            "prompt": prompt,
-            "n_predict": n_predict,
-            "temperature": temperature,
-            "seed": 0,
-            "return_tokens": True,
-            **params,
-        }
-        return self.post("/completion", body, timeout)
 
 
 # servers this interpreter started and has not stopped yet: stopped at exit, never orphaned

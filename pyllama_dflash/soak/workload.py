@@ -15,6 +15,7 @@ from typing import Any
 import requests as http
 
 from ..server import bodies
+from ..server.client import fresh_slot_folder
 from ..server.expect import SPEC_BATCH_ERROR
 from ..server.server_process import ServerModels, ServerOptions, ServerProcess
 from ..tiny.config import TinyConfig
@@ -172,7 +173,7 @@ def _send(srv: ServerProcess, req: Request, timeout: float) -> Answer:
                 timeout,
             )
         elif req.kind == "bad_slot":
-            r = srv.post("/slots/abc?action=save", {"filename": "soak-x.bin"}, timeout)  # not a number
+            r = srv.slot_action("save", "soak-x.bin", "abc", timeout)  # not a number
         else:  # bad_filename
             r = srv.slot_action("save", "../outside.bin", req.slot, timeout)
         return Answer(req, r.status, None, 0, "" if r.ok else r.error_message, time.monotonic() - t0)
@@ -299,8 +300,7 @@ def soak(
     deadline = time.monotonic() + time_limit_s
     answers: dict[str, list[Answer]] = {}
     for label, draft in (("draft", True), ("no_draft", False)):
-        slots = work_dir / f"slots-{label}"
-        slots.mkdir(exist_ok=True)
+        slots = fresh_slot_folder(work_dir / f"slots-{label}")
         options = ServerOptions(
             draft=draft, n_parallel=N_SLOTS, n_ctx=TINY_N_CTX * N_SLOTS, cache_ram_mib=64, slot_save_path=slots
         )

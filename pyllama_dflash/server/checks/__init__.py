@@ -1,10 +1,11 @@
 """The end-to-end checks through llama-server: one function each, registered with what it must see.
 
 The checks live in this package's modules, by theme: :mod:`.requests` (one request, exactness,
-conversations), :mod:`.slots` (slot save and restore), :mod:`.faults` (damaged slot files, a save that fails or is
-killed), :mod:`.drafting` (the drift oracle through
-the server, and how llama-server picks and runs the drafter), :mod:`.definition` (0007's draft after an image
-against a fresh server's first round) and :mod:`.siblings` (MTP and EAGLE3).
+conversations), :mod:`.slots` (slot save and restore), :mod:`.faults` (restores of damaged slot files),
+:mod:`.save_faults` (a save that fails or is killed, and a slot file without a draft part),
+:mod:`.drafting` (the drift oracle through the server, and how llama-server picks and runs the drafter),
+:mod:`.definition` (0007's draft after an image against a fresh server's first round) and :mod:`.siblings`
+(MTP and EAGLE3).
 
 A check is a function of a :class:`~.run.Ctx` returning a :class:`~.expect.Result`, registered
 once with ``@check(name, baseline=..., fix=...)``: its expectation per kind of variant
@@ -28,9 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...llamabuild.variants import BASELINE_ROLE, SEED_ROLE, Variant
+from ..client import Response
 from ..drafts import LOGS_NO_DRAFTS
 from ..expect import Expect, Result
-from ..server_process import Response, ServerProcess
+from ..server_process import ServerProcess
 
 # the kinds a check's expectations name; a definition variant (0007, on top of 0005) takes slots' expectations
 # where it has none of its own
@@ -107,7 +109,7 @@ def server_facts(srv: ServerProcess) -> dict:
 
 
 # the checks register themselves on import, in this order: the order they run and are reported in
-for _module in ("requests", "slots", "faults", "drafting", "definition", "siblings"):
+for _module in ("requests", "slots", "faults", "save_faults", "drafting", "definition", "siblings"):
     importlib.import_module(f"{__name__}.{_module}")
 
 CHECKS = tuple(name for name, c in REGISTRY.items() if c.sibling is None)  # on the DFlash family's models

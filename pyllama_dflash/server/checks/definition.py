@@ -48,15 +48,14 @@ same history: measured, and written down per variant below.
 from __future__ import annotations
 
 import random
-import shutil
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...errors import PyllamaError, ServerError
 from .. import bodies
+from ..client import Response, slot_server, without_draft
 from ..drafts import DEBUG_VERBOSITY, LOGS_NO_DRAFTS, drafted_candidates, request_logs, rounds_with_history
 from ..expect import Expect, Result, Seen, judged
-from ..server_process import Response
 from . import check, server_facts
 
 # the conversations' text; the image goes between BEFORE and the ids of TAIL
@@ -93,24 +92,35 @@ def _tokens(srv, text: str) -> list[int]:
 
 
 def _text_of(srv, ids: tuple[int, ...]) -> str:
-    """Text that the server tokenizes into exactly ``ids`` (after a special token), checked with /tokenize."""
-    candidates = []
+    """Text that the server tokenizes into exactly ``ids`` (after a special token), checked with /tokenize:
+    for the tiny models five letters per id, else (or where those fail) the server's own detokenization."""
+    for spelling in (_test_vocab_text, _detokenized):
+        text = spelling(srv, ids)
+        if text is not None and _tokens(srv, text) == list(ids):
+            return text
+    raise NotComparable(f"no text tokenizes back into the ids after the image ({len(ids)} ids)")
+
+
+def _test_vocab_text(srv, ids: tuple[int, ...]) -> str | None:
+    """The tiny models' "test" vocab spelling of ``ids`` (None for real models, or where /v1/models gives no
+    vocabulary size)."""
     models = srv.get("/v1/models")
     try:
         n_vocab = int(models.body["data"][0]["meta"]["n_vocab"])
     except (KeyError, IndexError, TypeError, ValueError):
-        n_vocab = None
-    if n_vocab and not getattr(srv.models, "real", False):
-        from ...tiny._vocab import text_for_test_vocab
+        return None
+    if not n_vocab or getattr(srv.models, "real", False):
+        return None
+    from ...tiny._vocab import text_for_test_vocab
 
-        candidates.append(text_for_test_vocab(list(ids), n_vocab))
-    d = srv.post("/detokenize", {"tokens": list(ids)})
-    if d.ok and isinstance(d.body, dict):
-        candidates.append(d.body.get("content", ""))
-    for text in candidates:
-        if _tokens(srv, text) == list(ids):
-            return text
-    raise NotComparable(f"no text tokenizes back into the ids after the image ({len(ids)} ids)")
+    return text_for_test_vocab(list(ids), n_vocab)
+
+
+def _detokenized(srv, ids: tuple[int, ...]) -> str:
+    try:
+        return srv.detokenize(ids)
+    except ServerError as e:
+        raise NotComparable(str(e)) from e
 
 
 def _complete(srv, prompt: ImagePrompt, n_predict: int = bodies.N_PREDICT, **params: Any) -> Response:
@@ -129,8 +139,9 @@ class Turn:
     rounds: list[tuple[int, list]] = field(default_factory=list)  # (output ids held, candidates) per round
 
 
-def _reference(ctx, name: str, prompt: ImagePrompt) -> tuple[Response, list]:
-    """The first round a fresh server of the variant drafts for ``prompt`` as one request (see the module)."""
+def fresh_server_round(ctx, name: str, prompt: ImagePrompt) -> tuple[Response, list]:
+    """The first round a fresh server of the variant drafts for ``prompt`` as one request (see the module):
+    the reference a round of a conversation is judged by."""
     with ctx.server(name, verbosity=DEBUG_VERBOSITY, ctx_checkpoints=0, cache_ram_mib=0, n_parallel=1) as srv:
         r = _complete(srv, prompt, n_predict=N_REFERENCE, cache_prompt=False)
     rounds = drafted_candidates(srv.log_path.read_text(errors="replace"), seq=0)
@@ -192,7 +203,7 @@ def judge_rounds(ctx, name: str, turns: list[Turn]) -> dict:
                 why = why or f"request {i} round {k}: drafted after its last output id"
                 continue
             try:
-                ref, ref_cands = _reference(ctx, f"{name}_reference_{i}_{k}", t.prompt.then(r.tokens[:m]))
+                ref, ref_cands = fresh_server_round(ctx, f"{name}_reference_{i}_{k}", t.prompt.then(r.tokens[:m]))
             except NotComparable as e:
                 why = why or f"request {i} round {k}: {e}"
                 continue
@@ -315,23 +326,19 @@ def restore_image_drafts(ctx) -> Result:
 def restore_image_conversation(ctx, name: str) -> Result:
     """restore_image_drafts's conversation and judgement, on whatever drafter ``ctx.models`` holds."""
     e = ctx.expect(name)
-    save_dir = ctx.work_dir / f"{name}-slots"
-    shutil.rmtree(save_dir, ignore_errors=True)
-    save_dir.mkdir(parents=True)
     try:
-        with ctx.server(name, verbosity=DEBUG_VERBOSITY, n_parallel=1, slot_save_path=save_dir, cache_ram_mib=0) as srv:
+        with slot_server(ctx, name, verbosity=DEBUG_VERBOSITY) as srv:
             a = ImagePrompt(BEFORE, ctx.image(0), tuple(_tokens(srv, TAIL)))
             ra = _complete(srv, a)
-            save = srv.slot_action("save", "a.bin")
-            had_part = (save_dir / "a.bin.draft").exists()
+            save = srv.slot_save("a.bin")
+            had_part = (srv.options.slot_save_path / "a.bin.draft").exists()
             b = ImagePrompt("<|im_start|>user\nWhat is in this other picture", ctx.image(1), a.after)
             rb = _complete(srv, b)
-            restore = srv.slot_action("restore", "a.bin")
+            restore = srv.slot_restore("a.bin")
             more = a.then((ra.tokens or []) + _tokens(srv, bodies.RESTORE_MORE))
             last = _complete(srv, more)
             facts = server_facts(srv)
-        with ctx.server(name + "_no_draft", draft=False) as plain:
-            ref = _complete(plain, more, cache_prompt=False)
+        no_draft = without_draft(ctx, name, lambda plain: _complete(plain, more, cache_prompt=False))
     except NotComparable as err:
         return Result(None, False, e.describe(), {"error": str(err)})
     log = srv.log_path.read_text(errors="replace")
@@ -339,7 +346,7 @@ def restore_image_conversation(ctx, name: str) -> Result:
     turn = Turn(more, last, rounds_with_history(pieces[2]) if len(pieces) > 2 else [])
     verdict = judge_rounds(ctx, name, [turn]) if ra.ok and last.ok else None
     cache_n = last.timings.get("cache_n")
-    same = last.ok and ref.ok and last.tokens == ref.tokens
+    same = last.same_tokens_as(no_draft)
     seen = Seen(
         [ra, rb, last],
         same_tokens=same,
@@ -353,7 +360,7 @@ def restore_image_conversation(ctx, name: str) -> Result:
         e,
         seen,
         [r.status for r in (ra, save, rb, restore, last)],
-        same_tokens_as_no_draft=same if last.ok and ref.ok else None,
+        same_tokens_as_no_draft=same if last.ok and no_draft.ok else None,
         cache_n_after_restore=cache_n,
         draft_part=had_part,
         definition=verdict,
@@ -398,8 +405,9 @@ def spec_checkpoint_image(ctx) -> Result:
             prompt = ImagePrompt("<|im_start|>user\nDescribe", ctx.image(0), tuple(ids[: len(ids) // 2]))
             r = _complete(srv, prompt, n_predict=2 * bodies.N_PREDICT, cache_prompt=False)
             facts = server_facts(srv)
-        with ctx.server(name + "_no_draft", draft=False) as plain:
-            ref = _complete(plain, prompt, n_predict=2 * bodies.N_PREDICT, cache_prompt=False)
+        no_draft = without_draft(
+            ctx, name, lambda plain: _complete(plain, prompt, n_predict=2 * bodies.N_PREDICT, cache_prompt=False)
+        )
     except NotComparable as err:
         return Result(None, False, e.describe(), {"error": str(err)})
     log = srv.log_path.read_text(errors="replace")
@@ -407,7 +415,7 @@ def spec_checkpoint_image(ctx) -> Result:
     pieces = request_logs(log)
     turn = Turn(prompt, r, rounds_with_history(pieces[0]) if pieces else [])
     verdict = judge_rounds(ctx, name, [turn]) if r.ok else None
-    same = r.ok and ref.ok and r.tokens == ref.tokens
+    same = r.same_tokens_as(no_draft)
     seen = Seen(
         [r],
         same_tokens=same,
@@ -418,7 +426,7 @@ def spec_checkpoint_image(ctx) -> Result:
         e,
         seen,
         r.status,
-        same_tokens_as_no_draft=same if r.ok and ref.ok else None,
+        same_tokens_as_no_draft=same if r.ok and no_draft.ok else None,
         checkpoints_restored=restored,
         definition=verdict,
         draft=r.draft_stats,

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from .. import bodies
+from ..client import Response
 from ..drafts import DEBUG_VERBOSITY, LOGS_NO_DRAFTS, read_drafted_rounds
 from ..expect import Expect, Result, Seen, judged
-from ..server_process import Response
 from . import check, server_facts
 
 # -- the drift oracle through the server -----------------------------------------------------

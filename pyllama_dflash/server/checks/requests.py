@@ -6,8 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .. import bodies
+from ..client import Response, without_draft
 from ..expect import Expect, Result, Seen, judged
-from ..server_process import Response
 from . import check, server_facts, stats
 
 # -- one request, and exactness ------------------------------------------------------------
@@ -32,21 +32,24 @@ def chat_image(ctx) -> Result:
 def _exact_runs(ctx) -> dict:
     """Greedy /completion (token ids) with and without the draft, text-only, then an image prompt, then
     the image chat; each request from an empty slot (cache_prompt off), on both servers alike."""
-    runs: dict[str, list[Response]] = {}
-    logs, alive = {}, {}
-    for label, draft in (("draft", True), ("no_draft", False)):
-        with ctx.server(f"exact_{label}", draft=draft) as srv:
-            runs[label] = [
-                srv.completion(bodies.RAW_TEXT_PROMPT, n_predict=bodies.N_PREDICT, cache_prompt=False),
-                srv.completion(
-                    srv.multimodal_prompt(bodies.RAW_IMAGE_PROMPT, [ctx.image()]),
-                    n_predict=bodies.N_PREDICT,
-                    cache_prompt=False,
-                ),
-                srv.chat([bodies.image_message(ctx.image())], max_tokens=bodies.N_PREDICT, cache_prompt=False),
-            ]
-            logs[label], alive[label] = str(srv.log_path), srv.alive
-    return {"runs": runs, "log": logs, "server_alive": alive}
+
+    def ask(srv) -> tuple[list[Response], str, bool]:
+        image_prompt = srv.multimodal_prompt(bodies.RAW_IMAGE_PROMPT, [ctx.image()])
+        answers = [
+            srv.completion(bodies.RAW_TEXT_PROMPT, n_predict=bodies.N_PREDICT, cache_prompt=False),
+            srv.completion(image_prompt, n_predict=bodies.N_PREDICT, cache_prompt=False),
+            srv.chat([bodies.image_message(ctx.image())], max_tokens=bodies.N_PREDICT, cache_prompt=False),
+        ]
+        return answers, str(srv.log_path), srv.alive
+
+    with ctx.server("exact_draft") as srv:
+        runs = {"draft": ask(srv)}
+    runs["no_draft"] = without_draft(ctx, "exact", ask)
+    return {
+        "runs": {label: run[0] for label, run in runs.items()},
+        "log": {label: run[1] for label, run in runs.items()},
+        "server_alive": {label: run[2] for label, run in runs.items()},
+    }
 
 
 def _exactness(ctx, name: str, i: int) -> Result:

@@ -5,9 +5,8 @@ neither drafter): the expectations below are what was measured, written down so 
 
 from __future__ import annotations
 
-import shutil
-
 from .. import bodies
+from ..client import Response, slot_server, without_draft
 from ..drafts import DEBUG_VERBOSITY, drafted_candidates
 from ..expect import Expect, Result, Seen, judged
 from . import check, server_facts
@@ -35,9 +34,7 @@ def _image_turns(ctx, name: str) -> Result:
     """A text request (the draft's statistics before any image), an image request with and without the
     draft (exactness), a second turn after the image, then a slot save, another conversation and the
     restore with the first conversation continued."""
-    save_dir = ctx.work_dir / f"{name}-slots"
-    save_dir.mkdir(parents=True, exist_ok=True)
-    with ctx.server(name, n_parallel=1, slot_save_path=save_dir, cache_ram_mib=0) as srv:
+    with slot_server(ctx, name) as srv:
         text = srv.completion(bodies.RAW_TEXT_PROMPT, n_predict=bodies.N_PREDICT, cache_prompt=False)
         image_prompt = srv.multimodal_prompt(bodies.RAW_IMAGE_PROMPT, [ctx.image()])
         image = srv.completion(image_prompt, n_predict=bodies.N_PREDICT, cache_prompt=False)
@@ -46,24 +43,23 @@ def _image_turns(ctx, name: str) -> Result:
         turn2 = srv.chat(bodies.two_turn(first, turn1.content or "It is a picture."), max_tokens=bodies.N_PREDICT)
         a = srv.tokenize(bodies.RESTORE_A)
         ra = srv.completion(a, n_predict=bodies.N_PREDICT)
-        save = srv.slot_action("save", "s.bin")
+        save = srv.slot_save("s.bin")
         srv.completion(bodies.SHORT_TEXT, n_predict=bodies.N_PREDICT)
-        restore = srv.slot_action("restore", "s.bin")
+        restore = srv.slot_restore("s.bin")
         more = srv.tokenize(bodies.RESTORE_MORE, add_special=False)
         last = srv.completion(a + (ra.tokens or []) + more, n_predict=bodies.N_PREDICT)
         facts = server_facts(srv)
-    with ctx.server(name + "_no_draft", draft=False) as srv:
-        image_ref = srv.completion(
-            srv.multimodal_prompt(bodies.RAW_IMAGE_PROMPT, [ctx.image()]),
-            n_predict=bodies.N_PREDICT,
-            cache_prompt=False,
+
+    def image_and_restored(plain) -> tuple[Response, Response]:
+        image_prompt = plain.multimodal_prompt(bodies.RAW_IMAGE_PROMPT, [ctx.image()])
+        return (
+            plain.completion(image_prompt, n_predict=bodies.N_PREDICT, cache_prompt=False),
+            plain.completion(a + (ra.tokens or []) + more, n_predict=bodies.N_PREDICT),
         )
-        last_ref = srv.completion(a + (ra.tokens or []) + more, n_predict=bodies.N_PREDICT)
+
+    image_no_draft, last_no_draft = without_draft(ctx, name, image_and_restored)
     responses = [text, image, turn1, turn2, ra, save, restore, last]
-    exact = {
-        "image": image.ok and image_ref.ok and image.tokens == image_ref.tokens,
-        "restored": last.ok and last_ref.ok and last.tokens == last_ref.tokens,
-    }
+    exact = {"image": image.same_tokens_as(image_no_draft), "restored": last.same_tokens_as(last_no_draft)}
     seen = Seen(responses, same_tokens=all(exact.values()))
     return judged(
         ctx.expect(name),
@@ -225,21 +221,21 @@ def _reloaded_conversation(ctx, name: str, *, via_slot_file: bool, general: bool
     """``general``: A generates as any request does, and its continuation is new text, so that A's last row
     must be written again from A's own g, which only the loaded drafter state holds."""
     e = ctx.expect(name)
-    save_dir = ctx.work_dir / f"{name}-slots"
-    shutil.rmtree(save_dir, ignore_errors=True)
-    save_dir.mkdir(parents=True)
     # one slot: B evicts A, and A comes back by the restore or from the prompt cache
-    store = {"slot_save_path": save_dir, "cache_ram_mib": 0} if via_slot_file else {"cache_ram_mib": 64}
+    if via_slot_file:
+        server = slot_server(ctx, name, verbosity=DEBUG_VERBOSITY)
+    else:
+        server = ctx.server(name, verbosity=DEBUG_VERBOSITY, n_parallel=1, cache_ram_mib=64)
     try:
-        with ctx.server(name, verbosity=DEBUG_VERBOSITY, n_parallel=1, **store) as srv:
+        with server as srv:
             tail = tuple(_tokens(srv, TAIL))
             a = ImagePrompt(BEFORE, ctx.image(0), tail)
             ra = _complete(srv, a) if general else _complete(srv, a, n_predict=1)
-            save = srv.slot_action("save", "a.bin") if via_slot_file else None
+            save = srv.slot_save("a.bin") if via_slot_file else None
             other_last = next(t for t in tail if t != tail[-1])
             b = ImagePrompt(BEFORE, ctx.image(1), tail[:-1] + (other_last,))
             rb = _complete(srv, b, n_predict=1)
-            restore = srv.slot_action("restore", "a.bin") if via_slot_file else None
+            restore = srv.slot_restore("a.bin") if via_slot_file else None
             more = _tokens(srv, bodies.RESTORE_MORE)
             c = a.then([*(ra.tokens or []), *more] if general else [tail[-1], *more])
             rc = _complete(srv, c)

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .. import bodies
+from ..client import Response, slot_server
 from ..draft_part import as_version_1
 from ..drafts import DEBUG_VERBOSITY, LOGS_NO_DRAFTS, NEW_PROMPT, read_drafted_rounds
 from ..expect import Expect, Result, Seen, judged
@@ -32,7 +33,8 @@ def restore_run(
     read_drafts: bool = False,
 ) -> dict:
     """``first``, then (with interrupt) save slot 0, ``between``, restore slot 0; then ``first``
-    continued: its tokens, its output and ``more``, so the restored prefix is reused.
+    continued: its tokens, its output and ``more``, so the restored prefix is reused. Without ``draft``
+    on the variant's server without the draft (``<name>_no_draft``).
 
     ``damage`` does that to the slot file's draft part before the restore: ``remove`` it (an
     older file), write garbage over it, or write it again in format ``version_1`` (no drafter
@@ -43,21 +45,18 @@ def restore_run(
     part, what the draft drafted in the continuation, and whether the log says a restored draft part
     carried no drafter state.
     """
-    save_dir = ctx.work_dir / f"{name}-slots"
-    save_dir.mkdir(parents=True, exist_ok=True)
-    part = save_dir / "slot.bin.draft"
-    part.unlink(missing_ok=True)
-    logged = {"verbosity": DEBUG_VERBOSITY, "cache_ram_mib": 0} if read_drafts else {}
-    with ctx.server(name, draft=draft, n_parallel=1, slot_save_path=save_dir, **logged) as srv:
+    logged = {"verbosity": DEBUG_VERBOSITY} if read_drafts else {}
+    with slot_server(ctx, name, draft=draft, prompt_cache=not read_drafts, **logged) as srv:
+        part = srv.options.slot_save_path / "slot.bin.draft"
         a, b, extra = srv.tokenize(first), srv.tokenize(between), srv.tokenize(more, add_special=False)
         responses = [srv.completion(a, n_predict=bodies.N_PREDICT)]
         had_part = None
         if interrupt:
-            responses.append(srv.slot_action("save", "slot.bin"))
+            responses.append(srv.slot_save("slot.bin"))
             had_part = part.exists()
             responses.append(srv.completion(b, n_predict=bodies.N_PREDICT))
             _damage(part, damage)
-            responses.append(srv.slot_action("restore", "slot.bin"))
+            responses.append(srv.slot_restore("slot.bin"))
         since = srv.log_path.stat().st_size
         last = srv.completion(a + (responses[0].tokens or []) + extra, n_predict=bodies.N_PREDICT)
         responses.append(last)
@@ -89,27 +88,37 @@ def _damage(part: Path, damage: Damage) -> None:
         part.write_bytes(as_version_1(part.read_bytes()))
 
 
+def _with_and_without_draft(ctx, name: str, **how) -> tuple[dict, Response]:
+    """restore_run with the draft, and the last answer of the same run without it (the no-draft answer)."""
+    return restore_run(ctx, name, draft=True, **how), restore_run(ctx, name, draft=False, **how)["responses"][-1]
+
+
+def _judged_run(e: Expect, seen: Seen, run: dict, error_of: tuple[str, Response], **details) -> Result:
+    """A restore_run judged, with its server's facts; the one failed request the check reports is
+    ``error_of`` (its key and answer)."""
+    result = judged(e, seen, errors=False, **details, server_alive=run["server_alive"], log=run["log"])
+    key, r = error_of
+    if not r.ok:
+        result.details[key] = r.error_message
+    return result
+
+
 def _slot_restore(ctx, name: str, *, ahead: bool) -> Result:
     first, between = (bodies.SHORT_TEXT, bodies.LONG_TEXT) if ahead else (bodies.LONG_TEXT, bodies.SHORT_TEXT)
-    texts = {"first": first, "between": between, "more": bodies.SLOT_RESTORE_MORE}
-    run = restore_run(ctx, name, **texts, draft=True)
+    run, no_draft = _with_and_without_draft(ctx, name, first=first, between=between, more=bodies.SLOT_RESTORE_MORE)
     with_draft = run["responses"]
-    last, ref = with_draft[-1], restore_run(ctx, name + "_no_draft", **texts, draft=False)["responses"][-1]
-    same = last.ok and ref.ok and last.tokens == ref.tokens
-    result = judged(
+    last = with_draft[-1]
+    same = last.same_tokens_as(no_draft)
+    return _judged_run(
         ctx.expect(name),
         Seen(with_draft, same_tokens=same, cached=bool(last.timings.get("cache_n"))),
+        run,
+        ("error", last),
         draft_vs_target="ahead" if ahead else "behind",
         cache_n_after_restore=last.timings.get("cache_n"),
-        same_tokens_as_no_draft=same if last.ok and ref.ok else None,
+        same_tokens_as_no_draft=same if last.ok and no_draft.ok else None,
         draft=stats(with_draft[0::2]),  # the three completions
-        server_alive=run["server_alive"],
-        log=run["log"],
-        errors=False,
     )
-    if not last.ok:
-        result.details["error"] = last.error_message
-    return result
 
 
 # b11434's POST /slots/N?action=restore restores the *target* only, so the draft keeps the state of
@@ -141,11 +150,10 @@ def slot_restore_ahead(ctx) -> Result:
 def restore_judged(ctx, name: str, damage: Damage) -> Result:
     """restore_run with and without the draft (and uninterrupted, where the drafts are judged), judged."""
     e = ctx.expect(name)
-    run = restore_run(ctx, name, draft=True, damage=damage, read_drafts=True)
-    plain = restore_run(ctx, name + "_no_draft", draft=False, damage=damage, read_drafts=True)
+    run, no_draft = _with_and_without_draft(ctx, name, damage=damage, read_drafts=True)
     responses = run["responses"]
     completions, save, restore, last = responses[0::2], responses[1], responses[3], responses[-1]
-    same = last.ok and plain["responses"][-1].ok and last.tokens == plain["responses"][-1].tokens
+    same = last.same_tokens_as(no_draft)
     cache_n = last.timings.get("cache_n")
     details: dict[str, Any] = {}
     same_drafts = None
@@ -166,23 +174,19 @@ def restore_judged(ctx, name: str, damage: Damage) -> Result:
         # a version-1 part restores, and the log says what it lacks
         holds=save.ok and (damage != "version_1" or not run["draft_part"] or run["said_no_drafter_state"]),
     )
-    result = judged(
+    return _judged_run(
         e,
         seen,
-        [r.status for r in responses],
+        run,
+        ("restore_error", restore),
+        status=[r.status for r in responses],
         same_tokens_as_no_draft=same,
         cache_n_after_restore=cache_n,
         draft_part=run["draft_part"],
         drafted=run["rounds"],
         draft=stats(completions),
-        server_alive=run["server_alive"],
-        log=run["log"],
-        errors=False,
         **details,
     )
-    if not restore.ok:
-        result.details["restore_error"] = restore.error_message
-    return result
 
 
 # b11434's restore loads the target alone: the continuation's drafts attend to B (a text conversation
