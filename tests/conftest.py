@@ -10,7 +10,7 @@ import pytest
 from pyllama_dflash import api, tiny
 from pyllama_dflash.env import CPU_ENV, JOBS_ENV
 from pyllama_dflash.llamabuild import BuildOptions, Manifest, build
-from pyllama_dflash.llamabuild.patchset import AS_TRAINED_ROLE, DEFINITION_ROLE, FIX_ROLE, load_series
+from pyllama_dflash.llamabuild.patchset import AS_TRAINED_ROLE, DEFINITION_ROLE, TWIN_ROLE, load_series
 from pyllama_dflash.paths import default_patches_dir
 from pyllama_dflash.slotloop.models import ModelSet, tiny_models
 
@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 _SERIES = load_series(default_patches_dir())
 VARIANTS: tuple[str, ...] = tuple(_SERIES.variants)
 LAST = VARIANTS[-1]
-FIX = next((v for v in reversed(VARIANTS[1:]) if _SERIES.role(v) == FIX_ROLE), LAST)
+FIX = next((v for v in reversed(VARIANTS[1:]) if _SERIES.role(v) == TWIN_ROLE), LAST)
 DEFINED = next((v for v in VARIANTS[1:] if _SERIES.role(v) == DEFINITION_ROLE), None)
 # the variant that serves each draft as it was trained (0008): a DEFINED with drafts marked as trained
 # with image rows, a FIX with any other; None if the series has none

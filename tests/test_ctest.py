@@ -66,7 +66,7 @@ def test_baseline_fails_on_the_legacy_drafts_calls_and_the_seeds_fill_drifts(row
     base, seed = row[BASELINE], row["zero-fill"]
     assert base["status"] == FAIL and "legacy draft: every call succeeds" in base["first_failure"]
     assert "common_speculative_process" in base["first_failure"]
-    # the seed's zero rows: every call succeeds, but the drafts move once the image's positions are emptied
+    # the zero-fill's rows: every call succeeds, but the drafts move once the image's positions are emptied
     assert seed["status"] == DRIFT
     assert all(c["ok"] for c in seed["checks"] if c["check"].endswith(ctest_row.CALLS_CHECK))
     assert "without anything at the image's positions" in seed["first_failure"]

@@ -21,7 +21,7 @@ from pyllama_dflash.develop import __main__ as develop_cli
 from pyllama_dflash.develop.tree import develop, make_tree, read_meta
 from pyllama_dflash.develop.writeback import __main__ as writeback_cli
 from pyllama_dflash.files import sha256_file
-from pyllama_dflash.llamabuild.patchset import FIX_ROLE, apply_series, load_series, tree_reader
+from pyllama_dflash.llamabuild.patchset import TWIN_ROLE, apply_series, load_series, tree_reader
 from pyllama_dflash.llamabuild.source import resolve
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,7 +30,7 @@ SERIES = load_series(PATCHES)
 LAST = SERIES.variants[-1]  # the variant that carries every patch
 # the last variant judged against the twin: 0007 (the definition) replaces 0003's and 0004's fills, so
 # their added lines are edited in the tree of the last variant that still holds them
-FIX = next(v for v in reversed(SERIES.variants[1:]) if SERIES.role(v) == FIX_ROLE)
+FIX = next(v for v in reversed(SERIES.variants[1:]) if SERIES.role(v) == TWIN_ROLE)
 # (variant, index): each patch edited in the tree of the last variant that still holds its lines
 EDITS = [(FIX, i) for i in range(len(SERIES.prefix(FIX)))] + [
     (LAST, i) for i, p in enumerate(SERIES.prefix(LAST)) if p not in SERIES.prefix(FIX)

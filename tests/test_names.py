@@ -26,6 +26,10 @@ RETIRED: dict[str, tuple[str, tuple[str, ...]]] = {
     r"\b_living_children\b|self\._children\b": ("owners and dependents (_internals.NativeHandle)", ()),
     r"\bfix_eagle3_runs\b": ("unmutated_eagle3_runs", ()),
     r"\bNO_HOLE\b": ("Scenario.hole and HOLE_SCENARIOS", ()),
+    r"\bSEED_ROLE\b|\bFIX_ROLE\b|\bthe seed's\b": ("SHOWN_ROLE, TWIN_ROLE, the zero-fill", ()),
+    r"\b(?:seed|fix)=Expect\b|\brole `(?:seed|fix)`": ("the roles shown and twin", ()),
+    r"\b_reference\(": ("fresh_server_round, or the client's without_draft", ()),
+    r"\b_kind\(": ("_expectation_key (the server checks' role of a variant)", ()),
 }
 
 SCANNED = ("pyllama_dflash", "tests", "docs", "README.md", ".github", ".ci", "patches/series")

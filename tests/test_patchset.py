@@ -84,7 +84,7 @@ def test_the_project_series_names_zero_fill_first():
     series = load_series(REPO / "patches")
     assert series.variants[:2] == [BASELINE, "zero-fill"]
     # what each variant is judged as comes from its series line
-    assert [series.role(v) for v in series.variants[1:]] == ["seed", "fix", "fix", "definition", "as-trained"]
+    assert [series.role(v) for v in series.variants[1:]] == ["shown", "twin", "twin", "definition", "as-trained"]
     # 0001 (EAGLE3's bridge) is a fix of libcommon every variant after it carries, with no column of its own;
     # the fix lives in libcommon's driver; 0005 saves the draft with llama-server's slots; 0007 (the
     # definition) changes both, the header libcommon's callers read, and the prompt cache's entries (which
@@ -119,7 +119,7 @@ def test_a_carried_patch_makes_no_variant_and_goes_into_every_later_one(tmp_path
     assert [p.name for p in series.prefix("fix")] == ["b.patch", "a.patch"]
     with pytest.raises(PatchError, match="is not made by a patch"):
         series.role(CARRIED)
-    (tmp_path / "series").write_text("b.patch - fix\na.patch fix\n")
+    (tmp_path / "series").write_text("b.patch - twin\na.patch fix\n")
     with pytest.raises(PatchError, match="bad role"):
         load_series(tmp_path)
 
@@ -130,7 +130,7 @@ def test_every_patch_of_the_project_applies_with_only_the_prerequisites_its_head
     series = load_series(REPO / "patches")
     assert prerequisites.check(series, tree_reader(pristine)) == []
     named = {p.name[:4]: [q.name[:4] for q in prerequisites.named(series, p)] for p in series.patches}
-    # the EAGLE3 bridge, both tests, the seed's fill and the server's slots stand alone
+    # the EAGLE3 bridge, both tests, the zero-fill and the server's slots stand alone
     assert [n for n, needs in named.items() if not needs] == ["0001", "0002", "0003", "0005", "0006"]
     assert named["0007"] == ["0001", "0003", "0004", "0005"]
 
@@ -174,22 +174,26 @@ def test_a_series_line_names_its_role_or_is_refused_naming_the_line(tmp_path):
     (tmp_path / "series").write_text("a.patch  one  definition\n")
     assert load_series(tmp_path).role("one") == "definition"
     (tmp_path / "series").write_text("a.patch  one\n")
-    assert load_series(tmp_path).role("one") == "fix"  # the default
+    assert load_series(tmp_path).role("one") == "twin"  # the default
     (tmp_path / "series").write_text("a.patch  one  twinned\n")
     with pytest.raises(PatchError, match=r"series:1: bad role 'twinned'"):
         load_series(tmp_path)
-    (tmp_path / "series").write_text("a.patch  *  seed\n")  # a patch for every variant makes none
-    with pytest.raises(PatchError, match=r"series:1: bad role 'seed'"):
+    (tmp_path / "series").write_text("a.patch  *  shown\n")  # a patch for every variant makes none
+    with pytest.raises(PatchError, match=r"series:1: bad role 'shown'"):
         load_series(tmp_path)
+    for old, new in (("seed", "shown"), ("fix", "twin")):  # the roles' retired names say their new ones
+        (tmp_path / "series").write_text(f"a.patch  one  {old}\n")
+        with pytest.raises(PatchError, match=rf"series:1: role '{old}' is now '{new}'"):
+            load_series(tmp_path)
 
 
-def test_fix_means_the_variant_that_serves_each_draft_as_trained_unless_named():
+def test_must_pass_means_the_variant_that_serves_each_draft_as_trained_unless_named():
     """--must-pass's default: paired acceptance measures that each draft accepts best served as it was trained
     (docs/performance.md), which the as-trained variant does per draft; without it, the last fix exact
     to the twin (what the drafts users have, trained on text only, were trained for)."""
     series = load_series(REPO / "patches")
     assert default_must_pass(series.variants) == "as-trained"
-    fixes = [v for v in series.variants if v != "baseline" and series.role(v) == "fix"]
+    fixes = [v for v in series.variants if v != "baseline" and series.role(v) == "twin"]
     assert default_must_pass([v for v in series.variants if v != "as-trained"]) == fixes[-1] == "slots"
     assert default_must_pass(["baseline", "zero-fill", "full"]) == "full"
     assert default_must_pass(["baseline", "definition"]) == "definition"  # no fix among those run: the last

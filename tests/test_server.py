@@ -457,9 +457,9 @@ def test_every_drafter_fails_on_baseline_and_drafts_as_its_twin_under_the_fix(fa
 
 def test_every_check_is_registered_once_with_a_fix_expectation():
     assert len(set(CHECKS)) == len(CHECKS) and set(FAMILY) <= set(CHECKS)
-    assert all(REGISTRY[name].expected.get("fix") for name in CHECKS)
+    assert all(REGISTRY[name].expected.get("twin") for name in CHECKS)
     with pytest.raises(ValueError, match="registered twice"):
-        check("chat_image", fix=REGISTRY["chat_image"].expected["fix"])(lambda ctx: None)
+        check("chat_image", twin=REGISTRY["chat_image"].expected["twin"])(lambda ctx: None)
 
 
 def test_b11434_aborts_on_a_target_part_cut_short_in_its_state(llama_server, tmp_path):

@@ -12,7 +12,7 @@ The columns, per trained draft and image size:
   (image rows skipped, the target's positions: b11434's semantics) and restores the draft with a slot;
 - ``definition``: every row, image rows included, at the draft's own positions; restores too;
 - ``b11434 twin``: b11434 itself with the reconverted twin; its draft is not restored with a slot;
-- ``zero-fill``: the seed's fill of the hole with zero rows; not restored either;
+- ``zero-fill``: the zero-fill of the hole with zero rows; not restored either;
 - ``text only``: the same conversation without its images (the ceiling; its tokens after the first
   turn are not the others', so it is compared by interval only).
 

@@ -3,7 +3,7 @@
 Each variant's copies of the series' tests (see llamabuild/ctest.py) run under ctest with upstream's
 labels, and their printed checks decide the cell, in the matrix's terms: FAIL when a call failed
 (baseline: the legacy draft's process() after the image), DRIFT when every call succeeded but
-drafted tokens differ (the seed's zero rows; baseline's EAGLE3 after a prompt split into passes),
+drafted tokens differ (the zero-fill's rows; baseline's EAGLE3 after a prompt split into passes),
 PASS otherwise. The DFlash test prints every run's drafted tokens; on text only they must equal
 baseline's, which no single build can check, so the row does: a variant that drafts otherwise on
 text only is DRIFT too.

@@ -2,7 +2,7 @@
 
 A *case* is one pair of drafter and target (a :class:`ModelSet`); a *column* is a variant, or one of
 the references that judge it (``oracles.references``): ``baseline+twin``, the scenario on ``baseline`` with the draft's
-reconverted twin (what a ``fix`` variant must draft), and ``baseline+definition``, the scenario on
+reconverted twin (what a ``twin`` variant must draft), and ``baseline+definition``, the scenario on
 ``baseline`` drafting as the draft's definition has it (what a ``definition`` variant must draft).
 Jobs that share a variant's libraries share a child (``child.run_batch``), several children at
 once, so the matrix over drafters and targets stays in seconds; a child that crashes costs only the

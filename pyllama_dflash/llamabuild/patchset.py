@@ -7,9 +7,9 @@ later fixes build on. A patch whose variant column is ``*``
 (EVERY) makes no variant: it is applied on top of every variant, baseline included, after
 the variant's own patches. That is how a regression test that must exist on the unfixed
 tree (to fail there) travels with the series. The role says what a variant is judged as
-(:data:`ROLES`; default ``fix``): the seed's zero-fill, a fix judged against the draft's reconverted
+(:data:`ROLES`; default ``twin``): the zero-fill, a fix judged against the draft's reconverted
 twin, a fix judged against the draft's definition, or a fix that serves each draft as it was trained
-(judged as a ``definition`` fix with a draft trained with image rows, as a ``fix`` with any other).
+(judged as a ``definition`` fix with a draft trained with image rows, as a ``twin`` fix with any other).
 Patches are unified diffs (as ``git format-patch`` writes them, header and all) applied with ``git apply``
 semantics: exact context, a hunk may have moved by some lines, no fuzz. A hunk
 that does not apply is reported with the patch, the file and the hunk header.
@@ -29,11 +29,12 @@ from .hunk import NO_EOL, read_hunk
 BASELINE = "baseline"
 EVERY = "*"  # the variant column of a patch applied to every variant
 CARRIED = "-"  # the variant column of a patch every later variant carries, making none of its own
-# what a variant is judged as: the seed's zero-fill (shown, not fixed), a fix exact to the draft's
+# what a variant is judged as: the zero-fill (shown, not fixed), a fix exact to the draft's
 # reconverted twin (0004's semantics), a fix exact to the draft's definition (every row, own positions),
 # or a fix that is either, per draft: the definition for a draft trained with image rows, the twin else
-SEED_ROLE, FIX_ROLE, DEFINITION_ROLE, AS_TRAINED_ROLE = "seed", "fix", "definition", "as-trained"
-ROLES = (SEED_ROLE, FIX_ROLE, DEFINITION_ROLE, AS_TRAINED_ROLE)
+SHOWN_ROLE, TWIN_ROLE, DEFINITION_ROLE, AS_TRAINED_ROLE = "shown", "twin", "definition", "as-trained"
+RETIRED_ROLES = {"seed": SHOWN_ROLE, "fix": TWIN_ROLE}  # refused in a series file, naming the new one
+ROLES = (SHOWN_ROLE, TWIN_ROLE, DEFINITION_ROLE, AS_TRAINED_ROLE)
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 
@@ -60,7 +61,7 @@ class Patch:
     variant: str  # EVERY: applied on top of every variant; CARRIED: carried by every later one
     sha256: str
     files: tuple[FilePatch, ...]
-    role: str = FIX_ROLE  # what the variant it makes is judged as (ROLES)
+    role: str = TWIN_ROLE  # what the variant it makes is judged as (ROLES)
 
     @property
     def touched(self) -> list[str]:
@@ -137,7 +138,9 @@ def load_series(directory: Path) -> Series:
         parts = line.split()
         if len(parts) not in (2, 3):
             raise PatchError(f"{series_file}:{lineno}: expected '<patch file> <variant name> [<role>]', got {raw!r}")
-        filename, variant, role = (*parts, FIX_ROLE) if len(parts) == 2 else parts
+        filename, variant, role = (*parts, TWIN_ROLE) if len(parts) == 2 else parts
+        if role in RETIRED_ROLES:
+            raise PatchError(f"{series_file}:{lineno}: role {role!r} is now {RETIRED_ROLES[role]!r}")
         if role not in ROLES or (variant in (EVERY, CARRIED) and len(parts) == 3):
             raise PatchError(
                 f"{series_file}:{lineno}: bad role {role!r} "

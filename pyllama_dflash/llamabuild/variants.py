@@ -1,6 +1,6 @@
 """What a variant is: the one place every table of expectations derives from.
 
-A variant of the series is ``baseline`` (the unpatched tree), the seed's zero-fill (kept to show what
+A variant of the series is ``baseline`` (the unpatched tree), the zero-fill (kept to show what
 it does), a fix exact to the draft's reconverted twin, a fix exact to the draft's definition, or a fix
 that serves each draft as it was trained (either of the two, per draft: :meth:`Variant.judged_as`):
 its series line says which (``patches/series``' role column). Whether its llama-server saves and restores
@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..paths import default_patches_dir
-from .patchset import AS_TRAINED_ROLE, BASELINE, DEFINITION_ROLE, FIX_ROLE, SEED_ROLE, load_series
+from .patchset import AS_TRAINED_ROLE, BASELINE, DEFINITION_ROLE, SHOWN_ROLE, TWIN_ROLE, load_series
 
 # the file whose patches make a variant's llama-server save and restore the draft with a slot (0005)
 SERVER_SOURCE = "tools/server/server-context.cpp"
@@ -27,8 +27,8 @@ __all__ = [
     "AS_TRAINED_ROLE",
     "BASELINE_ROLE",
     "DEFINITION_ROLE",
-    "FIX_ROLE",
-    "SEED_ROLE",
+    "TWIN_ROLE",
+    "SHOWN_ROLE",
     "Variant",
     "default_must_pass",
     "variant",
@@ -40,20 +40,20 @@ class Variant:
     name: str
     patches: tuple[str, ...]  # the patch files it carries, in order (the series' every-variant ones too)
     saves_draft: bool  # its llama-server saves and restores the draft's state with a slot
-    # ``baseline``, ``seed`` (the seed's zero-fill), ``fix`` (exact to the twin), ``definition`` (exact
+    # ``baseline``, ``shown`` (the zero-fill), ``twin`` (exact to the twin), ``definition`` (exact
     # to the draft's definition) or ``as-trained`` (either, per draft): what is expected of it, from its
     # series line
-    role: str = FIX_ROLE
+    role: str = TWIN_ROLE
 
     def judged_as(self, image_rows: bool, *, dflash_family: bool = True) -> Variant:
         """The variant as it is judged with drafts that carry (``image_rows``) or lack the key of a draft
         trained with image rows. An ``as-trained`` variant (patch 0008) is a ``definition`` fix with a
-        DFlash-family draft that has the key and a ``fix`` with one that has not; the other drafters
+        DFlash-family draft that has the key and a ``twin`` fix with one that has not; the other drafters
         (EAGLE3, MTP) read no key and get 0007's semantics, a ``definition`` fix's. Every other variant
         reads no key and is itself."""
         if self.role != AS_TRAINED_ROLE:
             return self
-        return replace(self, role=DEFINITION_ROLE if image_rows or not dflash_family else FIX_ROLE)
+        return replace(self, role=DEFINITION_ROLE if image_rows or not dflash_family else TWIN_ROLE)
 
     @property
     def own_positions(self) -> bool:
@@ -76,10 +76,10 @@ def variant(name: str, patches_dir: Path | None = None) -> Variant:
 
 def default_must_pass(names: list[str], patches_dir: Path | None = None) -> str:
     """The variant ``--must-pass`` means when it is not given, of those run: the last whose role is
-    ``as-trained``, else the last ``fix``, else the last. Paired acceptance measures that a draft
+    ``as-trained``, else the last ``twin``, else the last. Paired acceptance measures that a draft
     accepts best served as it was trained (docs/performance.md, "Which semantics for which draft"):
-    an ``as-trained`` variant does that per draft, a ``fix`` variant for drafts trained on text."""
-    for role in (AS_TRAINED_ROLE, FIX_ROLE):
+    an ``as-trained`` variant does that per draft, a ``twin`` variant for drafts trained on text."""
+    for role in (AS_TRAINED_ROLE, TWIN_ROLE):
         chosen = [n for n in names if variant(n, patches_dir).role == role]
         if chosen:
             return chosen[-1]

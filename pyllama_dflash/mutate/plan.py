@@ -18,7 +18,7 @@ from ..llamabuild.patchset import (
     AS_TRAINED_ROLE,
     DEFINITION_ROLE,
     EVERY,
-    FIX_ROLE,
+    TWIN_ROLE,
     Series,
     apply_series,
     load_series,
@@ -28,15 +28,15 @@ from ..paths import default_patches_dir
 from .operators import Mutant, mutants
 from .runner import MUTATED_FILES
 
-# the roles of the fixes mutate judges (the seed's zero-fill is shown, not fixed)
-MUTATED_ROLES = (FIX_ROLE, DEFINITION_ROLE, AS_TRAINED_ROLE)
+# the roles of the fixes mutate judges (the zero-fill is shown, not fixed)
+MUTATED_ROLES = (TWIN_ROLE, DEFINITION_ROLE, AS_TRAINED_ROLE)
 
 
 @dataclass
 class Plan:
     series: Series
     variant: str  # the fix whose lines are mutated
-    # FIX_ROLE (judged against the twin), DEFINITION_ROLE (against the draft's definition) or AS_TRAINED_ROLE
+    # TWIN_ROLE (judged against the twin), DEFINITION_ROLE (against the draft's definition) or AS_TRAINED_ROLE
     # (per draft; the mutants run on drafts without the image-rows key, judged against the twin, and the C++
     # test's runs with the key against the definition reference)
     role: str
@@ -53,7 +53,7 @@ def plan(args: argparse.Namespace) -> Plan:
     series = load_series(default_patches_dir())
     fix = args.variant or series.variants[-1]
     # each mutant is judged as its fix is: against the twin, or against the draft's definition (0007)
-    role = series.role(fix) if fix in series.variants[1:] else FIX_ROLE
+    role = series.role(fix) if fix in series.variants[1:] else TWIN_ROLE
     if role not in MUTATED_ROLES:
         raise UsageError(f"--variant {fix!r} is judged as {role!r}: not a fix to mutate")
     (base,) = build(["baseline"], BuildOptions(cpu="native", quiet=True))

@@ -56,7 +56,7 @@ from ..engine.matrix import Job, case_name, prove_ties, run_cases, run_matrix
 from ..env import PATCHES_ENV
 from ..errors import BuildError
 from ..llamabuild import BuildOptions, build, variant
-from ..llamabuild.patchset import BASELINE, DEFINITION_ROLE, FIX_ROLE, Series
+from ..llamabuild.patchset import BASELINE, DEFINITION_ROLE, TWIN_ROLE, Series
 from ..llamabuild.variants import Variant
 from ..oracles.drift import judge
 from ..oracles.references import REFERENCE, definition_config, reference_config
@@ -72,7 +72,7 @@ VARIANT = "mutant"  # every mutant builds as this variant of its own series, one
 EQUIVALENT_FILE = Path(__file__).with_name("equivalent.json")
 # the rules no scenario reaches, per role of the fix (in a checkout; an installed package has no tests)
 RULES_TESTS = {
-    FIX_ROLE: REPO_DIR / "tests" / "test_patch_rules.py",
+    TWIN_ROLE: REPO_DIR / "tests" / "test_patch_rules.py",
     DEFINITION_ROLE: REPO_DIR / "tests" / "test_definition_rules.py",
 }
 
@@ -160,7 +160,7 @@ def load_equivalents(path: Path = EQUIVALENT_FILE) -> dict[str, dict]:
 
 
 def write_series(
-    mutant: Mutant, fixed: dict[str, str], series: Series, pristine: Path, dest: Path, role: str = FIX_ROLE
+    mutant: Mutant, fixed: dict[str, str], series: Series, pristine: Path, dest: Path, role: str = TWIN_ROLE
 ) -> Path:
     """A series folder whose one variant is the fix with this mutant, judged as the fix is (``role``);
     returns the folder."""
@@ -184,7 +184,7 @@ def write_series(
     return dest
 
 
-def references(models: ModelSet, config: dict, parallel: int, work: Path, role: str = FIX_ROLE) -> dict[str, dict]:
+def references(models: ModelSet, config: dict, parallel: int, work: Path, role: str = TWIN_ROLE) -> dict[str, dict]:
     """The drift references, once for every mutant: each scenario on baseline with the twin, or, for a
     fix judged against the draft's definition, drafting as the definition has it."""
     if role == DEFINITION_ROLE:

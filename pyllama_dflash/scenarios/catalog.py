@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from ..llamabuild.variants import BASELINE_ROLE, DEFINITION_ROLE, FIX_ROLE, SEED_ROLE, Variant, variant
+from ..llamabuild.variants import BASELINE_ROLE, DEFINITION_ROLE, SHOWN_ROLE, TWIN_ROLE, Variant, variant
 from ..oracles.drift import compare, drafts
 from ..slotloop import Session
 from ..slotloop.config import SessionConfig
@@ -301,7 +301,7 @@ SCENARIO_IDS = tuple(SCENARIOS)
 # (Drift.behind_only): the draft()-side exception, and nothing past it
 DRIFT_BEHIND = "DRIFT behind only"
 
-# What each kind of variant must do (llamabuild.variants: baseline, the seed's zero-fill, a fix),
+# What each kind of variant must do (llamabuild.variants: baseline, the zero-fill, a fix),
 # as the test suite asserts it. Every run that completes is also judged by the drift oracle
 # (oracles/drift.py): its drafts against the same scenario's on baseline with the draft's reconverted twin.
 # DRIFT ranks between PASS and DEGRADED.
@@ -331,7 +331,7 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
         # C1 is the series' C++ test under ctest (repro/ctest.py): the legacy draft's calls fail
         "C1": (FAIL,),
     },
-    # The seed's zero-fill ends every FAIL that the hole caused, but its zero rows stay in the
+    # The zero-fill ends every FAIL that the hole caused, but its zero rows stay in the
     # draft's memory and every later noise block attends to them: the drafts drift, and on S9 it
     # fills an M-RoPE draft that needed nothing. Two image scenarios show no drift on the tiny
     # models, for different reasons (measured, not assumed):
@@ -339,7 +339,7 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
     #   the zero rows are outside every later noise block's window, as if removed.
     # - S5: the tiny draft drafts one repeated token per sequence there ([60] and [68]); the
     #   zero rows do not move its argmax. The oracle can only see what the drafts show.
-    SEED_ROLE: {
+    SHOWN_ROLE: {
         "S1": (DRIFT,),
         "S2": (DRIFT,),
         "S3": (DRIFT,),
@@ -368,7 +368,7 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
     # (see expectations()). C1: the C++ test's DFlash2 case with images meets a tie broken by the
     # cells' order (its twin laid out as the fix lays the legacy draft out drafts what the legacy
     # draft drafts): TIE, which passes.
-    FIX_ROLE: {**{sid: (PASS,) for sid in SCENARIO_IDS}, "C1": (PASS, TIE)},
+    TWIN_ROLE: {**{sid: (PASS,) for sid in SCENARIO_IDS}, "C1": (PASS, TIE)},
     # The definition (0007) drafts what the draft's definition drafts, judged against the definition
     # reference (every row of the history at 0..N-1, the block at N) in every scenario. S10 and S16
     # begin a round with the draft behind a target-only restore: the restored rows' features exist
@@ -392,7 +392,7 @@ CTEST_ROW = "C1"  # the series' C++ test under ctest (repro/ctest.py), a row of 
 # The same table for the other drafters of the family and the MoE target, where the tiny drafts
 # draft other tokens. What a hole does does not depend on the drafter: baseline fails and every
 # fixed variant passes where it does for DFlash on the dense target. Two things do, measured:
-# - whether the seed's zero rows move a drafted token (DRIFT) or leave the argmax where it was
+# - whether the zero-fill's rows move a drafted token (DRIFT) or leave the argmax where it was
 #   (PASS) depends on the draft's weights; the oracle sees only what the drafts show, and every
 #   drafter drifts on some image scenario (tests/test_repro.py checks it);
 # - S10, the draft()-side case: the noise block attends to the zero rows filled for it alone, which
@@ -416,11 +416,11 @@ def meets(allowed: tuple[str, ...], result: dict) -> bool:
 
 def _for_the_family(role: str, table: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
     out = dict(table)
-    if role == SEED_ROLE:
+    if role == SHOWN_ROLE:
         for sid, allowed in table.items():
             if sid in HOLE_SCENARIOS and allowed in ((DRIFT,), (PASS,)):
                 out[sid] = (DRIFT, PASS)
-    elif role == FIX_ROLE:
+    elif role == TWIN_ROLE:
         out["S10"] = (PASS, DRIFT_BEHIND)
         out["S16"] = (PASS, DRIFT_BEHIND, TIE)
     return out
@@ -436,6 +436,6 @@ def expectations(
     ``as-trained`` variant is judged by the drafts' image-rows key (``image_rows``, Variant.judged_as)."""
     v = (variant(v) if isinstance(v, str) else v).judged_as(image_rows)
     table = dict(EXPECTED[v.role])
-    if v.role == FIX_ROLE and not v.saves_draft:
+    if v.role == TWIN_ROLE and not v.saves_draft:
         table["S12"] = (DRIFT,)
     return _for_the_family(v.role, table) if (drafter, target) != ("dflash", "dense") else table

@@ -52,7 +52,7 @@ def default_images(models) -> list[bytes]:
 
 def oracle_image(models, images: list[bytes]) -> bytes:
     """The image drafts_vs_twin sends: a given one, else a 168 px square, a 6x6 grid on the tiny
-    projector. Its 6-position hole moves the tiny draft's argmax under the seed's zero rows; the
+    projector. Its 6-position hole moves the tiny draft's argmax under the zero-fill's rows; the
     3x3 grid of the other checks leaves it where it was (measured), so the oracle would be blind."""
     if getattr(models, "image_files", None):
         return images[0]

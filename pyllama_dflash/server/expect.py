@@ -2,7 +2,7 @@
 
 Every check fills a :class:`Seen` and returns a :class:`Result`; :meth:`Expect.met_by` decides ``ok``
 for all of them alike. The expectations are written next to each check (checks.py), per kind of
-variant (llamabuild.variants: baseline, the seed's zero-fill, a fix, a fix whose server saves the
+variant (llamabuild.variants: baseline, the zero-fill, a fix, a fix whose server saves the
 draft with a slot).
 """
 

@@ -8,10 +8,10 @@ conversations), :mod:`.slots` (slot save and restore), :mod:`.faults` (restores 
 (MTP and EAGLE3).
 
 A check is a function of a :class:`~.run.Ctx` returning a :class:`~.expect.Result`, registered
-once with ``@check(name, baseline=..., fix=...)``: its expectation per kind of variant
-(llamabuild.variants: ``baseline``, the seed's zero-fill ``seed``, a ``fix``, ``slots``, a fix
-whose llama-server saves the draft with a slot, and ``definition``, patch 0007 on top of slots; a
-kind not given takes the fix's, or for ``definition`` slots'). Adding a check
+once with ``@check(name, baseline=..., twin=...)``: its expectation per role of variant
+(llamabuild.variants: ``baseline``, the zero-fill ``shown``, a fix judged against the ``twin``,
+``slots``, such a fix whose llama-server saves the draft with a slot, and ``definition``, patch 0007
+on top of slots; a role not given takes the twin's, or for ``definition`` slots'). Adding a check
 is adding one such function to one of them (docs/server.md says how). ``run.run_server_checks``
 runs them, in the order they are registered.
 
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ...llamabuild.variants import BASELINE_ROLE, SEED_ROLE, Variant
+from ...llamabuild.variants import BASELINE_ROLE, SHOWN_ROLE, Variant
 from ..client import Response
 from ..drafts import LOGS_NO_DRAFTS
 from ..expect import Expect, Result
@@ -36,25 +36,25 @@ from ..server_process import ServerProcess
 
 # the kinds a check's expectations name; a definition variant (0007, on top of 0005) takes slots' expectations
 # where it has none of its own
-BASELINE, SEED, FIX, SLOTS, DEFINITION = "baseline", "seed", "fix", "slots", "definition"
+BASELINE, SHOWN, TWIN, SLOTS, DEFINITION = "baseline", "shown", "twin", "slots", "definition"
 
 
 @dataclass(frozen=True)
 class Check:
     name: str
     run: Callable[[Any], Result]
-    expected: dict[str, Expect]  # kind -> what it must see; a kind not given takes the fix's
+    expected: dict[str, Expect]  # role -> what it must see; a role not given takes the twin's
     family: bool  # one of the checks each drafter of the family runs (FAMILY)
     sibling: str | None = None  # a check of a sibling drafter's models (mtp, eagle3), not the DFlash family's
 
     def expect(self, v: Variant | None, *, drafter: str = "dflash") -> Expect:
-        kind = _kind(v)
-        e = self.expected.get(kind) or (self.expected.get(SLOTS) if kind == DEFINITION else None) or self.expected[FIX]
+        kind = _expectation_key(v)
+        e = self.expected.get(kind) or (self.expected.get(SLOTS) if kind == DEFINITION else None) or self.expected[TWIN]
         if e.same_drafts is not None and (
-            drafter in LOGS_NO_DRAFTS or (kind == SEED and drafter != "dflash" and e.same_drafts is False)
+            drafter in LOGS_NO_DRAFTS or (kind == SHOWN and drafter != "dflash" and e.same_drafts is False)
         ):
             # a drafter whose drafts the server's log does not show (DFlash2) cannot be judged on
-            # them here; and whether the seed's zero rows move a drafted token depends on the draft's
+            # them here; and whether the zero-fill's rows move a drafted token depends on the draft's
             # weights (measured per drafter in the matrix). Both are judged through the library.
             e = dataclasses.replace(e, same_drafts=None)
         return e
@@ -64,13 +64,13 @@ REGISTRY: dict[str, Check] = {}
 
 
 def check(name: str, *, family: bool = False, sibling: str | None = None, **expected: Expect) -> Callable:
-    """Register a check under ``name`` with its expectations (``baseline=``, ``seed=``, ``fix=``,
+    """Register a check under ``name`` with its expectations (``baseline=``, ``shown=``, ``twin=``,
     ``slots=``); ``family``: it also runs for every drafter of the family; ``sibling``: it runs on that
     sibling drafter's models (``mtp``, ``eagle3``) instead, under ``repro --siblings --server``."""
-    unknown = set(expected) - {BASELINE, SEED, FIX, SLOTS, DEFINITION}
-    if unknown or FIX not in expected:
+    unknown = set(expected) - {BASELINE, SHOWN, TWIN, SLOTS, DEFINITION}
+    if unknown or TWIN not in expected:
         raise ValueError(
-            f"check {name}: expectations for {sorted(unknown)} (known: baseline, seed, fix, slots, definition)"
+            f"check {name}: expectations for {sorted(unknown)} (known: baseline, shown, twin, slots, definition)"
         )
 
     def register(fn: Callable[[Any], Result]) -> Callable[[Any], Result]:
@@ -82,14 +82,14 @@ def check(name: str, *, family: bool = False, sibling: str | None = None, **expe
     return register
 
 
-def _kind(v: Variant | None) -> str:
+def _expectation_key(v: Variant | None) -> str:
     if v is None:
-        return FIX
-    if v.role in (BASELINE_ROLE, SEED_ROLE):
-        return BASELINE if v.role == BASELINE_ROLE else SEED
+        return TWIN
+    if v.role in (BASELINE_ROLE, SHOWN_ROLE):
+        return BASELINE if v.role == BASELINE_ROLE else SHOWN
     if v.own_positions:
         return DEFINITION
-    return SLOTS if v.saves_draft else FIX
+    return SLOTS if v.saves_draft else TWIN
 
 
 def keeps_own_positions(ctx) -> bool:

@@ -262,7 +262,7 @@ def _same_drafts(ctx, e: Expect, verdict: dict | None) -> bool | None:
     # without 0007 the reference is not the variant's semantics (its draft skips the image's rows), so the
     # rounds are measured, not judged (docs/server.md has what they show: 0004's fill and removal leave the
     # draft's cells in another order, so probabilities may differ in their last digits)
-    fix=Expect(200, "every", cached=True),
+    twin=Expect(200, "every", cached=True),
     definition=Expect(200, "every", cached=True, same_drafts=True),
 )
 def drafts_vs_definition(ctx) -> Result:
@@ -310,7 +310,7 @@ def image_conversation_rounds(ctx, name: str) -> Result:
     "restore_image_drafts",
     baseline=Expect(500, "any"),
     # b11434's restore loads the target alone: the draft keeps B's rows and drafts otherwise (all 6 rounds)
-    fix=Expect(200, "every", same_tokens=True, cached=True, same_drafts=False, draft_part=False),
+    twin=Expect(200, "every", same_tokens=True, cached=True, same_drafts=False, draft_part=False),
     # 0005 restores the draft too; its rounds are the twin's, not the definition's (measured, not judged: as
     # in drafts_vs_definition, the last digits of some probabilities)
     slots=Expect(200, "every", same_tokens=True, cached=True, draft_part=True),
@@ -380,7 +380,7 @@ NGRAM_DRAFT = 8  # the n-gram drafter's draft: longer than the target's rollback
 @check(
     "spec_checkpoint_image",
     baseline=Expect(500, "any"),
-    fix=Expect(200, "every", same_tokens=True),  # the rounds are measured (agree), not judged, without 0007
+    twin=Expect(200, "every", same_tokens=True),  # the rounds are measured (agree), not judged, without 0007
     definition=Expect(200, "every", same_tokens=True, same_drafts=True),
 )
 def spec_checkpoint_image(ctx) -> Result:

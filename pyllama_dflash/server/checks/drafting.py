@@ -30,8 +30,8 @@ def _image_drafts(ctx, name: str, binary, models) -> tuple[Response, list[list[i
     "drafts_vs_twin",
     family=True,
     baseline=Expect(500, "any"),  # the legacy draft fails where its twin drafts
-    seed=Expect(200, "every", same_drafts=False),
-    fix=Expect(200, "every", same_drafts=True),  # the fix drafts what the twin drafts
+    shown=Expect(200, "every", same_drafts=False),
+    twin=Expect(200, "every", same_drafts=True),  # the fix drafts what the twin drafts
     # the twin is not its oracle: the definition's drafts are judged against the definition reference,
     # through the library (the matrix and the fuzzer), not through the server's log
     definition=Expect(200, "every"),
@@ -63,7 +63,7 @@ def drafts_vs_twin(ctx) -> Result:
 # -- how llama-server picks and runs the drafter ---------------------------------------------
 
 
-@check("spec_type_detected", family=True, baseline=Expect(500, "any"), fix=Expect(200, "every", content=True))
+@check("spec_type_detected", family=True, baseline=Expect(500, "any"), twin=Expect(200, "every", content=True))
 def spec_type_detected(ctx) -> Result:
     """The image chat with no --spec-type: llama-server detects the type from the draft file (a Markov
     head makes draft-dspark) and logs it; it must be the drafter's type."""
@@ -77,7 +77,7 @@ def spec_type_detected(ctx) -> Result:
     return judged(ctx.expect("spec_type_detected"), seen, r.status, detected=detected, wanted=wanted, **facts)
 
 
-@check("probabilistic_sampling", baseline=Expect(500, "any"), fix=Expect(200, "every", content=True))
+@check("probabilistic_sampling", baseline=Expect(500, "any"), twin=Expect(200, "every", content=True))
 def probabilistic_sampling(ctx) -> Result:
     """``--spec-draft-sampling probabilistic`` with a sampled request (temperature 0.8, a fixed seed):
     every call succeeds. The tokens are compared with ``greedy`` drafting on the same seeded request,

@@ -51,7 +51,7 @@ def exact_continuation(last: Response, no_draft: list[int] | None, **seen) -> Se
 # back longer than what the slot held): it fails there as in slot_restore
 _EXACT_OR_REFUSED = dict(
     baseline=Expect(500, "last"),
-    fix=Expect(200, "every", same_tokens=True, cached=True),
+    twin=Expect(200, "every", same_tokens=True, cached=True),
     slots=Expect(200, "every", same_tokens=True, restore=400, empty_after_restore=True),
 )
 

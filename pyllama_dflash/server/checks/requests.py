@@ -13,7 +13,7 @@ from . import check, server_facts, stats
 # -- one request, and exactness ------------------------------------------------------------
 
 
-@check("chat_image", family=True, baseline=Expect(500, "any"), fix=Expect(200, "every", content=True))
+@check("chat_image", family=True, baseline=Expect(500, "any"), twin=Expect(200, "every", content=True))
 def chat_image(ctx) -> Result:
     """``/v1/chat/completions`` with a text part, a base64 PNG part and a text part."""
     with ctx.server("chat_image") as srv:
@@ -80,13 +80,13 @@ def _exactness(ctx, name: str, i: int) -> Result:
     return result
 
 
-@check("exact_text", family=True, fix=Expect(200, "draft", same_tokens=True))
+@check("exact_text", family=True, twin=Expect(200, "draft", same_tokens=True))
 def exact_text(ctx) -> Result:
     """Greedy token ids with the draft equal those without it, on a text prompt."""
     return _exactness(ctx, "exact_text", 0)
 
 
-@check("exact_image", family=True, baseline=Expect(500, "draft"), fix=Expect(200, "draft", same_tokens=True))
+@check("exact_image", family=True, baseline=Expect(500, "draft"), twin=Expect(200, "draft", same_tokens=True))
 def exact_image(ctx) -> Result:
     """The same on an image prompt, and the image chat's text with and without the draft."""
     return _exactness(ctx, "exact_image", 1)
@@ -95,7 +95,7 @@ def exact_image(ctx) -> Result:
 # -- conversations -------------------------------------------------------------------------
 
 
-@check("two_turn", family=True, baseline=Expect(500, "any"), fix=Expect(200, "every", cached=True))
+@check("two_turn", family=True, baseline=Expect(500, "any"), twin=Expect(200, "every", cached=True))
 def two_turn(ctx) -> Result:
     """An image turn, then a text turn that repeats it plus the reply: the second reuses the first's prompt."""
     first = bodies.image_message(ctx.image())
@@ -110,7 +110,7 @@ def two_turn(ctx) -> Result:
     return judged(ctx.expect("two_turn"), seen, cache_n_second_turn=cached, draft=stats([r1, r2]), **facts)
 
 
-@check("concurrent", baseline=Expect(500, "any"), fix=Expect(200, "every"))
+@check("concurrent", baseline=Expect(500, "any"), twin=Expect(200, "every"))
 def concurrent(ctx, n_requests: int = 4, n_parallel: int = 2) -> Result:
     """Four image requests at once on ``--parallel 2``."""
     with ctx.server("concurrent", n_parallel=n_parallel) as srv:
@@ -125,7 +125,7 @@ def concurrent(ctx, n_requests: int = 4, n_parallel: int = 2) -> Result:
     return judged(ctx.expect("concurrent"), Seen(responses), n_parallel=n_parallel, draft=stats(responses), **facts)
 
 
-@check("alternating", baseline=Expect(500, "any"), fix=Expect(200, "every", cached=True))
+@check("alternating", baseline=Expect(500, "any"), twin=Expect(200, "every", cached=True))
 def alternating(ctx) -> Result:
     """Two image conversations taking turns on one slot with the RAM prompt cache on: each comes back."""
     a = bodies.image_message(ctx.image(0))

@@ -24,7 +24,7 @@ from .faults import LONG, OTHER, SHORT, continued, exact_continuation, no_draft_
 # a blocked save: with 0005 the previous pair is restored and serves the continuation; without it the
 # continuation is exact, served from the slot or not (each check says what b11434 does with the file)
 _KEPT_AND_RESTORED = dict(
-    fix=Expect(200, "every", same_tokens=True),
+    twin=Expect(200, "every", same_tokens=True),
     slots=Expect(200, "every", same_tokens=True, cached=True),
 )
 
@@ -233,7 +233,7 @@ def save_draft_part_short_write(ctx) -> Result:
 
 @check(
     "save_small_draft_part_short_write",
-    fix=Expect(200, "every"),  # without 0005: no draft part, the file itself cut short; the server goes on
+    twin=Expect(200, "every"),  # without 0005: no draft part, the file itself cut short; the server goes on
     slots=Expect(200, "every"),
 )
 def save_small_draft_part_short_write(ctx) -> Result:
@@ -291,7 +291,7 @@ def _short_write(ctx, name: str, filename: str, cut: str, message: str) -> Resul
 @check(
     "save_killed",
     baseline=Expect(200, "every"),
-    fix=Expect(200, "every", same_tokens=True),
+    twin=Expect(200, "every", same_tokens=True),
 )
 def save_killed(ctx, rounds: int = 3) -> Result:
     """The server killed (SIGKILL) while it saves a slot again and again, each save of a longer conversation;
@@ -357,7 +357,7 @@ def _kill_while_saving(srv, prompt: list[int], after_s: float) -> None:
 
 @check(
     "restore_clears_without_draft_part",
-    fix=Expect(200, "every", same_tokens=True),
+    twin=Expect(200, "every", same_tokens=True),
     slots=Expect(200, "every", same_tokens=True, same_drafts=True),
 )
 def restore_clears_without_draft_part(ctx) -> Result:
@@ -408,7 +408,7 @@ def _rounds(ctx, log: Path, since: int, last) -> list[list[int]] | None:
     return read_drafted_rounds(log, since=since, drafted=stats.get("draft_n"), seq=0)
 
 
-@check("save_without_draft_removes_stale_part", fix=Expect(200, "every"))
+@check("save_without_draft_removes_stale_part", twin=Expect(200, "every"))
 def save_without_draft_removes_stale_part(ctx) -> Result:
     """0005's promise: a server without a draft that saves over a slot file removes the draft part an
     earlier save left under that name, so a restore never pairs it with the new target part."""

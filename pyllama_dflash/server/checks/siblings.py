@@ -78,7 +78,7 @@ def _image_turns(ctx, name: str) -> Result:
 # MTP skips embedding batches in process() ("TODO: how to make it work with vision tokens?"); its
 # context is the target's own (IMROPE), whose batch check lets the text after an image jump: measured,
 # every request answers 200 with the target's own tokens, on every variant
-@check("mtp_image_turns", sibling="mtp", fix=Expect(200, "every", same_tokens=True))
+@check("mtp_image_turns", sibling="mtp", twin=Expect(200, "every", same_tokens=True))
 def mtp_image_turns(ctx) -> Result:
     """draft-mtp over the target's MTP head: text, an image, two turns, a slot restore."""
     return _image_turns(ctx, "mtp_image_turns")
@@ -93,7 +93,7 @@ def mtp_image_turns(ctx) -> Result:
     "eagle3_image_turns",
     sibling="eagle3",
     baseline=Expect(500, "any"),
-    fix=Expect(500, "any"),
+    twin=Expect(500, "any"),
     definition=Expect(200, "every", same_tokens=True),
 )
 def eagle3_image_turns(ctx) -> Result:
@@ -107,7 +107,7 @@ def eagle3_image_turns(ctx) -> Result:
 # server drafts for the same history; the third, which goes back to a context checkpoint, does not, on
 # baseline too (the cause is not established: MTP keeps a pending hidden row per sequence, which the
 # checkpoint's restore may leave stale), and is reported, not judged.
-@check("mtp_drafts_vs_fresh", sibling="mtp", fix=Expect(200, "every", cached=True, same_drafts=True))
+@check("mtp_drafts_vs_fresh", sibling="mtp", twin=Expect(200, "every", cached=True, same_drafts=True))
 def mtp_drafts_vs_fresh(ctx) -> Result:
     """draft-mtp on text: a request, then a second turn that extends it with its output; every drafting
     round of both against the first round of a fresh server given the history so far as one request (the
@@ -147,7 +147,7 @@ def mtp_drafts_vs_fresh(ctx) -> Result:
 # (eagle3_image_turns), so there is nothing to compare; on 0007 every round drafts what the reference drafts
 EAGLE3_JUDGED_AFTER_AN_IMAGE = {
     "baseline": Expect(500, "any"),
-    "fix": Expect(500, "any"),
+    "twin": Expect(500, "any"),
     "definition": Expect(200, "every", cached=True, same_drafts=True),
 }
 
@@ -177,7 +177,7 @@ def eagle3_drafts_vs_fresh(ctx) -> Result:
     "eagle3_prompt_split",
     sibling="eagle3",
     baseline=Expect(200, "every", same_drafts=False),
-    fix=Expect(200, "every", same_drafts=True),
+    twin=Expect(200, "every", same_drafts=True),
 )
 def eagle3_prompt_split(ctx) -> Result:
     """draft-eagle3 on a text prompt, one request on a server without context checkpoints (one pass) and one
@@ -299,7 +299,7 @@ def eagle3_prompt_cache_drafts(ctx) -> Result:
     "eagle3_restore_image_drafts",
     sibling="eagle3",
     baseline=Expect(500, "any"),
-    fix=Expect(500, "any"),
+    twin=Expect(500, "any"),
     definition=Expect(200, "every", same_tokens=True, cached=True, same_drafts=True, draft_part=True),
 )
 def eagle3_restore_image_drafts(ctx) -> Result:
@@ -326,7 +326,7 @@ def eagle3_prompt_cache_image_drafts(ctx) -> Result:
 @check(
     "eagle3_restore_drafts",
     sibling="eagle3",
-    fix=RESTORE_TARGET_ONLY,
+    twin=RESTORE_TARGET_ONLY,
     slots=Expect(200, "every", same_tokens=True, cached=True, same_drafts=True, draft_part=True),
 )
 def eagle3_restore_drafts(ctx) -> Result:

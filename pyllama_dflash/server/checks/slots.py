@@ -130,7 +130,7 @@ def _slot_restore(ctx, name: str, *, ahead: bool) -> Result:
     "slot_restore",
     family=True,
     baseline=Expect(500, "last"),
-    fix=Expect(200, "every", same_tokens=True, cached=True),  # cached: the restored prefix
+    twin=Expect(200, "every", same_tokens=True, cached=True),  # cached: the restored prefix
 )
 def slot_restore(ctx) -> Result:
     """A slot restore that leaves the draft behind the target."""
@@ -140,7 +140,7 @@ def slot_restore(ctx) -> Result:
 @check(
     "slot_restore_ahead",
     baseline=Expect(200, "every", same_tokens=True, cached=True),
-    fix=Expect(200, "every", same_tokens=True, cached=True),
+    twin=Expect(200, "every", same_tokens=True, cached=True),
 )
 def slot_restore_ahead(ctx) -> Result:
     """A slot restore that leaves the draft ahead of the target."""
@@ -198,7 +198,7 @@ RESTORE_TARGET_ONLY = Expect(200, "every", same_tokens=True, cached=True, same_d
 @check(
     "restore_drafts",
     family=True,
-    fix=RESTORE_TARGET_ONLY,
+    twin=RESTORE_TARGET_ONLY,
     slots=Expect(200, "every", same_tokens=True, cached=True, same_drafts=True, draft_part=True),
 )
 def restore_drafts(ctx) -> Result:
@@ -208,7 +208,7 @@ def restore_drafts(ctx) -> Result:
 
 @check(
     "restore_no_draft_part",
-    fix=Expect(200, "every", same_tokens=True, cached=True, draft_part=False),
+    twin=Expect(200, "every", same_tokens=True, cached=True, draft_part=False),
     slots=Expect(200, "every", same_tokens=True, cached=True, draft_part=True),  # then removed
 )
 def restore_no_draft_part(ctx) -> Result:
@@ -218,7 +218,7 @@ def restore_no_draft_part(ctx) -> Result:
 
 @check(
     "restore_corrupt_draft_part",
-    fix=Expect(200, "every", same_tokens=True, cached=True),  # the file is ignored
+    twin=Expect(200, "every", same_tokens=True, cached=True),  # the file is ignored
     slots=Expect(200, "every", same_tokens=True, restore=400, empty_after_restore=True, draft_part=True),
 )
 def restore_corrupt_draft_part(ctx) -> Result:
@@ -228,7 +228,7 @@ def restore_corrupt_draft_part(ctx) -> Result:
 
 @check(
     "restore_version_1_draft_part",
-    fix=Expect(200, "every", same_tokens=True, cached=True, draft_part=False),  # no draft part to rewrite
+    twin=Expect(200, "every", same_tokens=True, cached=True, draft_part=False),  # no draft part to rewrite
     slots=Expect(200, "every", same_tokens=True, cached=True, same_drafts=True, draft_part=True),
 )
 def restore_version_1_draft_part(ctx) -> Result:
