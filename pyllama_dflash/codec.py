@@ -58,8 +58,10 @@ def _value(tp: Any, v: Any) -> Any:
     if origin in (typing.Union, types.UnionType):
         if v is None and type(None) in args:
             return None
-        (inner,) = [a for a in args if a is not type(None)] or [Any]
-        return _value(inner, v)
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) != 1:  # which member a value is cannot be read from JSON alone
+            raise TypeError(f"the codec reads X | None, not {tp}: give the class a format of its own")
+        return _value(inner[0], v)
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_value(args[0], x) for x in v)

@@ -35,7 +35,7 @@ class _Shared:
 
 
 class RetiredFlag(argparse.Action):
-    """An old spelling of a flag: it still works, and says once on stderr what it is called now."""
+    """An old spelling of a flag: it still works, and says on stderr what it is called now."""
 
     def __init__(self, option_strings, dest, new: str = "", **kwargs) -> None:
         self.new = new
@@ -50,8 +50,7 @@ SHARED: dict[str, _Shared] = {
     "variants": _Shared(("--variants",), "comma-separated variants", unset="every variant of patches/series"),
     "must_pass": _Shared(
         ("--must-pass",),
-        "the variant whose verdict decides the exit code: it must pass every scenario in repro, every "
-        "schedule in fuzz, and its mutants must all be killed in mutate",
+        "the variant whose verdict decides the exit code: it must pass every scenario in repro, every schedule in fuzz",
         unset="the last variant of role as-trained run (each draft served as it was trained), else the "
         "last of role twin, else the last run",
         kwargs={"metavar": "VARIANT"},

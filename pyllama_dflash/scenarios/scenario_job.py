@@ -14,7 +14,7 @@ from ..slotloop.models import ModelSet, case_name
 class ScenarioJob(Coded):
     """A scenario on a variant with the models and session config; ``twin`` runs the draft's
     reconverted twin instead (the drift reference), ``definition`` drafts as the draft's definition
-    has it (the definition reference). ``timeout_s`` stays with the parent: how long the child may take."""
+    has it (the definition reference). ``timeout_s`` is the parent's: how long the child may take."""
 
     scenario: str
     variant: str
