@@ -29,9 +29,7 @@ Sections (``--only``):
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
-import platform
 import re
 import shutil
 import signal
@@ -50,6 +48,7 @@ from ..bootstrap import median_interval
 from ..draftmodel.trained import TARGET_KINDS, TRAINED_ON
 from ..env import CACHE_ENV, CPU_ENV, THREADS_ENV
 from ..errors import PyllamaError
+from ..figures import provenance
 from ..files import atomic_write_bytes, atomic_write_json, default_file_mode
 from ..flags import tool_prog
 from ..llamabuild import BuildError, BuildOptions, build, find_built
@@ -382,15 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     targets, sizes = _paired_choices(ap, args)
 
     head = build(["baseline"], BuildOptions(quiet=True))[0]
-    report: dict = {
-        "date": dt.date.today().isoformat(),
-        "machine": {"cpus": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version()},
-        "llama_cpp": {
-            "release": head.data["source"].get("release"),
-            "commit": head.data["source"]["provenance"].get("commit"),
-            "backend": head.backend,
-        },
-    }
+    report: dict = provenance(head)
     runners = {
         "build": lambda: bench_build(args.cold_build),
         "matrix": bench_matrix,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..figures import heading
+
 
 def _s(x: float | None) -> str:
     if x is None:
@@ -118,11 +120,7 @@ def _fill_table(fill: dict) -> list[str]:
 
 
 def markdown(r: dict) -> str:
-    m, lc = r["machine"], r["llama_cpp"]
-    out = [
-        f"Measured {r['date']} on {m['cpus']} cores ({m['machine']}, Python {m['python']}), "
-        f"llama.cpp {lc['release']} ({(lc['commit'] or '')[:7]}), {lc['backend']} build.",
-    ]
+    out = [heading(r)]
     figures = _figures(r)
     if figures:  # a run of the table sections alone (acceptance, paired) has none
         out += ["", "| figure | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in figures)]

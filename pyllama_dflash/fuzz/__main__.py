@@ -24,13 +24,15 @@ from .. import command
 from ..engine.schedule import Schedule
 from ..engine.schedule_runner import examples_from_env, search_variants, seed_from_env
 from ..errors import UsageError
-from ..files import atomic_write_json
+from ..figures import PROVENANCE, provenance
+from ..files import atomic_write_bytes, atomic_write_json
 from ..flags import common_parser, export, pick, tool_prog
 from ..llamabuild import default_must_pass, find_built
 from ..llamabuild.patchset import BASELINE
 from ..process.shard import check_slices, load_reports, parse_seeds, shard_from_json, shard_json
 from ..slotloop.models import tiny_models
 from ..tiny import DRAFTERS, TARGET_KINDS
+from .report import markdown
 
 
 def parser() -> argparse.ArgumentParser:
@@ -110,6 +112,12 @@ def _output_flags(ap: argparse.ArgumentParser) -> None:
         help="write the results per seed and variant (with --merge: the merged ones)",
     )
     ap.add_argument(
+        "--markdown",
+        type=Path,
+        metavar="PATH",
+        help="also write the results as a Markdown table (with --merge: the merged ones; the docs' table)",
+    )
+    ap.add_argument(
         "--merge",
         nargs="+",
         type=Path,
@@ -169,6 +177,7 @@ def merge_reports(reports: list[dict]) -> dict:
         raise ValueError(f"the reports do not hold the run's seeds: {', '.join(missing) or 'others'} missing")
     first = reports[0]
     return {
+        **{key: first[key] for key in PROVENANCE if key in first},
         "must_pass": first["must_pass"],
         "variants": first["variants"],
         "selection": first["selection"],
@@ -190,8 +199,7 @@ def merge_main(args: argparse.Namespace) -> int:
     for seed, results in merged["seeds"].items():
         print(f"== seed {seed} ==")
         broken |= _print_seed(results, merged["variants"], merged["must_pass"], int(seed), None)
-    if args.json:
-        atomic_write_json(args.json, merged)
+    _write(args, merged)
     must_pass = merged["must_pass"]
     print(
         f"fuzz: {len(merged['seeds'])} seeds from {len(reports)} slices, {merged['wall_s']:.1f}s in all; "
@@ -208,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     export(args)  # --cpu and --patches: for the lookups here and in every child process
     backend = args.backend if args.backend != "auto" else None
     names = [v.strip() for v in args.variants.split(",")] if args.variants else ["all"]
-    variants = [m.variant for m in find_built(names, backend=backend)]
+    manifests = find_built(names, backend=backend)
+    variants = [m.variant for m in manifests]
     if not args.no_drift:
         find_built([BASELINE], backend=backend)  # the drift oracle's reference runs on baseline
     must_pass = args.must_pass or default_must_pass(variants)
@@ -246,12 +255,25 @@ def main(argv: list[str] | None = None) -> int:
         broken |= _print_seed(results, variants, must_pass, seed, folder)
         by_seed[str(seed)] = results
     wall = time.monotonic() - t0
-    if args.json:
-        report = {"must_pass": must_pass, "variants": variants, "selection": selection, "shard": shard_json(args.shard)}
-        atomic_write_json(args.json, {**report, "seeds": by_seed, "broken": broken, "wall_s": round(wall, 1)})
+    report = {
+        **provenance(manifests[0]),
+        "must_pass": must_pass,
+        "variants": variants,
+        "selection": selection,
+        "shard": shard_json(args.shard),
+    }
+    _write(args, {**report, "seeds": by_seed, "broken": broken, "wall_s": round(wall, 1)})
     sliced = f" (seeds {', '.join(map(str, seeds))}: slice {args.shard})" if args.shard else ""
     print(f"fuzz: {wall:.1f}s{sliced}; must-pass variant {must_pass!r}: {'NOT OK' if broken else 'OK'}")
     return 1 if broken else 0
+
+
+def _write(args: argparse.Namespace, report: dict) -> None:
+    """The report where --json and --markdown ask for it."""
+    if args.json:
+        atomic_write_json(args.json, report)
+    if args.markdown:
+        atomic_write_bytes(args.markdown, markdown(report).encode())
 
 
 def _search(variants: list[str], seed: int, selection: dict, args: argparse.Namespace, backend: str | None) -> dict:

@@ -15,10 +15,13 @@ import tempfile
 from pathlib import Path
 
 from .. import command
+from ..figures import provenance
+from ..files import atomic_write_bytes, atomic_write_json
 from ..flags import common_parser, export, pick, tool_prog
 from ..llamabuild import find_built, variant
 from ..llamabuild.patchset import BASELINE
 from ..slotloop.models import tiny_models
+from .report import markdown
 from .workload import KINDS, soak
 
 
@@ -39,6 +42,7 @@ def parser() -> argparse.ArgumentParser:
         help=f"comma-separated request kinds to draw from (default: all: {', '.join(KINDS)})",
     )
     ap.add_argument("--json", type=Path, metavar="PATH", help="write the reports as JSON")
+    ap.add_argument("--markdown", type=Path, metavar="PATH", help="also write them as a Markdown table")
     return ap
 
 
@@ -70,10 +74,21 @@ def main(argv: list[str] | None = None) -> int:
         print(r.summary())
         reports[m.variant] = r.to_json()
         ok &= r.ok or m.variant == BASELINE
+    record = {
+        **provenance(manifests[0]),
+        "workload": {
+            "requests": args.requests,
+            "clients": args.clients,
+            "seed": args.seed,
+            "drafter": args.drafter,
+            "kinds": args.kinds.split(",") if args.kinds else None,
+        },
+        "variants": reports,
+    }
     if args.json:
-        from ..files import atomic_write_json
-
-        atomic_write_json(args.json, reports)
+        atomic_write_json(args.json, record)
+    if args.markdown:
+        atomic_write_bytes(args.markdown, markdown(record).encode())
     print(f"soak: logs in {work}")
     return 0 if ok else 1
 

@@ -1,0 +1,78 @@
+"""Every table of measured figures in the docs is written by the command that measured it, from a
+committed record (docs/figures/), and lives on one page. Reads text only; no native code.
+
+A table edited by hand, a record rerun without its page, a figure copied onto a second page, or a new
+table of figures with no record behind it fails here. The tables that hold no measurement (names,
+options, what a file owns) are listed below, each with what it holds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pyllama_dflash import records
+
+REPO = Path(__file__).resolve().parent.parent
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+RECORDS = sorted((REPO / "docs" / "figures").glob("*.json"))
+
+# the tables that hold no measured figure, by their header row: what each holds instead
+DESCRIPTIVE = {
+    "| word | meaning | in the code |": "the glossary",
+    "| path | what it owns |": "the layout of the tree",
+    "| pair | why it stays |": "the pairs duplicates reports, and why each stays",
+    "| option | what it does |": "build options",
+    "| patch | what it fixes | prerequisites |": "the patches and their prerequisites",
+    "| survivor | what it does | killed by |": "mutants that survived a run and the check written for each",
+    "| id | title | what it runs |": "the scenario catalogue",
+    "| status | letter | meaning |": "the statuses of a run",
+    "| kind | file | arch | what differs |": "the tiny targets",
+    "| drafter | file | `--spec-type` | what it adds |": "the tiny drafters",
+}
+
+
+def _tables(page: Path) -> list[tuple[int, str]]:
+    """The page's Markdown tables outside code blocks, each with its first line's number."""
+    found, in_code, current, start = [], False, [], 0
+    for n, line in enumerate([*page.read_text().splitlines(), ""], 1):
+        in_code = in_code != line.startswith("```")
+        if not in_code and line.startswith("|"):
+            start = start or n
+            current.append(line)
+        elif current:
+            found.append((start, "\n".join(current)))
+            current, start = [], 0
+    return found
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda p: p.name)
+def test_each_record_is_on_exactly_one_page_as_its_command_writes_it(record):
+    rendered = records.render(record).strip()
+    homes = [p.relative_to(REPO) for p in PAGES if rendered in p.read_text()]
+    assert len(homes) == 1, f"{record.name}: its command's --markdown is on {homes or 'no page'}; it must be on one"
+
+
+def test_every_table_of_figures_is_a_committed_records_markdown():
+    rendered = [records.render(r) for r in RECORDS]
+    stray = [
+        f"{page.relative_to(REPO)}:{line}"
+        for page in PAGES
+        for line, table in _tables(page)
+        if table.splitlines()[0] not in DESCRIPTIVE and not any(table in text for text in rendered)
+    ]
+    assert stray == [], f"tables of figures no committed record writes (docs/figures/, records.py): {stray}"
+
+
+def test_every_descriptive_table_is_still_in_the_docs():
+    """A header listed above that no page has any more is a stale exception."""
+    headers = {table.splitlines()[0] for page in PAGES for _, table in _tables(page)}
+    assert sorted(set(DESCRIPTIVE) - headers) == []
+
+
+def test_a_record_no_command_writes_is_refused_by_name(tmp_path):
+    stray = tmp_path / "guesswork-1.json"
+    stray.write_text("{}")
+    with pytest.raises(ValueError, match="guesswork-1.json: no command writes records named guesswork"):
+        records.render(stray)
