@@ -182,6 +182,22 @@ def test_callback_exception_propagates(target: api.Context, projector: api.Proje
         projector.decode_image(target, img, 0, on_batch=boom)
 
 
+def test_a_decode_without_encode_takes_only_the_chunk_last_encoded(
+    target: api.Context, projector: api.Projector
+) -> None:
+    """decode_image(encode=False) decodes what mtmd's output buffer holds (to time a decode alone): the last
+    encode's chunk, and no other."""
+    first = next(c for c in projector.tokenize(projector.marker, [image.rgb(56, 56)]) if c.type == "image")
+    other = next(c for c in projector.tokenize(projector.marker, [image.rgb(84, 56)]) if c.type == "image")
+    with pytest.raises(ValueError, match=f"the last encode\\(\\) was not of chunk {first.index}"):
+        projector.decode_image(target, first, 0, encode=False)
+    projector.encode(first)
+    with pytest.raises(ValueError, match="was not of chunk"):
+        projector.decode_image(target, other, 0, encode=False)
+    target.clear()
+    assert projector.decode_image(target, first, 0, encode=False).rc == 0
+
+
 # ---- bad inputs -----------------------------------------------------------------------------------------
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pyllama_dflash.bench.job import TASKS, BenchJob, BindingsFill, FillCurve, SpecLoop
+from pyllama_dflash.bench.job import TASKS, BatchCost, BenchJob, BindingsFill, FillCurve, RoundCosts, SpecLoop
 from pyllama_dflash.engine import schedule, schedule_job, search
 from pyllama_dflash.engine.schedule import Schedule
 from pyllama_dflash.engine.schedule_job import ReplayJob, SearchJob
@@ -51,7 +51,15 @@ def test_each_job_comes_back_from_its_json_as_itself(job):
 
 
 @pytest.mark.parametrize(
-    "task", [SpecLoop(), SpecLoop(n_tokens=8, repeats=1), FillCurve((3, 6), draft="swa"), BindingsFill(n_embd=(64,))]
+    "task",
+    [
+        SpecLoop(),
+        SpecLoop(n_tokens=8, repeats=1),
+        FillCurve((3, 6), draft="swa"),
+        BindingsFill(n_embd=(64,)),
+        BatchCost("/m/target.gguf", sizes=(1, 4)),
+        RoundCosts("/m/target.gguf", "/m/draft.gguf", rounds=3),
+    ],
 )
 def test_a_bench_job_comes_back_from_its_json_as_itself(task):
     job = BenchJob("full", task)

@@ -165,6 +165,7 @@ class Projector(_Owner):
             params["image_max_tokens"] = image_max_tokens
         self._handle = MtmdContext(self._rt, Path(path), model._handle, params)
         self.path = Path(path)
+        self._encoded: Any = None  # the chunk whose embeddings mtmd's output buffer holds (see decode_image)
 
     @classmethod
     def load_checked(cls, path: Path | str, model: Model, *, timeout: float | None = 600.0, **kwargs: Any) -> Projector:
@@ -249,6 +250,7 @@ class Projector(_Owner):
             raise ValueError(f"chunk {chunk.index} is a text chunk; only media chunks are encoded")
         rc, cap = self._logged(lambda: int(lib.mtmd_encode_chunk(self._ptr(), chunk.ptr)))
         check_error("mtmd_encode_chunk", rc == 0, f"rc {rc}", cap.lines)
+        self._encoded = chunk.ptr  # mtmd's output buffer holds this chunk's embeddings until the next encode
         return lib.mtmd_get_output_embd(self._ptr())
 
     def decode_image(
@@ -260,30 +262,20 @@ class Projector(_Owner):
         n_batch: int | None = None,
         on_batch: Callable[[ImageBatch], None] | None = None,
         speculative: Speculative | None = None,
+        *,
+        encode: bool = True,
     ) -> ImageDecodeResult:
-        """Encode chunk and decode it into ctx with ``mtmd_helper_decode_image_chunk``.
+        """Encode chunk and decode it into ctx with ``mtmd_helper_decode_image_chunk``; with ``encode`` False,
+        decode the embeddings the last :meth:`encode` left, which must be of this chunk (to time a decode alone).
 
         After each decoded sub-batch, ``on_batch`` gets a copy of it, then ``speculative`` (if given)
         gets the native view through the shim, exactly as llama-server's callback hands it to
         ``common_speculative_process`` (a False stops the decode with a non-zero rc, as there).
         """
-        if ctx.model is not self.model:
-            raise ValueError("decode_image: ctx is not a context of this projector's model")
-        if speculative is not None and speculative.target is not ctx:
-            raise ValueError("decode_image: the speculative driver's target is not ctx")
+        n_batch = self._check_decode(ctx, chunk, n_batch, speculative)
+        embd = self._embeddings_for(chunk, encode)
         rt = self._rt
         ffi, lib = rt.ffi, rt.lib
-        n_batch = n_batch or ctx.n_batch
-        if n_batch > ctx.n_batch:
-            raise ValueError(f"decode_image: n_batch {n_batch} > the context's n_batch {ctx.n_batch}")
-        if lib.mtmd_decode_use_non_causal(self._ptr(), chunk.ptr) and min(n_batch, chunk.n_tokens) > ctx.n_ubatch:
-            raise ValueError(f"decode_image: non-causal image of {chunk.n_tokens} tokens needs n_ubatch >= it")
-        if chunk.n_tokens > ctx.n_ctx_seq:
-            raise ValueError(
-                f"decode_image: image chunk {chunk.index} of {chunk.n_tokens} tokens ({chunk.nx}x{chunk.ny}) cannot "
-                f"fit in n_ctx {ctx.n_ctx_seq} per sequence: raise n_ctx or pass image_max_tokens to the Projector"
-            )
-        embd = self._encode(chunk)
         state = ImageDecodeState(on_batch, speculative._handle if speculative is not None else None)
         handle = ffi.new_handle(state)
         new_n_past = ffi.new("llama_pos *", n_past)
@@ -311,6 +303,33 @@ class Projector(_Owner):
         if state.shim_error:
             raise NativeCallError("pyllama_dflash_spec_process_embd_view", state.shim_error, cap.lines)
         return ImageDecodeResult(rc=rc, n_past=int(new_n_past[0]), spec_results=state.spec_results, log=cap.lines)
+
+    def _check_decode(self, ctx: Context, chunk: Chunk, n_batch: int | None, speculative: Speculative | None) -> int:
+        """decode_image's preconditions, each refused with what to change; returns the sub-batch size."""
+        if ctx.model is not self.model:
+            raise ValueError("decode_image: ctx is not a context of this projector's model")
+        if speculative is not None and speculative.target is not ctx:
+            raise ValueError("decode_image: the speculative driver's target is not ctx")
+        lib = self._rt.lib
+        n_batch = n_batch or ctx.n_batch
+        if n_batch > ctx.n_batch:
+            raise ValueError(f"decode_image: n_batch {n_batch} > the context's n_batch {ctx.n_batch}")
+        if lib.mtmd_decode_use_non_causal(self._ptr(), chunk.ptr) and min(n_batch, chunk.n_tokens) > ctx.n_ubatch:
+            raise ValueError(f"decode_image: non-causal image of {chunk.n_tokens} tokens needs n_ubatch >= it")
+        if chunk.n_tokens > ctx.n_ctx_seq:
+            raise ValueError(
+                f"decode_image: image chunk {chunk.index} of {chunk.n_tokens} tokens ({chunk.nx}x{chunk.ny}) cannot "
+                f"fit in n_ctx {ctx.n_ctx_seq} per sequence: raise n_ctx or pass image_max_tokens to the Projector"
+            )
+        return n_batch
+
+    def _embeddings_for(self, chunk: Chunk, encode: bool) -> Any:
+        """The chunk's embeddings: encoded now, or (encode False) what the last encode() of it left."""
+        if encode:
+            return self._encode(chunk)
+        if self._encoded != chunk.ptr:
+            raise ValueError(f"decode_image(encode=False): the last encode() was not of chunk {chunk.index}")
+        return self._rt.lib.mtmd_get_output_embd(self._ptr())
 
 
 def _probe_projector(path: str, model_path: str, n_gpu_layers: int) -> bool:

@@ -17,6 +17,14 @@ Sections (``--only``):
   fill      the draft fill's cost, with the removal of the filled positions, for holes of
             3..1024 positions vs the image chunk's decode
   bindings  a 4096-row numpy embedding batch through the bindings vs a per-row Python loop
+  batch     the bench pair's target (tiny/bench_pair.py, memory-bound here): its decode of a
+            k-token batch over one token's, k = 2, 4, 8, interleaved, with bootstrap intervals
+  round     the speed model's costs, on the tiny pair and the bench pair: a speculative round's
+            parts (draft step, verify, process) over one plain decode, and from them the accepted
+            tokens per round where drafting breaks even and the speed-up were every token accepted
+  speed     the bench pair through each variant's llama-server that takes images (its draft is not
+            trained: what drafting costs there), with and without the draft side by side: tokens/s
+            and time to first token per phase, with bootstrap intervals
   acceptance  the trained draft's accepted tokens per round, by phase of a conversation with images,
             for every variant and reference (pyllama_dflash.acceptance), with bootstrap intervals;
             then the same conversations through each variant's llama-server: the acceptance rate
@@ -56,7 +64,8 @@ from ..llamabuild.patchset import load_series
 from ..paths import cache_root, default_patches_dir
 from ..process import child
 from . import stats
-from .job import BenchJob, BindingsFill, FillCurve, SpecLoop, Task
+from .costs import bench_batch, bench_pair_models, bench_round
+from .job import BenchJob, BindingsFill, FillCurve, SpecLoop, measure
 from .report import markdown
 
 
@@ -64,26 +73,21 @@ class SectionUnavailable(PyllamaError, RuntimeError):
     """A section that cannot run on this machine; the message says why in one line."""
 
 
-SECTIONS = ("build", "matrix", "overhead", "instructions", "portable", "fill", "bindings", "acceptance", "paired")
+SECTIONS = (
+    "build",
+    "matrix",
+    "overhead",
+    "instructions",
+    "portable",
+    "fill",
+    "bindings",
+    "batch",
+    "round",
+    "speed",
+    "acceptance",
+    "paired",
+)
 HOLES = (3, 6, 12, 24, 48, 96, 192, 384, 768, 1024)
-
-
-def worker(variant: str, task: Task, timeout: float = 1800, cpu: str | None = None) -> dict:
-    """One measurement in a child process of its own, for one variant (see worker.py); ``cpu``
-    picks that variant's native or portable build."""
-    with tempfile.TemporaryDirectory(prefix="pyllama-dflash-bench-") as tmp:
-        result = child.run_job(
-            "pyllama_dflash.bench.worker",
-            BenchJob(variant, task).to_json(),
-            Path(tmp),
-            f"{variant}-{task.TASK}",
-            timeout=timeout,
-            env={CPU_ENV: cpu} if cpu else None,
-        )
-    if result.get("status") != "OK":
-        tail = "\n".join(result.get("log_tail", []))
-        raise RuntimeError(f"bench worker {variant} {task.TASK}: {result.get('first_failure')}\n{tail}")
-    return result["result"]
 
 
 def bench_build(cold: bool) -> dict:
@@ -174,14 +178,14 @@ LOOP = SpecLoop(n_tokens=128, repeats=7)  # the text-only speculative loop both 
 
 def bench_overhead(rounds: int) -> dict:
     """full vs baseline on a loop with no image: interleaved child processes."""
-    return _ab_ratio({v: (lambda v=v: worker(v, LOOP)["tok_per_s"]) for v in ("baseline", "full")}, rounds)
+    return _ab_ratio({v: (lambda v=v: measure(v, LOOP)["tok_per_s"]) for v in ("baseline", "full")}, rounds)
 
 
 def bench_portable(rounds: int) -> dict:
     """`full`'s portable build against its native one, same loop, interleaved."""
     _require_built(["full"], "portable", "build it first: pyllama-dflash build --variant full --cpu portable")
     return _ab_ratio(
-        {m: (lambda m=m: worker("full", LOOP, cpu=m)["tok_per_s"]) for m in ("native", "portable")},
+        {m: (lambda m=m: measure("full", LOOP, cpu=m)["tok_per_s"]) for m in ("native", "portable")},
         rounds,
     )
 
@@ -260,8 +264,8 @@ def bench_overhead_instructions(short: int = 32, long: int = 288) -> dict:
 
 def bench_fill(repeats: int) -> dict:
     out = {
-        "plain_draft": worker("full", FillCurve(HOLES, repeats=repeats)),
-        "swa_draft": worker("full", FillCurve(HOLES, repeats=repeats, draft="swa")),
+        "plain_draft": measure("full", FillCurve(HOLES, repeats=repeats)),
+        "swa_draft": measure("full", FillCurve(HOLES, repeats=repeats, draft="swa")),
     }
     for curve in out.values():
         # the per-position cost as the slope of a least-squares line: steadier than any one point
@@ -273,7 +277,7 @@ def bench_fill(repeats: int) -> dict:
 
 
 def bench_bindings() -> dict:
-    return worker("baseline", BindingsFill(rows=4096, n_embd=(64, 2048)))
+    return measure("baseline", BindingsFill(rows=4096, n_embd=(64, 2048)))
 
 
 def held_out_seeds(conversations: int) -> range:
@@ -296,6 +300,17 @@ def bench_acceptance(conversations: int, target_kind: str, trained_on: str, imag
     # the same conversations, as a chat client sends them
     result["server"] = measure_server(models, seeds, image_px=image_px)
     return result
+
+
+def bench_speed(conversations: int) -> dict:
+    """The bench pair through each image-taking variant's llama-server, every conversation on a server
+    with the draft and on one without it, side by side: tokens/s and time to first token per phase."""
+    from ..acceptance.measure import columns
+    from ..acceptance.served import measure_server, server_columns
+
+    # every remedy: the upgraded draft on b11434 (its twin), and each variant that takes an image
+    cols = [c for c in server_columns(columns()) if c.images and (c.twin or c.variant != "baseline")]
+    return measure_server(bench_pair_models(), held_out_seeds(conversations), cols)
 
 
 def bench_paired(conversations: int, targets: list[str], sizes: list[int]) -> dict:
@@ -390,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
         "portable": lambda: bench_portable(args.rounds),
         "fill": lambda: bench_fill(args.repeats),
         "bindings": bench_bindings,
+        "batch": lambda: bench_batch(args.rounds),
+        "round": lambda: bench_round(args.rounds),
+        "speed": lambda: bench_speed(args.conversations),
         "acceptance": lambda: bench_acceptance(args.conversations, args.target, args.trained_on, sizes),
         "paired": lambda: bench_paired(args.conversations, targets, sizes or list(IMAGE_ROWS_PX)),
     }

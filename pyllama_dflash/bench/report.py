@@ -13,7 +13,56 @@ def _s(x: float | None) -> str:
 
 def _figures(r: dict) -> list[tuple[str, str]]:
     """The table's rows, section by section: (figure, value)."""
-    return [*_build_rows(r), *_matrix_rows(r), *_loop_rows(r), *_fill_rows(r)]
+    return [*_build_rows(r), *_matrix_rows(r), *_loop_rows(r), *_fill_rows(r), *_batch_rows(r), *_round_rows(r)]
+
+
+def _ci(x: dict, digits: int = 2) -> str:
+    lo, hi = x["ci95"]
+    return f"{x['median']:.{digits}f} (95% CI {lo:.{digits}f}-{hi:.{digits}f})"
+
+
+def _round_rows(r: dict) -> list[tuple[str, str]]:
+    if "round" not in r or "pairs" not in r["round"]:
+        return []
+    rows = []
+    for name, p in r["round"]["pairs"].items():
+        n, parts = p["drafted"], p["part_over_decode"]
+        rows += [
+            (
+                f"{name}: one plain decode (`{p['target']}`, {p['weight_bytes']['target'] / 2**20:.1f} MiB)",
+                _s(p["decode_s"]),
+            ),
+            (f"{name}: the draft's step / one plain decode", _ci(parts["draft"], 3)),
+            (f"{name}: the verify of {n + 1} tokens / one plain decode", _ci(parts["verify"])),
+            (f"{name}: process() of the verify batch / one plain decode", _ci(parts["process"], 3)),
+            (f"{name}: a round (draft, verify, process) / one plain decode, c", _ci(p["round_over_decode"])),
+            (
+                f"{name}: tokens accepted per round where drafting breaks even, c - 1 (of {n})",
+                _ci(p["break_even_accepted"]),
+            ),
+            (f"{name}: the speed-up were every drafted token accepted, {n + 1} / c", _ci(p["speedup_all_accepted"])),
+        ]
+    return rows
+
+
+def _batch_rows(r: dict) -> list[tuple[str, str]]:
+    if "batch" not in r or "ratio" not in r["batch"]:
+        return []
+    b = r["batch"]
+    mb = b["weight_bytes"] / 2**20
+    llc = (
+        f" / last-level cache {b['llc_bytes'] / 2**20:.0f} MiB = {b['weight_bytes'] / b['llc_bytes']:.1f}x"
+        if b["llc_bytes"]
+        else ""
+    )
+    rows = [
+        (f"bench pair target (`{b['target']}`): weights{llc}", f"{mb:.0f} MiB"),
+        ("bench pair target: one token's decode", _s(b["one_token_s"]["median"])),
+    ]
+    for k, x in b["ratio"].items():
+        aim = " (aim ≤ 1.5)" if k == "4" else ""
+        rows.append((f"bench pair target: decode of {k} tokens / one token{aim}, {b['rounds']} rounds", _ci(x)))
+    return rows
 
 
 def _build_rows(r: dict) -> list[tuple[str, str]]:
@@ -149,6 +198,17 @@ def markdown(r: dict) -> str:
                 "",
                 server_markdown(a["server"]),
             ]
+    if "speed" in r and "table" in r["speed"]:
+        from ..acceptance.served import server_markdown
+
+        out += [
+            "",
+            f"The bench pair through llama-server, {r['speed']['conversations']} conversations, its draft "
+            "untrained: acceptance rate per turn, tokens/s with the draft over without, and the image turns' "
+            "time to first token with the draft over without:",
+            "",
+            server_markdown(r["speed"]),
+        ]
     if "paired" in r and "runs" in r["paired"]:
         from ..acceptance.paired import markdown as paired_tables
 

@@ -20,7 +20,7 @@ from ..slotloop import Session, SessionConfig
 from ..slotloop.models import ModelSet, tiny_models
 from ..slotloop.record import Record
 from ..tiny.image import rgb
-from .job import BenchJob, BindingsFill, FillCurve, SpecLoop
+from .job import BatchCost, BenchJob, BindingsFill, FillCurve, RoundCosts, SpecLoop
 
 TEXT = "hello world and more text here to read"
 
@@ -67,8 +67,8 @@ def fill_curve(args: FillCurve) -> dict:
         # cross-check: fill, injection and removal seen from outside, as the extra time of
         # process() after a hole
         delta = _median(lambda h=h: bench.process_after(h), repeats) - base
-        encs, alls = zip(*(bench.image_decode(h) for _ in range(max(1, repeats // 2))), strict=True)
-        enc, total = float(np.median(encs)), float(np.median(alls))
+        encs, decs = zip(*(bench.image_decode(h) for _ in range(max(1, repeats // 2))), strict=True)
+        enc, decode = float(np.median(encs)), float(np.median(decs))
         out.append(
             {
                 "hole": h,
@@ -78,10 +78,9 @@ def fill_curve(args: FillCurve) -> dict:
                 "process_delta_s": delta,
                 "per_position_us": 1e6 * both / h,
                 "image_encode_s": enc,
-                "image_decode_s": max(total - enc, 0.0),
-                "image_total_s": total,
-                "fill_over_decode": both / max(total - enc, 1e-9),
-                "fill_over_total": both / total,
+                "image_decode_s": decode,
+                "fill_over_decode": both / decode,
+                "fill_over_total": both / (enc + decode),
             }
         )
     bench.close()
@@ -116,7 +115,7 @@ class _FillBench:
         return dt
 
     def image_decode(self, hole: int) -> tuple[float, float]:
-        """(encode, encode + decode) seconds of an image chunk whose hole is `hole` positions."""
+        """(encode, decode) seconds of an image chunk whose hole is `hole` positions, each timed alone."""
         projector = self.projector
         with projector.tokenize(projector.marker, [rgb(28 * hole, 84, 0)]) as chunks:
             chunk = next(c for c in chunks if c.type != "text")
@@ -126,10 +125,10 @@ class _FillBench:
             t_enc = time.perf_counter() - t0
             self.target.clear(), self.draft.clear()
             t0 = time.perf_counter()
-            res = projector.decode_image(self.target, chunk, 0, n_batch=self.N_BATCH)
-            t_all = time.perf_counter() - t0
+            res = projector.decode_image(self.target, chunk, 0, n_batch=self.N_BATCH, encode=False)
+            t_dec = time.perf_counter() - t0
             assert res.rc == 0
-            return t_enc, t_all
+            return t_enc, t_dec
 
     def fill_direct(self, hole: int) -> tuple[float, float]:
         """What the patch's prepare_draft/remove_filled do around the rows after a hole, timed
@@ -167,11 +166,112 @@ def bindings_fill(args: BindingsFill) -> dict:
     return {"points": res}
 
 
+def batch_cost(args: BatchCost) -> dict:
+    """Seconds of the target's decode of k text tokens for each k in ``sizes``, every row's logits
+    asked for (as a verify asks), after a prefix of ``prompt`` tokens. Each round decodes every size
+    once, in an order that rotates, so every size sees the same machine weather; the context grows by
+    what each decode appends, alike for every size."""
+    from ..tiny.bench_pair import weight_bytes
+
+    model = api.Model(args.target)
+    ctx = api.Context(model, n_ctx=args.n_ctx, n_batch=args.prompt, n_ubatch=args.prompt)
+    rng = np.random.default_rng(0)
+    pos = 0
+
+    def decode(n: int) -> float:
+        nonlocal pos
+        batch = api.Batch.tokens(8 + rng.integers(0, 100, n), pos0=pos, logits="all")
+        t0 = time.perf_counter()
+        rc = ctx.decode(batch)
+        dt = time.perf_counter() - t0
+        if rc != 0:
+            raise RuntimeError(f"decode of {n} tokens at position {pos} returned {rc}")
+        pos += n
+        return dt
+
+    try:
+        decode(args.prompt)
+        for k in args.sizes:  # a warm-up of every size: the first call of a shape allocates its graph
+            decode(k)
+        seconds: dict[str, list[float]] = {str(k): [] for k in args.sizes}
+        for r in range(args.rounds):
+            turn = r % len(args.sizes)
+            for k in args.sizes[turn:] + args.sizes[:turn]:
+                seconds[str(k)].append(decode(k))
+    finally:
+        ctx.close()
+        model.close()
+    return {"seconds": seconds, "weight_bytes": weight_bytes(args.target)}
+
+
+def round_costs(args: RoundCosts) -> dict:
+    """Seconds of each part of a speculative round (see job.RoundCosts) and of one plain decode, round
+    by round on one sequence, on the variant this child loaded."""
+    from ..tiny.bench_pair import weight_bytes
+
+    tm, dm = api.Model(args.target), api.Model(args.draft)
+    target = api.Context(tm, n_ctx=args.n_ctx, n_batch=args.prompt, n_ubatch=args.prompt)
+    draft = api.Context.draft(dm, target, n_batch=args.prompt, n_ubatch=args.prompt)
+    spec = api.Speculative(target, draft, n_max=dm.dflash_block_size - 1)
+    rng = np.random.default_rng(0)
+    parts: dict[str, list[float]] = {"decode": [], "draft": [], "verify": [], "process": []}
+    drafted: list[int] = []
+
+    def timed(part: str, fn: Callable[[], object]) -> object:
+        t0 = time.perf_counter()
+        out = fn()
+        parts[part].append(time.perf_counter() - t0)
+        return out
+
+    def feed(tokens: np.ndarray, pos0: int, part: str | None) -> None:
+        batch = api.Batch.tokens(tokens, pos0=pos0, logits="all")
+        rc = timed(part, lambda: target.decode(batch)) if part else target.decode(batch)
+        if rc != 0:
+            raise RuntimeError(f"target decode of {len(tokens)} tokens at position {pos0} returned {rc}")
+        ok = timed("process", lambda: spec.process_ok(batch)) if part == "verify" else spec.process_ok(batch)
+        if not ok:
+            raise RuntimeError(f"process() refused the batch at position {pos0}")
+
+    try:
+        prompt = 8 + rng.integers(0, 100, args.prompt)
+        feed(prompt, 0, None)
+        spec.begin(0, prompt)
+        pos = args.prompt
+        for r in range(args.rounds + 1):  # the first round warms up every graph and is dropped
+            last = int(target.argmax())
+            feed(np.array([last]), pos, "decode")  # the plain decode: one token, no draft
+            pos += 1
+            last = int(target.argmax())
+            block = timed("draft", lambda last=last, pos=pos: spec.draft(0, last, pos))
+            drafted.append(len(block))
+            feed(np.array([last, *block]), pos, "verify")
+            spec.accept(0, len(block))
+            pos += 1 + len(block)
+            if r == 0:
+                for times in parts.values():
+                    times.clear()
+                drafted.clear()
+    finally:
+        for obj in (spec, draft, target, dm, tm):
+            obj.close()
+    return {
+        "seconds": parts,
+        "drafted": drafted,
+        "weight_bytes": {"target": weight_bytes(args.target), "draft": weight_bytes(args.draft)},
+    }
+
+
 def _median(fn: Callable[[], float], repeats: int) -> float:
     return float(np.median([fn() for _ in range(repeats)]))
 
 
-TASKS = {SpecLoop.TASK: spec_loop, FillCurve.TASK: fill_curve, BindingsFill.TASK: bindings_fill}
+TASKS = {
+    SpecLoop.TASK: spec_loop,
+    FillCurve.TASK: fill_curve,
+    BindingsFill.TASK: bindings_fill,
+    BatchCost.TASK: batch_cost,
+    RoundCosts.TASK: round_costs,
+}
 
 
 def run_one(raw: dict) -> dict:

@@ -1,0 +1,61 @@
+"""The speed model's measurements (bench sections ``batch`` and ``round``) on real builds: each part of a
+speculative round is timed in a child of its own, and the bench pair is the same file on every machine.
+Timings are checked for what they are (one per round, positive), never for a value."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from pyllama_dflash.bench.job import BatchCost, RoundCosts, measure
+from pyllama_dflash.slotloop.models import tiny_models
+from pyllama_dflash.tiny import write_models
+from pyllama_dflash.tiny.bench_pair import BENCH_PAIR, BENCH_PAIR_TARGET_SHA256, weight_bytes
+
+
+def test_a_rounds_parts_are_each_timed_once_per_round(variants):
+    models = tiny_models()
+    res = measure("baseline", RoundCosts(str(models.target), str(models.draft), rounds=3, prompt=16, n_ctx=256))
+    assert sorted(res["seconds"]) == ["decode", "draft", "process", "verify"]
+    assert all(len(t) == 3 and min(t) > 0 for t in res["seconds"].values())
+    # the tiny DFlash draft's block is 4: every round drafts 3, and all of them are verified and kept
+    assert res["drafted"] == [3, 3, 3]
+    assert res["weight_bytes"]["target"] == weight_bytes(models.target)
+
+
+def test_every_batch_size_is_timed_in_every_round(variants):
+    models = tiny_models()
+    res = measure("baseline", BatchCost(str(models.target), sizes=(1, 4), rounds=2, prompt=16, n_ctx=256))
+    assert {k: len(v) for k, v in res["seconds"].items()} == {"1": 2, "4": 2}
+
+
+@pytest.mark.slow
+def test_the_bench_pair_target_is_the_same_bytes_on_every_machine(tmp_path):
+    """830 MB, written in seconds from its seed; compared with the sha256 recorded beside its config."""
+    pair = write_models(tmp_path, config=BENCH_PAIR)
+    digest = hashlib.sha256()
+    with open(pair.target, "rb") as f:
+        while chunk := f.read(1 << 24):
+            digest.update(chunk)
+    assert digest.hexdigest() == BENCH_PAIR_TARGET_SHA256
+    assert weight_bytes(pair.target) >= 8 * 32 * 2**20  # at least 8x a 32 MiB last-level cache
+
+
+@pytest.mark.slow
+def test_the_bench_writes_the_speed_models_sections_and_their_table(variants, tmp_path):
+    """A smoke of ``bench --only batch,round`` (two rounds each): the record has both pairs' costs, and
+    its table gives the break-even acceptance of each pair."""
+    import json
+
+    from pyllama_dflash.bench.__main__ import main as bench_main
+    from pyllama_dflash.bench.report import markdown
+
+    record = tmp_path / "bench.json"
+    assert bench_main(["--only", "batch,round", "--rounds", "2", "--json", str(record)]) == 0
+    r = json.loads(record.read_text())
+    assert sorted(r["round"]["pairs"]) == ["bench pair", "tiny"]
+    assert sorted(r["batch"]["ratio"]) == ["2", "4", "8"]
+    table = markdown(r)
+    assert "tiny: tokens accepted per round where drafting breaks even" in table
+    assert "bench pair: tokens accepted per round where drafting breaks even" in table
