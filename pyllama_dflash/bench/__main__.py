@@ -46,6 +46,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +56,7 @@ from ..acceptance.script import IMAGE_ROWS_PX
 from ..bootstrap import median_interval
 from ..draftmodel.trained import TARGET_KINDS, TRAINED_ON
 from ..env import CACHE_ENV, CPU_ENV, THREADS_ENV
-from ..errors import PyllamaError
+from ..errors import PyllamaError, UsageError
 from ..figures import provenance
 from ..files import atomic_write_bytes, atomic_write_json, default_file_mode
 from ..flags import tool_prog
@@ -63,8 +64,9 @@ from ..llamabuild import BuildError, BuildOptions, build, find_built
 from ..llamabuild.patchset import load_series
 from ..paths import cache_root, default_patches_dir
 from ..process import child
+from ..slotloop.models import bench_pair_models
 from . import stats
-from .costs import bench_batch, bench_pair_models, bench_round
+from .costs import bench_batch, bench_round
 from .job import BenchJob, BindingsFill, FillCurve, SpecLoop, measure
 from .report import markdown
 
@@ -302,15 +304,25 @@ def bench_acceptance(conversations: int, target_kind: str, trained_on: str, imag
     return result
 
 
-def bench_speed(conversations: int) -> dict:
+def bench_speed(conversations: int, draft: Path | None) -> dict:
     """The bench pair through each image-taking variant's llama-server, every conversation on a server
-    with the draft and on one without it, side by side: tokens/s and time to first token per phase."""
+    with the draft and on one without it, side by side: tokens/s and time to first token per phase. The
+    draft is the bench pair's own (untrained) or ``draft``, one trained for it (``train --pair bench``)."""
     from ..acceptance.measure import columns
     from ..acceptance.served import measure_server, server_columns
+    from ..draft_upgrade import reconverted_twin
+    from ..files import sha256_file
 
+    models = bench_pair_models()
+    if draft is not None:
+        if not draft.is_file():
+            raise UsageError(f"--bench-pair-draft {draft}: no such file")
+        models = replace(models, draft=draft, twin=reconverted_twin(draft, cache_root() / "bench-pair" / "twins"))
     # every remedy: the upgraded draft on b11434 (its twin), and each variant that takes an image
     cols = [c for c in server_columns(columns()) if c.images and (c.twin or c.variant != "baseline")]
-    return measure_server(bench_pair_models(), held_out_seeds(conversations), cols)
+    result = measure_server(models, held_out_seeds(conversations), cols)
+    result["draft"] = {"file": models.draft.name, "sha256": sha256_file(models.draft), "trained": draft is not None}
+    return result
 
 
 def bench_paired(conversations: int, targets: list[str], sizes: list[int]) -> dict:
@@ -356,6 +368,13 @@ def parser() -> argparse.ArgumentParser:
         "--image-rows",
         help="image sizes in rows, of 64, 256 and 1024 (comma-separated): the paired section's (default all "
         "three), or the acceptance section's one (default: the corpus's drawn images, 9 to 25 rows)",
+    )
+    ap.add_argument(
+        "--bench-pair-draft",
+        type=Path,
+        metavar="GGUF",
+        help="the speed section's draft: one trained for the bench pair (train --pair bench --out DIR); "
+        "default: the bench pair's untrained one",
     )
     ap.add_argument("--json", type=Path, default=cache_root() / "bench" / "bench.json")
     ap.add_argument("--markdown", type=Path, help="also write the Markdown table here")
@@ -407,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         "bindings": bench_bindings,
         "batch": lambda: bench_batch(args.rounds),
         "round": lambda: bench_round(args.rounds),
-        "speed": lambda: bench_speed(args.conversations),
+        "speed": lambda: bench_speed(args.conversations, args.bench_pair_draft),
         "acceptance": lambda: bench_acceptance(args.conversations, args.target, args.trained_on, sizes),
         "paired": lambda: bench_paired(args.conversations, targets, sizes or list(IMAGE_ROWS_PX)),
     }

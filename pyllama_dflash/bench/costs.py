@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..bootstrap import median_interval
-from ..paths import cache_root
+from ..slotloop.models import bench_pair_models, tiny_models
 from . import stats
 from .job import BatchCost, RoundCosts, measure
 
@@ -29,20 +29,6 @@ def _llc_bytes() -> int | None:
         unit = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
         sizes.append((level, int(size.rstrip("KM")) * unit))
     return max(sizes)[1] if sizes else None
-
-
-def bench_pair_models():
-    """The bench pair as a model set: its target, its (untrained) DFlash draft, its projector and the
-    draft's reconverted twin, written into the cache on first use."""
-    from ..slotloop.models import ModelSet
-    from ..tiny import write_models
-    from ..tiny.bench_pair import BENCH_PAIR
-
-    out = cache_root() / "bench-pair" / "seed0"
-    plain = write_models(out, config=BENCH_PAIR)
-    return ModelSet(
-        plain.target, plain.draft, plain.mmproj, write_models(out, config=BENCH_PAIR, draft_mrope=True).draft
-    )
 
 
 def bench_batch(rounds: int) -> dict:
@@ -77,8 +63,6 @@ def bench_round(rounds: int) -> dict:
     baseline with text only. Per round: (draft + verify + process) / decode, the round's cost in plain
     decodes, c. With a tokens accepted a round yields 1 + a tokens for c decodes' time, so drafting
     breaks even at a = c - 1 and, were every drafted token accepted, speeds decoding up (1 + n) / c."""
-    from ..slotloop.models import tiny_models
-
     tiny, bench_pair = tiny_models(), bench_pair_models()
     out = {"rounds": rounds, "pairs": {}}
     for name, target, draft in (("tiny", tiny.target, tiny.draft), ("bench pair", bench_pair.target, bench_pair.draft)):

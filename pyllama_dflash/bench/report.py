@@ -203,8 +203,14 @@ def markdown(r: dict) -> str:
 
         out += [
             "",
-            f"The bench pair through llama-server, {r['speed']['conversations']} conversations, its draft "
-            "untrained: acceptance rate per turn, tokens/s with the draft over without, and the image turns' "
+            f"The bench pair through llama-server, {r['speed']['conversations']} conversations, "
+            + (
+                f"the draft trained for it (`{r['speed']['draft']['file']}`, sha256 "
+                f"{r['speed']['draft']['sha256'][:12]})"
+                if r["speed"].get("draft", {}).get("trained")
+                else "its draft untrained"
+            )
+            + ": acceptance rate per turn, tokens/s with the draft over without, and the image turns' "
             "time to first token with the draft over without:",
             "",
             server_markdown(r["speed"]),

@@ -36,6 +36,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog=tool_prog("python -m pyllama_dflash.draftmodel train"), description=__doc__)
     ap.add_argument("--target", choices=trained.TARGET_KINDS, default="dense")
     ap.add_argument(
+        "--pair",
+        choices=("tiny", "bench"),
+        default="tiny",
+        help="the tiny target of --target, or the bench pair (tiny/bench_pair.py, the dense kind at a width "
+        "whose decode is memory-bound; its draft is too large to commit, so give --out)",
+    )
+    ap.add_argument(
         "--trained-on",
         choices=trained.TRAINED_ON,
         default="images",
@@ -46,22 +53,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=Recipe.steps)
     ap.add_argument("--out", type=Path, default=trained.TRAINED_DIR)
     args = ap.parse_args(argv)
+    if args.pair == "bench" and args.out == trained.TRAINED_DIR:
+        ap.error(f"--pair bench: give --out (its draft, about 65 MB, is not committed to {trained.TRAINED_DIR})")
     for name in ("conversations", "held_out", "steps"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
     return _train(args)
 
 
+def _pair(args: argparse.Namespace) -> tuple:
+    """The model set the corpus runs on and the config its draft is written with."""
+    from ..slotloop.models import bench_pair_models, tiny_models
+    from ..tiny.bench_pair import BENCH_PAIR
+
+    if args.pair == "bench":
+        return bench_pair_models(), BENCH_PAIR
+    return tiny_models(target=args.target), TinyConfig()
+
+
 def _train(args: argparse.Namespace) -> int:
     from ..llamabuild import BuildOptions, build
-    from ..slotloop.models import tiny_models
 
     # the target runs on baseline's build, made here if missing (as repro does); then, before the corpus
     # (minutes), the extra that training needs
     build(["baseline"], BuildOptions(quiet=True))
     load("baseline")
     command.require("jax", extra="train", command="train")
-    models = tiny_models(target=args.target)
+    models, config = _pair(args)
     n_train, n_total = args.conversations, args.conversations + args.held_out
     t0 = time.perf_counter()
     with Collector(models) as c:
@@ -75,9 +93,10 @@ def _train(args: argparse.Namespace) -> int:
     recipe = Recipe(steps=args.steps)
     params, summary = train(load_draft(models.draft, models.target), convs[:n_train], recipe)
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / trained.file_name(args.target, args.trained_on)
+    name = trained.file_name(args.target, args.trained_on)
+    path = args.out / (name.replace("dflash-", "dflash-bench-pair-", 1) if args.pair == "bench" else name)
     # a draft trained with image rows says so (patch 0008 then serves it every row at its own positions)
-    write_draft(path, TinyConfig(), seed=0, trained=params, image_rows=args.trained_on == "images")
+    write_draft(path, config, seed=0, trained=params, image_rows=args.trained_on == "images")
     weights = load_draft(path, models.target)
     n_max = weights.hp.block_size - 1
     held_out = mean_accepted(weights, convs[n_train:], n_max)
@@ -85,7 +104,7 @@ def _train(args: argparse.Namespace) -> int:
     manifest = trained.read_manifest(args.out)
     manifest["files"][path.name] = {
         "sha256": sha256_file(path),
-        "target": args.target,
+        "target": args.target if args.pair == "tiny" else "bench pair",
         "target_fingerprint": stored_fingerprint(models.target),
         "drafter": "dflash",
         "trained_on": args.trained_on,
@@ -100,7 +119,12 @@ def _train(args: argparse.Namespace) -> int:
         "corpus_seconds": round(corpus_s, 1),
         "history": summary["history"],
         "held_out_mean_accepted": round(held_out, 4),
-        "command": trained.regenerate_command(args.target, args.trained_on),
+        "command": trained.regenerate_command(args.target, args.trained_on)
+        + (
+            f" --pair bench --conversations {args.conversations} --held-out {args.held_out} --steps {args.steps}"
+            if args.pair == "bench"
+            else ""
+        ),
     }
     atomic_write_json(args.out / trained.MANIFEST, manifest, mode=default_file_mode())
     print(f"wrote {path} and {args.out / trained.MANIFEST}")

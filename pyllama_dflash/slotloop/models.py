@@ -106,6 +106,18 @@ def tiny_models(
     )
 
 
+def bench_pair_models(out_dir: Path | None = None, seed: int = 0) -> ModelSet:
+    """The bench pair (tiny/bench_pair.py): the tiny target's architecture at a size whose decode is
+    memory-bound on a CPU, its DFlash draft (untrained), its projector and the draft's reconverted twin,
+    written into the cache on first use."""
+    from ..tiny.bench_pair import BENCH_PAIR
+
+    out = Path(out_dir) if out_dir else cache_root() / "bench-pair" / f"seed{seed}"
+    plain = tiny.write_models(out, seed=seed, config=BENCH_PAIR)
+    twin = tiny.write_models(out, seed=seed, config=BENCH_PAIR, draft_mrope=True)
+    return ModelSet(plain.target, plain.draft, plain.mmproj, twin.draft)
+
+
 IMAGE_ROWS_CASE = "+image-rows"  # the suffix of a case whose drafts are marked as trained with image rows
 
 
