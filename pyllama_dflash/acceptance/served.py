@@ -9,6 +9,7 @@ conversations both servers completed, with its interval.
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -17,6 +18,7 @@ import numpy as np
 
 from ..bootstrap import percentile_interval, resample
 from ..llamabuild.builder import BuildOptions, build
+from ..pace import eta
 from ..paths import cache_root
 from ..server import ServerOptions, serve
 from ..slotloop.models import ModelSet
@@ -162,7 +164,8 @@ def measure_server(
     build(sorted({c.variant for c in cols}), BuildOptions(server=True, quiet=True))
     table = {}
     with tempfile.TemporaryDirectory(prefix="pyllama-dflash-acceptance-server-") as tmp:
-        for col in cols:
+        t0 = time.perf_counter()
+        for i, col in enumerate(cols):
             result = serve_column(col, models, seeds, Path(tmp), image_px)
             table[col.name] = {
                 "column": asdict(col),
@@ -173,7 +176,10 @@ def measure_server(
                 "turns": {"drafted": result["turns"], "plain": result["plain"]},
             }
             rate = table[col.name]["phases"].get("all after images", {}).get("rate", 0.0)
-            log(f"  {col.name} (llama-server): acceptance rate after images {rate:.3f}")
+            log(
+                f"  {col.name} (llama-server): acceptance rate after images {rate:.3f} "
+                f"(column {i + 1}/{len(cols)}, {eta(i + 1, len(cols), t0)})"
+            )
     return {"conversations": len(seeds), "seeds": [min(seeds), max(seeds)], "image_px": image_px, "table": table}
 
 

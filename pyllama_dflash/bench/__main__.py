@@ -430,9 +430,9 @@ def main(argv: list[str] | None = None) -> int:
         "acceptance": lambda: bench_acceptance(args.conversations, args.target, args.trained_on, sizes),
         "paired": lambda: bench_paired(args.conversations, targets, sizes or list(IMAGE_ROWS_PX)),
     }
-    for section in only:
+    for i, section in enumerate(only, 1):
         t0 = time.monotonic()
-        print(f"bench: {section} ...", file=sys.stderr, flush=True)
+        print(f"bench: {section} ({i}/{len(only)}) ...", file=sys.stderr, flush=True)
         try:
             report[section] = runners[section]()
         except SectionUnavailable as e:  # one line, and the other sections still run

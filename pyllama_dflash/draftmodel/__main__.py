@@ -19,13 +19,14 @@ from .. import command, load
 from ..acceptance.script import training_turns
 from ..files import atomic_write_json, default_file_mode, sha256_file
 from ..flags import tool_prog
+from ..pace import eta
 from ..tiny._write import stored_fingerprint
 from ..tiny.config import TinyConfig
 from ..tiny.draft import write_draft
 from . import trained
 from .corpus import Collector
 from .evaluate import mean_accepted
-from .train import Recipe, eta, train
+from .train import Recipe, train
 from .weights import load_draft
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import PyllamaError
+from ..pace import eta
 from . import forward
 from .corpus import Conversation
 from .weights import DraftWeights
@@ -100,12 +101,6 @@ def _adam(jax: Any, jnp: Any, lr_at: Callable[[Any], Any], wd: float):
         return jax.tree_util.tree_map(step, params, m, v), {"m": m, "v": v, "t": t}
 
     return init, update
-
-
-def eta(done: int, total: int, t0: float) -> str:
-    """Elapsed seconds and an estimate of those left, from the mean pace so far."""
-    spent = time.perf_counter() - t0
-    return f"{spent:.0f} s spent, about {spent / max(done, 1) * (total - done):.0f} s left"
 
 
 def train(
