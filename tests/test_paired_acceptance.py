@@ -11,18 +11,14 @@ table here).
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from pyllama_dflash.acceptance import paired
 from pyllama_dflash.acceptance.script import FIRST_POSITIONS, paired_results, phase_of
 from pyllama_dflash.draftmodel.trained import trained_models
-from pyllama_dflash.paths import REPO_DIR
 from pyllama_dflash.slotloop.record import Round
 
 SEEDS = (2000, 2001)
-RECORD = REPO_DIR / "docs" / "figures" / "paired.json"
 
 
 @pytest.fixture(scope="module")
@@ -74,12 +70,6 @@ def test_every_column_measures_every_position_of_the_replies(smoke):
     image_columns = [c for n, c in counts.items() if n != paired.TEXT_ONLY]
     assert all(c == image_columns[0] for c in image_columns), counts
     assert image_columns[0]["after image"] == FIRST_POSITIONS * len(SEEDS)
-
-
-def test_the_readmes_table_is_the_committed_record():
-    report = json.loads(RECORD.read_text())
-    readme = (REPO_DIR / "README.md").read_text()
-    assert paired.summary_markdown(report["paired"]["runs"]) in readme, "README.md's table is not paired.json's"
 
 
 AS_TRAINED = "as trained"

@@ -195,21 +195,3 @@ def markdown(runs: dict[str, dict]) -> str:
                     cells = [_cell(phases.get(p)) for p in PHASES]
                     out.append(f"| {TRAINED[trained_on]} | {rows} | {name} | " + " | ".join(cells) + " |")
     return "\n".join(out).lstrip("\n")
-
-
-# the README's table: right after an image, the dense target, the cases that decide which fix to run
-SUMMARY = (("text", 256), ("text", 1024), ("images", 256))
-
-
-def summary_markdown(runs: dict[str, dict], target: str = "dense", phase: str = "after image") -> str:
-    """The README's small table, from the same record as docs/performance.md's."""
-    out = [
-        "| draft | image rows | `slots` (twin semantics) | `definition` | `definition` - `slots` |",
-        "|---|---|---|---|---|",
-    ]
-    for trained_on, rows in SUMMARY:
-        r = runs[f"{target}/{trained_on}/{rows}"]
-        twin, own = (r["table"][c]["phases"][phase]["mean_accepted"] for c in (TWIN, DEFINITION))
-        d = r["differences"][f"{DEFINITION} - {TWIN}"][phase]
-        out.append(f"| {TRAINED[trained_on]} | {rows} | {twin:.2f} | {own:.2f} | {_cell(d)} |")
-    return "\n".join(out)
