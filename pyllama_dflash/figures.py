@@ -34,6 +34,7 @@ def provenance(manifest) -> dict:
             "machine": platform.machine(),
             "python": platform.python_version(),
             "simd": _simd(),
+            "load": list(os.getloadavg()),  # 1, 5 and 15 minutes, when the record began
         },
         "llama_cpp": {
             "release": source.get("release"),
@@ -47,9 +48,25 @@ def heading(record: dict) -> str:
     """The line above a record's tables: when and where it was measured."""
     m, lc = record["machine"], record["llama_cpp"]
     simd = f" with {m['simd']}" if m.get("simd") else ""
+    load = f", load average {m['load'][0]:.2f} at the start" if m.get("load") else ""
     return (
-        f"Measured {record['date']} on {m['cpus']} cores ({m['machine']}{simd}, Python {m['python']}), "
+        f"Measured {record['date']} on {m['cpus']} cores ({m['machine']}{simd}, Python {m['python']}{load}), "
         f"llama.cpp {lc['release']} ({(lc['commit'] or '')[:7]}), {lc['backend']} build."
+    )
+
+
+BUSY_LOAD_PER_CORE = 0.25  # a 1-minute load average above this share of the cores means others are running
+
+
+def busy_warning() -> str | None:
+    """A warning when something else is running: timings then spread wider, though the ratios measure both
+    sides interleaved."""
+    load, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    if load <= BUSY_LOAD_PER_CORE * cpus:
+        return None
+    return (
+        f"the machine is busy (load average {load:.2f} over the last minute on {cpus} cores): "
+        "the ratios interleave both sides, but their intervals widen; a quiet machine gives the figures to record"
     )
 
 

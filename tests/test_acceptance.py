@@ -15,7 +15,7 @@ import pytest
 
 from conftest import DEFINED
 from pyllama_dflash.acceptance.measure import MODEL, TEXT_ONLY, columns, measure
-from pyllama_dflash.acceptance.served import measure_server
+from pyllama_dflash.acceptance.served import measure_server, speed_by_phase
 from pyllama_dflash.draftmodel.trained import trained_models
 from pyllama_dflash.oracles.references import DEFINITION, REFERENCE
 
@@ -102,3 +102,27 @@ def test_the_server_answers_with_the_draft_what_it_answers_without(served):
 def test_the_first_turn_has_no_image_and_drafts_alike_on_every_server_column(served):
     text = {name: entry["phases"]["text"] for name, entry in served["table"].items()}
     assert len({(t["drafted"], t["accepted"]) for t in text.values()}) == 1, text
+
+
+@pytest.mark.slow
+def test_every_answering_server_column_times_every_phase_with_and_without_the_draft(served):
+    for name, entry in served["table"].items():
+        if entry["failed"]:
+            continue
+        for phase, ratios in entry["speed"].items():
+            assert ratios["tok_s"] is not None and ratios["ttft"] is not None, (name, phase)
+            assert ratios["tok_s"]["ci95"][0] <= ratios["tok_s"]["ratio"] <= ratios["tok_s"]["ci95"][1], (name, phase)
+
+
+def test_a_phases_speed_is_pooled_over_that_phases_turns_only():
+    def turn(seed, phase, n, ms, prompt_ms):
+        return {"seed": seed, "phase": phase, "predicted_n": n, "predicted_ms": ms, "prompt_ms": prompt_ms}
+
+    seeds = (1, 2)
+    drafted = [turn(s, "text", 10, 50.0, 5.0) for s in seeds] + [turn(s, "after image", 10, 200.0, 30.0) for s in seeds]
+    plain = [turn(s, "text", 10, 100.0, 5.0) for s in seeds] + [turn(s, "after image", 10, 100.0, 20.0) for s in seeds]
+    by_phase = speed_by_phase(drafted, plain, seeds)
+    assert by_phase["text"]["tok_s"]["ratio"] == pytest.approx(2.0)
+    assert by_phase["after image"]["tok_s"]["ratio"] == pytest.approx(0.5)
+    assert by_phase["after image"]["ttft"]["ratio"] == pytest.approx(1.5)
+    assert by_phase["after restore"]["tok_s"] is None

@@ -86,3 +86,19 @@ def test_fuzz_writes_the_committed_runs_table_from_its_json_alone(tmp_path, caps
     out = tmp_path / "fuzz.md"
     assert fuzz_main(["--merge", str(record), "--markdown", str(out)]) == 0
     assert out.read_text() == records.render(record)
+
+
+def test_the_heading_says_the_load_the_record_began_under_and_a_busy_machine_is_named(monkeypatch):
+    from pyllama_dflash import figures
+
+    record = {
+        "date": "2026-12-04",
+        "machine": {"cpus": 2, "machine": "x86_64", "python": "3.11.7", "simd": "AVX2", "load": [1.5, 1.0, 0.5]},
+        "llama_cpp": {"release": "b11434", "commit": "0123456789", "backend": "cpu"},
+    }
+    assert "load average 1.50 at the start" in figures.heading(record)
+    monkeypatch.setattr(figures.os, "getloadavg", lambda: (3.7, 2.0, 1.0))
+    monkeypatch.setattr(figures.os, "cpu_count", lambda: 2)
+    assert "load average 3.70" in figures.busy_warning()
+    monkeypatch.setattr(figures.os, "getloadavg", lambda: (0.1, 0.1, 0.1))
+    assert figures.busy_warning() is None

@@ -119,10 +119,12 @@ def _paired_sums(
     return np.array([a[s] for s in both]).reshape(shape), np.array([b[s] for s in both]).reshape(shape)
 
 
-def throughput_ratio(turns: list[dict], plain: list[dict], seeds: Sequence[int]) -> dict | None:
-    """Tokens per second with the draft over without, pooled over the conversations both servers ran,
-    with a 95% interval from resampling those conversations."""
-    a, b = _paired_sums(turns, plain, seeds, ("predicted_n", "predicted_ms"))
+def throughput_ratio(
+    turns: list[dict], plain: list[dict], seeds: Sequence[int], phases: tuple[str, ...] = ()
+) -> dict | None:
+    """Tokens per second with the draft over without, over the turns of ``phases`` (or all), pooled over
+    the conversations both servers ran, with a 95% interval from resampling those conversations."""
+    a, b = _paired_sums(turns, plain, seeds, ("predicted_n", "predicted_ms"), phases)
     if not len(a):
         return None
     (an, ams), (bn, bms) = a.T, b.T
@@ -138,16 +140,30 @@ def throughput_ratio(turns: list[dict], plain: list[dict], seeds: Sequence[int])
     }
 
 
-def prefill_ratio(turns: list[dict], plain: list[dict], seeds: Sequence[int]) -> dict | None:
-    """The image turns' prompt processing (time to first token) with the draft over without, pooled over
-    the conversations both servers ran, with a 95% interval from resampling them."""
-    a, b = _paired_sums(turns, plain, seeds, ("prompt_ms",), ("after image", "after second image"))
+IMAGE_TURNS = ("after image", "after second image")
+
+
+def prefill_ratio(
+    turns: list[dict], plain: list[dict], seeds: Sequence[int], phases: tuple[str, ...] = IMAGE_TURNS
+) -> dict | None:
+    """Prompt processing (time to first token) with the draft over without, over the turns of ``phases``
+    (the image turns unless told), pooled over the conversations both servers ran, with a 95% interval
+    from resampling them."""
+    a, b = _paired_sums(turns, plain, seeds, ("prompt_ms",), phases)
     if not len(a):
         return None
     am, bm = a[:, 0], b[:, 0]
     idx = resample(len(a))
     lo, hi = percentile_interval(am[idx].sum(1) / bm[idx].sum(1))
     return {"conversations": len(a), "ratio": float(am.sum() / bm.sum()), "ci95": [lo, hi]}
+
+
+def speed_by_phase(turns: list[dict], plain: list[dict], seeds: Sequence[int]) -> dict[str, dict]:
+    """Per phase of the conversation: tokens/s and time to first token, with the draft over without."""
+    return {
+        p: {"tok_s": throughput_ratio(turns, plain, seeds, (p,)), "ttft": prefill_ratio(turns, plain, seeds, (p,))}
+        for p in TURN_PHASES
+    }
 
 
 def measure_server(
@@ -172,6 +188,7 @@ def measure_server(
                 "phases": summarise_turns(result["turns"], seeds),
                 "throughput": throughput_ratio(result["turns"], result["plain"], seeds),
                 "prefill": prefill_ratio(result["turns"], result["plain"], seeds),
+                "speed": speed_by_phase(result["turns"], result["plain"], seeds),
                 "failed": result["failed"],
                 "turns": {"drafted": result["turns"], "plain": result["plain"]},
             }
@@ -200,4 +217,24 @@ def server_markdown(result: dict) -> str:
         cells.append("" if t is None else f"{t['ratio']:.2f} [{t['ci95'][0]:.2f}, {t['ci95'][1]:.2f}]")
         failed = f" ({len(entry['failed'])} failed)" if entry["failed"] else ""
         lines.append(f"| {name}{failed} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _ratio_cell(r: dict | None) -> str:
+    return "" if r is None else f"{r['ratio']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]"
+
+
+def speed_markdown(result: dict) -> str:
+    """Per column and phase: tokens/s with the draft over without, then time to first token likewise."""
+    lines = [
+        "| column | " + " | ".join(f"{p}: tok/s, TTFT" for p in TURN_PHASES) + " |",
+        "|" + "---|" * (len(TURN_PHASES) + 1),
+    ]
+    for name, entry in result["table"].items():
+        by_phase = entry.get("speed", {})
+        cells = [
+            f"{_ratio_cell(by_phase[p]['tok_s'])}; {_ratio_cell(by_phase[p]['ttft'])}" if p in by_phase else ""
+            for p in TURN_PHASES
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -57,7 +57,7 @@ from ..bootstrap import median_interval
 from ..draftmodel.trained import TARGET_KINDS, TRAINED_ON
 from ..env import CACHE_ENV, CPU_ENV, THREADS_ENV
 from ..errors import PyllamaError, UsageError
-from ..figures import provenance
+from ..figures import busy_warning, provenance
 from ..files import atomic_write_bytes, atomic_write_json, default_file_mode
 from ..flags import tool_prog
 from ..llamabuild import BuildError, BuildOptions, build, find_built
@@ -414,6 +414,8 @@ def main(argv: list[str] | None = None) -> int:
         command.require("matplotlib", extra="plot", command="bench --plot")
     targets, sizes = _paired_choices(ap, args)
 
+    if warning := busy_warning():
+        print(f"bench: warning: {warning}", file=sys.stderr, flush=True)
     head = build(["baseline"], BuildOptions(quiet=True))[0]
     report: dict = provenance(head)
     runners = {

@@ -168,6 +168,33 @@ def _fill_table(fill: dict) -> list[str]:
     return out
 
 
+def _speed_tables(s: dict) -> list[str]:
+    from ..acceptance.served import server_markdown, speed_markdown
+
+    draft = (
+        f"the draft trained for it (`{s['draft']['file']}`, sha256 {s['draft']['sha256'][:12]})"
+        if s.get("draft", {}).get("trained")
+        else "its draft untrained"
+    )
+    out = [
+        "",
+        f"The bench pair through llama-server, {s['conversations']} conversations, {draft}: acceptance rate "
+        "per turn, tokens/s with the draft over without, and the image turns' time to first token with the "
+        "draft over without:",
+        "",
+        server_markdown(s),
+    ]
+    if all("speed" in e for e in s["table"].values()):
+        out += [
+            "",
+            "The same runs by phase: tokens/s with the draft over without; time to first token with the "
+            "draft over without [95% intervals over conversations]:",
+            "",
+            speed_markdown(s),
+        ]
+    return out
+
+
 def markdown(r: dict) -> str:
     out = [heading(r)]
     figures = _figures(r)
@@ -199,22 +226,7 @@ def markdown(r: dict) -> str:
                 server_markdown(a["server"]),
             ]
     if "speed" in r and "table" in r["speed"]:
-        from ..acceptance.served import server_markdown
-
-        out += [
-            "",
-            f"The bench pair through llama-server, {r['speed']['conversations']} conversations, "
-            + (
-                f"the draft trained for it (`{r['speed']['draft']['file']}`, sha256 "
-                f"{r['speed']['draft']['sha256'][:12]})"
-                if r["speed"].get("draft", {}).get("trained")
-                else "its draft untrained"
-            )
-            + ": acceptance rate per turn, tokens/s with the draft over without, and the image turns' "
-            "time to first token with the draft over without:",
-            "",
-            server_markdown(r["speed"]),
-        ]
+        out += _speed_tables(r["speed"])
     if "paired" in r and "runs" in r["paired"]:
         from ..acceptance.paired import markdown as paired_tables
 
