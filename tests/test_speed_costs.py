@@ -1,6 +1,7 @@
-"""The speed model's measurements (bench sections ``batch`` and ``round``) on real builds: each part of a
-speculative round is timed in a child of its own, and the bench pair is the same file on every machine.
-Timings are checked for what they are (one per round, positive), never for a value."""
+"""The speed model's measurements (bench sections ``batch``, ``round`` and ``speed``) on real builds: each
+part of a speculative round is timed in a child of its own, the bench pair is the same file on every
+machine, and it serves through llama-server. Timings are checked for what they are (one per round,
+positive), never for a value."""
 
 from __future__ import annotations
 
@@ -59,3 +60,23 @@ def test_the_bench_writes_the_speed_models_sections_and_their_table(variants, tm
     table = markdown(r)
     assert "tiny: tokens accepted per round where drafting breaks even" in table
     assert "bench pair: tokens accepted per round where drafting breaks even" in table
+
+
+@pytest.mark.slow
+def test_the_speed_section_serves_the_bench_pair_with_and_without_the_draft_in_every_phase(variants):
+    """A smoke of ``bench --only speed`` on one remedy and one conversation: the bench pair's 830 MB target
+    through the ``definition`` variant's llama-server, beside one without the draft, answers every turn,
+    and each phase gets its tokens/s and time-to-first-token ratios."""
+    from pyllama_dflash.acceptance.chat import TURN_PHASES
+    from pyllama_dflash.acceptance.measure import columns
+    from pyllama_dflash.acceptance.served import measure_server
+    from pyllama_dflash.bench.__main__ import held_out_seeds
+    from pyllama_dflash.slotloop.models import bench_pair_models
+
+    cols = [c for c in columns() if c.variant == "definition" and c.mode == "variant"]
+    result = measure_server(bench_pair_models(), held_out_seeds(1), cols, log=lambda _line: None)
+    (entry,) = result["table"].values()
+    assert entry["failed"] == []
+    for phase in TURN_PHASES:
+        assert entry["speed"][phase]["tok_s"] is not None, phase
+        assert entry["speed"][phase]["ttft"]["ratio"] > 0, phase
