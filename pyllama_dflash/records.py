@@ -1,9 +1,9 @@
 """The committed records of measured figures (docs/figures/) and the command whose ``--markdown`` writes
 each one's tables.
 
-A record's file name says which command wrote it, by its first word: ``bench``, ``acceptance`` and
-``paired`` are the bench's, ``fuzz`` the fuzzer's, ``soak`` the soak's. So the docs' tables can be written
-again from the records alone: ``tests/test_docs.py`` does so and fails on any difference.
+A record's file name says which command wrote it, by its first word: ``bench``, ``acceptance``,
+``paired`` and ``speed`` are the bench's, ``fuzz`` the fuzzer's, ``soak`` the soak's. So the docs' tables
+can be written again from the records alone: ``tests/test_figures.py`` does so and fails on any difference.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ WRITERS = {
     "bench": "pyllama_dflash.bench.report",
     "acceptance": "pyllama_dflash.bench.report",
     "paired": "pyllama_dflash.bench.report",
+    "speed": "pyllama_dflash.bench.report",
     "fuzz": "pyllama_dflash.fuzz.report",
     "soak": "pyllama_dflash.soak.report",
 }

@@ -282,6 +282,10 @@ def bench_bindings() -> dict:
     return measure("baseline", BindingsFill(rows=4096, n_embd=(64, 2048)))
 
 
+ACCEPTANCE_CONVERSATIONS = 24  # per column: intervals over conversations narrow enough to tell columns apart
+SPEED_CONVERSATIONS = 8  # per remedy, each on two servers: the default speed run stays under 20 minutes
+
+
 def held_out_seeds(conversations: int) -> range:
     """The bench's conversations: the committed drafts trained on conversations 0..999 at most."""
     return range(1000, 1000 + conversations)
@@ -353,7 +357,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--cold-build", action="store_true", help="measure a real cold build (about 11 min on 2 cores)")
     ap.add_argument("--rounds", type=int, default=16, help="interleaved rounds for the overhead ratio")
     ap.add_argument("--repeats", type=int, default=7, help="repeats per point of the fill curve")
-    ap.add_argument("--conversations", type=int, default=24, help="conversations per acceptance column")
+    ap.add_argument(
+        "--conversations",
+        type=int,
+        help=f"conversations per column (default {ACCEPTANCE_CONVERSATIONS} for acceptance and paired, "
+        f"{SPEED_CONVERSATIONS} for speed: each of its conversations runs on two servers of the 830 MB pair)",
+    )
     ap.add_argument("--target", choices=TARGET_KINDS, default="dense", help="the tiny target of the trained draft")
     ap.add_argument(
         "--trained-on",
@@ -413,6 +422,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:  # before the runs, not after them
         command.require("matplotlib", extra="plot", command="bench --plot")
     targets, sizes = _paired_choices(ap, args)
+    if args.conversations is not None and args.conversations < 1:
+        ap.error(f"--conversations {args.conversations}: at least one conversation per column")
+    conversations = args.conversations or ACCEPTANCE_CONVERSATIONS
 
     if warning := busy_warning():
         print(f"bench: warning: {warning}", file=sys.stderr, flush=True)
@@ -428,9 +440,9 @@ def main(argv: list[str] | None = None) -> int:
         "bindings": bench_bindings,
         "batch": lambda: bench_batch(args.rounds),
         "round": lambda: bench_round(args.rounds),
-        "speed": lambda: bench_speed(args.conversations, args.bench_pair_draft),
-        "acceptance": lambda: bench_acceptance(args.conversations, args.target, args.trained_on, sizes),
-        "paired": lambda: bench_paired(args.conversations, targets, sizes or list(IMAGE_ROWS_PX)),
+        "speed": lambda: bench_speed(args.conversations or SPEED_CONVERSATIONS, args.bench_pair_draft),
+        "acceptance": lambda: bench_acceptance(conversations, args.target, args.trained_on, sizes),
+        "paired": lambda: bench_paired(conversations, targets, sizes or list(IMAGE_ROWS_PX)),
     }
     for i, section in enumerate(only, 1):
         t0 = time.monotonic()
