@@ -315,6 +315,7 @@ def bench_speed(conversations: int, draft: Path | None) -> dict:
     from ..acceptance.measure import columns
     from ..acceptance.served import measure_server, server_columns
     from ..draft_upgrade import reconverted_twin
+    from ..draftmodel.trained import BENCH_PAIR_RECORD, bench_pair_draft_record
     from ..files import sha256_file
 
     models = bench_pair_models()
@@ -324,8 +325,23 @@ def bench_speed(conversations: int, draft: Path | None) -> dict:
         models = replace(models, draft=draft, twin=reconverted_twin(draft, cache_root() / "bench-pair" / "twins"))
     # every remedy: the upgraded draft on b11434 (its twin), and each variant that takes an image
     cols = [c for c in server_columns(columns()) if c.images and (c.twin or c.variant != "baseline")]
+    recorded = None
+    if draft is not None:
+        recorded = bench_pair_draft_record(draft)
+        if recorded is None:
+            print(
+                f"bench: warning: --bench-pair-draft {draft} is not the draft {BENCH_PAIR_RECORD.name} records "
+                "(training is not bit-reproducible across CPUs): its figures are this draft's",
+                file=sys.stderr,
+                flush=True,
+            )
     result = measure_server(models, held_out_seeds(conversations), cols)
-    result["draft"] = {"file": models.draft.name, "sha256": sha256_file(models.draft), "trained": draft is not None}
+    result["draft"] = {
+        "file": models.draft.name,
+        "sha256": sha256_file(models.draft),
+        "trained": draft is not None,
+        "recorded": recorded is not None,  # the draft tests/data/trained/bench-pair.json records
+    }
     return result
 
 

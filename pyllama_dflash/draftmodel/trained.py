@@ -21,6 +21,9 @@ from ..tiny._write import stored_fingerprint
 
 TRAINED_DIR = REPO_DIR / "tests" / "data" / "trained"
 MANIFEST = "manifest.json"
+# the bench pair's draft is too large to commit; its record (the manifest ``train --pair bench --out DIR``
+# writes beside it) is, so a draft given to the bench can be told to be that one or not
+BENCH_PAIR_RECORD = TRAINED_DIR / "bench-pair.json"
 TARGET_KINDS = ("dense", "moe")
 # what a draft's training conversations held: images (every row at the draft's own positions, as
 # SpecForge's multimodal DFlash training has it) or text only (as the public DFlash drafts were trained)
@@ -80,3 +83,14 @@ def trained_models(target_kind: str = "dense", directory: Path = TRAINED_DIR, tr
         target_kind=target_kind,
         image_rows=inspect(path).image_rows,
     )
+
+
+def bench_pair_draft_record(path: Path, record: Path = BENCH_PAIR_RECORD) -> dict | None:
+    """The committed record of the bench pair's draft whose bytes are ``path``'s (with its file name
+    under ``file``), or None: training is not bit-reproducible across CPUs, so another draft is named,
+    not refused."""
+    if not record.is_file():
+        return None
+    digest = sha256_file(path)
+    files = json.loads(record.read_text())["files"]
+    return next(({**r, "file": name} for name, r in files.items() if r["sha256"] == digest), None)
