@@ -331,7 +331,7 @@ def bench_speed(conversations: int, draft: Path | None) -> dict:
         if recorded is None:
             print(
                 f"bench: warning: --bench-pair-draft {draft} is not the draft {BENCH_PAIR_RECORD.name} records "
-                "(training is not bit-reproducible across CPUs): its figures are this draft's",
+                "(training is not known to be bit-reproducible across CPUs): its figures are this draft's",
                 file=sys.stderr,
                 flush=True,
             )

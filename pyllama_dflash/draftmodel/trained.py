@@ -87,8 +87,8 @@ def trained_models(target_kind: str = "dense", directory: Path = TRAINED_DIR, tr
 
 def bench_pair_draft_record(path: Path, record: Path = BENCH_PAIR_RECORD) -> dict | None:
     """The committed record of the bench pair's draft whose bytes are ``path``'s (with its file name
-    under ``file``), or None: training is not bit-reproducible across CPUs, so another draft is named,
-    not refused."""
+    under ``file``), or None: training is not known to be bit-reproducible across CPUs, so another draft
+    is named, not refused."""
     if not record.is_file():
         return None
     digest = sha256_file(path)
