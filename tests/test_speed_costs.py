@@ -97,3 +97,21 @@ def test_a_bench_pair_draft_is_known_by_its_bytes_not_its_name(tmp_path):
     assert found["file"] == "dflash-bench-pair.gguf" and found["command"] == "train"
     assert bench_pair_draft_record(other, record) is None
     assert bench_pair_draft_record(draft, tmp_path / "absent.json") is None
+
+
+def test_the_speed_model_is_set_beside_the_measured_ratio_per_column_and_phase():
+    """(1 + a) / c with a = the served acceptance rate x n_max: rate 0.5 of 3 and c = 1.25 give 2.00."""
+    from pyllama_dflash.bench.report import model_against_measure
+
+    ratio = {"ratio": 1.8, "ci95": [1.6, 2.0]}
+    pair = {"drafted": 3, "round_over_decode": {"median": 1.25, "ci95": [1.0, 1.5]}}
+    served = {
+        "table": {
+            "definition": {
+                "phases": {"text": {"rate": 0.5, "ci95": [0.4, 0.6]}, "after image": {"rate": 0.1, "ci95": [0, 1]}},
+                "speed": {"text": {"tok_s": ratio, "ttft": ratio}, "after image": {"tok_s": None, "ttft": None}},
+            }
+        }
+    }
+    rows = model_against_measure(served, pair).splitlines()
+    assert rows[2:] == ["| definition | text | 1.50 [1.20, 1.80] | 2.00 [1.47, 2.80] | 1.80 [1.60, 2.00] |"]

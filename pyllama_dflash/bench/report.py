@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..figures import heading
+from ..figures import heading, table
 
 
 def _s(x: float | None) -> str:
@@ -168,7 +168,35 @@ def _fill_table(fill: dict) -> list[str]:
     return out
 
 
-def _speed_tables(s: dict) -> list[str]:
+def model_against_measure(s: dict, pair: dict) -> str:
+    """Per column and phase: the speed model's (1 + a) / c from the served acceptance and the round's
+    measured cost, beside the measured tokens/s ratio."""
+    from ..acceptance.chat import TURN_PHASES
+
+    n, c = pair["drafted"], pair["round_over_decode"]
+    rows = []
+    for name, entry in s["table"].items():
+        for phase in TURN_PHASES:
+            acc, measured = entry["phases"].get(phase), entry.get("speed", {}).get(phase, {}).get("tok_s")
+            if acc is None or measured is None:
+                continue
+            a, (a_lo, a_hi) = acc["rate"] * n, (x * n for x in acc["ci95"])
+            model = (1 + a) / c["median"]
+            lo, hi = (1 + a_lo) / c["ci95"][1], (1 + a_hi) / c["ci95"][0]
+            rows.append(
+                [
+                    name,
+                    phase,
+                    f"{a:.2f} [{a_lo:.2f}, {a_hi:.2f}]",
+                    f"{model:.2f} [{lo:.2f}, {hi:.2f}]",
+                    f"{measured['ratio']:.2f} [{measured['ci95'][0]:.2f}, {measured['ci95'][1]:.2f}]",
+                ]
+            )
+    header = ["column", "phase", "accepted per round a", "model (1 + a) / c", "measured tok/s with / without"]
+    return table(header, rows)
+
+
+def _speed_tables(s: dict, round_pairs: dict) -> list[str]:
     from ..acceptance.served import server_markdown, speed_markdown
 
     draft = (
@@ -192,6 +220,18 @@ def _speed_tables(s: dict) -> list[str]:
             "",
             speed_markdown(s),
         ]
+        if "bench pair" in round_pairs:
+            pair = round_pairs["bench pair"]
+            c = pair["round_over_decode"]["median"]
+            out += [
+                "",
+                f"The speed model against the measure: a is the served acceptance rate times {pair['drafted']} "
+                f"(every round drafts that many but the last of a reply), c = {c:.2f} the bench pair's round "
+                "in plain decodes from the round section of this run; the model's interval combines a's and "
+                "c's ends:",
+                "",
+                model_against_measure(s, pair),
+            ]
     return out
 
 
@@ -226,7 +266,7 @@ def markdown(r: dict) -> str:
                 server_markdown(a["server"]),
             ]
     if "speed" in r and "table" in r["speed"]:
-        out += _speed_tables(r["speed"])
+        out += _speed_tables(r["speed"], r.get("round", {}).get("pairs", {}))
     if "paired" in r and "runs" in r["paired"]:
         from ..acceptance.paired import markdown as paired_tables
 
