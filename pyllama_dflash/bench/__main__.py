@@ -22,9 +22,10 @@ Sections (``--only``):
   round     the speed model's costs, on the tiny pair and the bench pair: a speculative round's
             parts (draft step, verify, process) over one plain decode, and from them the accepted
             tokens per round where drafting breaks even and the speed-up were every token accepted
-  speed     the bench pair through each variant's llama-server that takes images (its draft is not
-            trained: what drafting costs there), with and without the draft side by side: tokens/s
-            and time to first token per phase, with bootstrap intervals
+  speed     the bench pair through each variant's llama-server that takes images (with its untrained
+            draft, or one trained for it: --bench-pair-draft), with and without the draft side by
+            side: tokens/s and time to first token per phase, with bootstrap intervals, and beside
+            them the speed model's (1 + a) / c when the round section ran too
   acceptance  the trained draft's accepted tokens per round, by phase of a conversation with images,
             for every variant and reference (pyllama_dflash.acceptance), with bootstrap intervals;
             then the same conversations through each variant's llama-server: the acceptance rate
