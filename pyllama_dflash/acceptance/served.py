@@ -200,6 +200,11 @@ def measure_server(
     return {"conversations": len(seeds), "seeds": [min(seeds), max(seeds)], "image_px": image_px, "table": table}
 
 
+def ratio_cell(r: dict | None) -> str:
+    """A ratio with its 95% interval, or an empty cell where none was measured."""
+    return "" if r is None else f"{r['ratio']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]"
+
+
 def server_markdown(result: dict) -> str:
     phases = (*TURN_PHASES, "all after images")
     lines = [
@@ -211,17 +216,10 @@ def server_markdown(result: dict) -> str:
         for p in phases:
             f = entry["phases"].get(p)
             cells.append("" if f is None else f"{f['rate']:.2f} [{f['ci95'][0]:.2f}, {f['ci95'][1]:.2f}]")
-        t = entry["throughput"]
-        cells.append("" if t is None else f"{t['ratio']:.2f} [{t['ci95'][0]:.2f}, {t['ci95'][1]:.2f}]")
-        t = entry.get("prefill")
-        cells.append("" if t is None else f"{t['ratio']:.2f} [{t['ci95'][0]:.2f}, {t['ci95'][1]:.2f}]")
+        cells += [ratio_cell(entry["throughput"]), ratio_cell(entry.get("prefill"))]
         failed = f" ({len(entry['failed'])} failed)" if entry["failed"] else ""
         lines.append(f"| {name}{failed} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def _ratio_cell(r: dict | None) -> str:
-    return "" if r is None else f"{r['ratio']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]"
 
 
 def speed_markdown(result: dict) -> str:
@@ -233,7 +231,7 @@ def speed_markdown(result: dict) -> str:
     for name, entry in result["table"].items():
         by_phase = entry.get("speed", {})
         cells = [
-            f"{_ratio_cell(by_phase[p]['tok_s'])}; {_ratio_cell(by_phase[p]['ttft'])}" if p in by_phase else ""
+            f"{ratio_cell(by_phase[p]['tok_s'])}; {ratio_cell(by_phase[p]['ttft'])}" if p in by_phase else ""
             for p in TURN_PHASES
         ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")

@@ -172,6 +172,7 @@ def model_against_measure(s: dict, pair: dict) -> str:
     """Per column and phase: the speed model's (1 + a) / c from the served acceptance and the round's
     measured cost, beside the measured tokens/s ratio."""
     from ..acceptance.chat import TURN_PHASES
+    from ..acceptance.served import ratio_cell
 
     n, c = pair["drafted"], pair["round_over_decode"]
     rows = []
@@ -189,7 +190,7 @@ def model_against_measure(s: dict, pair: dict) -> str:
                     phase,
                     f"{a:.2f} [{a_lo:.2f}, {a_hi:.2f}]",
                     f"{model:.2f} [{lo:.2f}, {hi:.2f}]",
-                    f"{measured['ratio']:.2f} [{measured['ci95'][0]:.2f}, {measured['ci95'][1]:.2f}]",
+                    ratio_cell(measured),
                 ]
             )
     header = ["column", "phase", "accepted per round a", "model (1 + a) / c", "measured tok/s with / without"]
