@@ -82,17 +82,14 @@ def test_the_speed_section_serves_the_bench_pair_with_and_without_the_draft_in_e
         assert entry["speed"][phase]["ttft"]["ratio"] > 0, phase
 
 
-def test_a_bench_pair_draft_is_known_by_its_bytes_not_its_name(tmp_path):
+def test_a_bench_pair_draft_is_found_in_the_record_by_its_sha256(tmp_path):
     import json
 
     from pyllama_dflash.draftmodel.trained import bench_pair_draft_record
 
-    draft, other = tmp_path / "renamed.gguf", tmp_path / "other.gguf"
-    draft.write_bytes(b"the trained weights")
-    other.write_bytes(b"weights trained on another CPU")
-    digest = hashlib.sha256(b"the trained weights").hexdigest()
+    draft, other = (hashlib.sha256(b).hexdigest() for b in (b"the trained weights", b"trained on another CPU"))
     record = tmp_path / "bench-pair.json"
-    record.write_text(json.dumps({"files": {"dflash-bench-pair.gguf": {"sha256": digest, "command": "train"}}}))
+    record.write_text(json.dumps({"files": {"dflash-bench-pair.gguf": {"sha256": draft, "command": "train"}}}))
     found = bench_pair_draft_record(draft, record)
     assert found["file"] == "dflash-bench-pair.gguf" and found["command"] == "train"
     assert bench_pair_draft_record(other, record) is None

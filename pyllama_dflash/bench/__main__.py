@@ -326,9 +326,9 @@ def bench_speed(conversations: int, draft: Path | None) -> dict:
         models = replace(models, draft=draft, twin=reconverted_twin(draft, cache_root() / "bench-pair" / "twins"))
     # every remedy: the upgraded draft on b11434 (its twin), and each variant that takes an image
     cols = [c for c in server_columns(columns()) if c.images and (c.twin or c.variant != "baseline")]
-    recorded = None
+    digest, recorded = sha256_file(models.draft), None  # 65 MB trained: hashed once
     if draft is not None:
-        recorded = bench_pair_draft_record(draft)
+        recorded = bench_pair_draft_record(digest)
         if recorded is None:
             print(
                 f"bench: warning: --bench-pair-draft {draft} is not the draft {BENCH_PAIR_RECORD.name} records "
@@ -339,7 +339,7 @@ def bench_speed(conversations: int, draft: Path | None) -> dict:
     result = measure_server(models, held_out_seeds(conversations), cols)
     result["draft"] = {
         "file": models.draft.name,
-        "sha256": sha256_file(models.draft),
+        "sha256": digest,
         "trained": draft is not None,
         "recorded": recorded is not None,  # the draft tests/data/trained/bench-pair.json records
     }

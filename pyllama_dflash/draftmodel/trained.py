@@ -85,12 +85,11 @@ def trained_models(target_kind: str = "dense", directory: Path = TRAINED_DIR, tr
     )
 
 
-def bench_pair_draft_record(path: Path, record: Path = BENCH_PAIR_RECORD) -> dict | None:
-    """The committed record of the bench pair's draft whose bytes are ``path``'s (with its file name
+def bench_pair_draft_record(sha256: str, record: Path = BENCH_PAIR_RECORD) -> dict | None:
+    """The committed record of the bench pair's draft whose bytes have this sha256 (with its file name
     under ``file``), or None: training is not known to be bit-reproducible across CPUs, so another draft
     is named, not refused."""
     if not record.is_file():
         return None
-    digest = sha256_file(path)
     files = json.loads(record.read_text())["files"]
-    return next(({**r, "file": name} for name, r in files.items() if r["sha256"] == digest), None)
+    return next(({**r, "file": name} for name, r in files.items() if r["sha256"] == sha256), None)
