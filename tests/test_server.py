@@ -382,6 +382,20 @@ def test_a_speculative_checkpoint_after_an_image_is_restored_exactly(checks):
     assert checks[DEFINED]["spec_checkpoint_image"]["definition"]["same"] is True
 
 
+def test_an_idle_slot_saved_to_the_prompt_cache_comes_back_and_drafts_as_defined(checks):
+    """idle_slot_cache_drafts: A with an image on slot 0, another prompt on slot 1 (slot 0 saved to the prompt
+    cache with its draft and cleared), A continued from the cache. On 0007 every round drafts as a fresh
+    server's; without it the rounds are measured: the same tokens proposed (the last digits of some
+    probabilities differ, as in drafts_vs_definition)."""
+    for v in PATCHED:
+        r = checks[v]["idle_slot_cache_drafts"]
+        assert r["status"] == [200] * 3 and r["idle_slot_saved"] and r["cache_n_after_load"], f"{v}: {_explain(r)}"
+        d = r["definition"]
+        assert d["comparable"] and all(_proposed(x["drafted"]) == _proposed(x["reference"]) for x in d["differing"])
+    assert checks[DEFINED]["idle_slot_cache_drafts"]["definition"]["same"] is True
+    assert checks["baseline"]["idle_slot_cache_drafts"]["ok"]  # 500 at A's image, as every image request there
+
+
 @pytest.mark.parametrize("check", CHECKS)
 def test_a_draft_trained_with_image_rows_is_served_as_the_definition_serves_it(checks_as_trained, check):
     """0008 gives a draft with the image-rows key every row at positions of its own: through llama-server it

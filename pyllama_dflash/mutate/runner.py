@@ -111,6 +111,8 @@ SERVER_KILLERS = (
     "drafts_vs_definition",
     "restore_image_drafts",
     "spec_checkpoint_image",
+    # an idle slot saved to the prompt cache with its draft when another slot starts, and loaded back
+    "idle_slot_cache_drafts",
 )
 # the sibling drafters' checks, on their own models (slotloop.models.sibling_models): 0007's lines for a
 # draft without positions of its own (the else-branches of slot_draft_load and server_draft_pos) are

@@ -4,8 +4,8 @@ The checks live in this package's modules, by theme: :mod:`.requests` (one reque
 conversations), :mod:`.slots` (slot save and restore), :mod:`.faults` (restores of damaged slot files),
 :mod:`.save_faults` (a save that fails or is killed, and a slot file without a draft part),
 :mod:`.drafting` (the drift oracle through the server, and how llama-server picks and runs the drafter),
-:mod:`.definition` (0007's draft after an image against a fresh server's first round) and :mod:`.siblings`
-(MTP and EAGLE3).
+:mod:`.definition` (0007's draft after an image against a fresh server's first round), :mod:`.idle_slot`
+(an idle slot saved to the prompt cache and brought back) and :mod:`.siblings` (MTP and EAGLE3).
 
 A check is a function of a :class:`~.run.Ctx` returning a :class:`~.expect.Result`, registered
 once with ``@check(name, baseline=..., twin=...)``: its expectation per role of variant
@@ -109,7 +109,7 @@ def server_facts(srv: ServerProcess) -> dict:
 
 
 # the checks register themselves on import, in this order: the order they run and are reported in
-for _module in ("requests", "slots", "faults", "save_faults", "drafting", "definition", "siblings"):
+for _module in ("requests", "slots", "faults", "save_faults", "drafting", "definition", "idle_slot", "siblings"):
     importlib.import_module(f"{__name__}.{_module}")
 
 CHECKS = tuple(name for name, c in REGISTRY.items() if c.sibling is None)  # on the DFlash family's models
