@@ -18,6 +18,8 @@ from pyllama_dflash import api
 from pyllama_dflash.acceptance.measure import SESSION
 from pyllama_dflash.acceptance.script import run_conversation
 from pyllama_dflash.draftmodel import forward
+from pyllama_dflash.draftmodel.corpus import Conversation
+from pyllama_dflash.draftmodel.predictability import predictability, replies
 from pyllama_dflash.draftmodel.trained import (
     TRAINED_ON,
     StaleTrainedDraft,
@@ -144,3 +146,26 @@ def test_the_training_forward_is_the_reference_forward():
         )
         outs.append(np.asarray(forward.head_logits(xp, hidden, xp.asarray(w.output)), dtype=np.float64))
     assert _nmse(outs[1], outs[0]) < 1e-10
+
+
+def _conversation(replies_: list[list[int]]) -> Conversation:
+    """A corpus conversation of generated replies, each after three prompt rows (an image row among them)."""
+    tokens, generated = [], []
+    for r in replies_:
+        tokens += [5, -1, 6, *r]
+        generated += [False] * 3 + [True] * len(r)
+    return Conversation(np.zeros((len(tokens), 4), np.float32), np.array(tokens), np.array(generated))
+
+
+def test_predictability_counts_successors_within_replies_and_learns_them_from_the_training_part():
+    """A target that always follows t with t + 1 is fully predictable from the training part's table; a
+    held-out pair whose previous token the table never saw counts as missed; no pair spans two replies."""
+    chain = _conversation([[1, 2, 3, 4], [2, 3, 4, 5]])
+    held = _conversation([[3, 4, 5], [9, 1]])  # 9 never seen: (9, 1) misses
+    r = predictability([chain], [held])
+    assert r["held_out_pairs"] == 3  # (3,4) (4,5) (9,1): not (5, 9) across the replies
+    assert r["successor"] == pytest.approx(2 / 3) and r["successor_seen"] == pytest.approx(2 / 3)
+    assert r["repeat"] == 0 and r["distinct"] == 6
+    assert [x.tolist() for x in replies(chain)] == [[1, 2, 3, 4], [2, 3, 4, 5]]
+    flat = predictability([_conversation([[7, 7, 7]])], [_conversation([[7, 7]])])
+    assert flat["repeat"] == 1 and flat["successor"] == 1 and flat["entropy_bits"] == 0
