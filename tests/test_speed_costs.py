@@ -112,3 +112,27 @@ def test_the_speed_model_is_set_beside_the_measured_ratio_per_column_and_phase()
     }
     rows = model_against_measure(served, pair).splitlines()
     assert rows[2:] == ["| definition | text | 1.50 [1.20, 1.80] | 2.00 [1.47, 2.80] | 1.80 [1.60, 2.00] |"]
+
+
+@pytest.mark.slow
+def test_the_speed_section_runs_the_bench_pair_through_the_library_with_and_without_the_draft(variants):
+    """The library half of ``bench --only speed`` on one remedy and one conversation: the ``definition``
+    variant's slot loop with the bench pair's draft and with none gives every phase its ratios, and the
+    same replies both ways (drafting changes the speed, never the tokens)."""
+    from pyllama_dflash.acceptance.chat import TURN_PHASES
+    from pyllama_dflash.acceptance.measure import columns
+    from pyllama_dflash.acceptance.timed import measure_library_speed
+    from pyllama_dflash.bench.__main__ import held_out_seeds
+    from pyllama_dflash.slotloop.models import bench_pair_models
+
+    cols = [c for c in columns() if c.variant == "definition" and c.mode == "variant"]
+    result = measure_library_speed(bench_pair_models(), held_out_seeds(1), cols, log=lambda _line: None)
+    (entry,) = result["table"].values()
+    assert entry["failed"] == []
+    drafted, plain = entry["turns"]["drafted"], entry["turns"]["plain"]
+    assert [t["phase"] for t in drafted] == [t["phase"] for t in plain] == list(TURN_PHASES)
+    assert [t["reply"] for t in drafted] == [t["reply"] for t in plain]
+    assert all(t["drafted"] > 0 for t in drafted) and all(t["drafted"] == 0 for t in plain)
+    for phase in TURN_PHASES:
+        assert entry["speed"][phase]["tok_s"]["ratio"] > 0, phase
+        assert entry["speed"][phase]["ttft"]["ratio"] > 0, phase

@@ -35,3 +35,6 @@ class AcceptanceJob(Coded):
     session: SessionConfig  # before the column's own: its variant's slot loop, or the definition's
     paired: bool = False  # drafts at every position of the target's replies (script.run_conversation)
     image_px: int | None = None  # the images' size (None: the corpus's drawn sizes)
+    # the speed through the library: each conversation run with the draft and without it (a session of the
+    # same variant with no draft at all), one after the other, each turn timed (script.run_conversation)
+    timed: bool = False

@@ -21,6 +21,7 @@ the reply: the first ``FIRST_POSITIONS`` after an image or a restore, ``later`` 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,6 +106,21 @@ def paired_results(seed: int, after: str | None, reply: list[int], rounds: list,
     return out
 
 
+def _timed_turn(seed: int, after: str | None, times: tuple[float, float, float], reply: list[int], rounds) -> dict:
+    """A turn as llama-server's ``timings`` count it: ``times`` are the prompt's start, the reply's start
+    and its end (perf_counter seconds)."""
+    return {
+        "seed": seed,
+        "phase": after or "text",
+        "prompt_ms": (times[1] - times[0]) * 1e3,
+        "predicted_n": len(reply),
+        "predicted_ms": (times[2] - times[1]) * 1e3,
+        "drafted": sum(r.drafted for r in rounds),
+        "accepted": sum(r.accepted for r in rounds),
+        "reply": reply,  # with the draft and without, it must be the same
+    }
+
+
 def run_conversation(
     s: Session,
     seed: int,
@@ -114,16 +130,22 @@ def run_conversation(
     paired: bool = False,
     image_px: int | None = None,
     replies: list[list[int]] | None = None,
+    timings: list[dict] | None = None,
 ) -> None:
     """Drive the conversation through a session's slot loop (sequence 0), its rounds (or, ``paired``,
     its positions) added to ``out`` by phase as they run (a conversation the variant fails keeps the
     ones before the failure), and each reply's tokens to ``replies``. Without ``restore`` it ends
-    after the third turn."""
+    after the third turn. ``timings`` gets each turn as llama-server's ``timings`` count it, phase by the
+    turn's place (chat.TURN_PHASES): its prompt's wall time (``prompt_ms``, the draft's part included) and
+    its reply's (``predicted_n`` tokens in ``predicted_ms``), with the reply and what it drafted and had
+    accepted."""
     turns = turns_for(seed, images, image_px)
     marker = s.projector.marker if s.projector is not None else ""
 
     def turn(t: Turn, after: str | None, step: str) -> None:
+        t0 = time.perf_counter()
         s.prompt(0, user_text(t, marker), list(t.images), step=step)
+        t1 = time.perf_counter()
         start = len(s.record.rounds)
         anchor = s.seqs[0].id_last
         if paired:
@@ -133,6 +155,8 @@ def run_conversation(
             reply = [anchor, *s.generate(0, t.n_generate, step=f"{step} reply")]
             for k, r in enumerate(s.record.rounds[start:]):
                 out.append(RoundResult(seed, phase_of(after, k, FIRST_ROUNDS), r.drafted, r.accepted))
+        if timings is not None:
+            timings.append(_timed_turn(seed, after, (t0, t1, time.perf_counter()), reply[1:], s.record.rounds[start:]))
         if replies is not None:
             replies.append(reply)
 

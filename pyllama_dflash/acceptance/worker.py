@@ -46,6 +46,8 @@ def run_one(raw: dict) -> dict:
         cfg = definition_config(job.session)
     models = job.models.with_draft(job.models.twin) if col.twin else job.models
     drafter = reference_model_drafter(models) if col.mode == "model" else None
+    if job.timed:
+        return _timed(job, models, cfg)
     rounds: list[RoundResult] = []
     failed = []
     replies: dict[int, list[list[int]]] = {}
@@ -70,6 +72,30 @@ def run_one(raw: dict) -> dict:
         "failed": failed,
         "replies": {str(k): v for k, v in replies.items()},
     }
+
+
+def _timed(job: AcceptanceJob, models, cfg) -> dict:
+    """Each conversation with the draft and then without it, the order swapped every other seed so that a
+    machine slowing down or warming up weighs on both sides alike; a conversation the draft fails (what
+    llama-server answers with 500) is not run without it."""
+    if job.column.mode != "variant" or job.paired:
+        raise ValueError(f"column {job.column.name}: the timed run takes a variant's own drafting, unpaired")
+    turns: list[dict] = []
+    plain: list[dict] = []
+    failed = []
+    with Loaded() as loaded:
+        for seed in job.seeds:
+            sides = [(True, []), (False, [])]
+            for speculative, timings in sides if seed % 2 == 0 else sides[::-1]:
+                with Session(models, cfg, Record(), speculative=speculative, loaded=loaded) as s:
+                    try:
+                        run_conversation(s, seed, [], images=job.column.images, image_px=job.image_px, timings=timings)
+                    except StopScenario as stop:
+                        failed.append({"seed": seed, "reason": str(stop)[:800]})
+                        break
+            turns += sides[0][1]
+            plain += sides[1][1] if not failed or failed[-1]["seed"] != seed else []
+    return {"status": "OK", "turns": turns, "plain": plain, "failed": failed}
 
 
 if __name__ == "__main__":

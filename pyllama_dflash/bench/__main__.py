@@ -311,10 +311,12 @@ def bench_acceptance(conversations: int, target_kind: str, trained_on: str, imag
 
 def bench_speed(conversations: int, draft: Path | None) -> dict:
     """The bench pair through each image-taking variant's llama-server, every conversation on a server
-    with the draft and on one without it, side by side: tokens/s and time to first token per phase. The
+    with the draft and on one without it, side by side: tokens/s and time to first token per phase; then
+    the same through the library (acceptance.timed). The
     draft is the bench pair's own (untrained) or ``draft``, one trained for it (``train --pair bench``)."""
     from ..acceptance.measure import columns
     from ..acceptance.served import measure_server, server_columns
+    from ..acceptance.timed import measure_library_speed
     from ..draft_upgrade import reconverted_twin
     from ..draftmodel.trained import BENCH_PAIR_RECORD, bench_pair_draft_record
     from ..files import sha256_file
@@ -336,7 +338,10 @@ def bench_speed(conversations: int, draft: Path | None) -> dict:
                 file=sys.stderr,
                 flush=True,
             )
-    result = measure_server(models, held_out_seeds(conversations), cols)
+    seeds = held_out_seeds(conversations)
+    result = measure_server(models, seeds, cols)
+    # the same conversations and columns through the library, each variant's own libraries in a child
+    result["library"] = measure_library_speed(models, seeds, cols)
     result["draft"] = {
         "file": models.draft.name,
         "sha256": digest,

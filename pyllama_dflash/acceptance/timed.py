@@ -1,0 +1,50 @@
+"""The speed through the library: the served speed table's conversations, run by the harness's slot loop.
+
+Each column's child runs every conversation twice on the variant's own libraries, with the draft and with
+no draft at all (``Session(speculative=False)``: the target alone, as llama-server without ``-md``), and
+times each turn as llama-server's ``timings`` do (``script.run_conversation``). The figures are the
+served table's (``served.speed_by_phase``): per phase, tokens/s with the draft over without and the
+prompt's time with over without, each with a 95% interval over conversations.
+
+What differs from the server: no HTTP, no chat template (the slot holds the generated tokens, as in the
+acceptance table), no sampler chain (the slot loop takes the target's argmax), and the Python of the slot
+loop between libllama's calls. What is the same: the variant, the models, the conversations, the batch
+sizes and the draft length (``measure.SESSION``).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from ..pace import eta
+from ..slotloop.config import server_config
+from ..slotloop.models import ModelSet
+from .job import AcceptanceJob, Column
+from .measure import SESSION, run_column
+from .served import speed_by_phase, throughput_ratio
+
+
+def measure_library_speed(models: ModelSet, seeds: Sequence[int], cols: Sequence[Column], log=print) -> dict:
+    """Every column's conversations with and without the draft through the library: ``{"table": {column:
+    {"speed", "throughput", "failed", "turns"}}}``, as ``served.measure_server`` gives them."""
+    table = {}
+    with tempfile.TemporaryDirectory(prefix="pyllama-dflash-speed-library-") as tmp:
+        t0 = time.perf_counter()
+        for i, col in enumerate(cols):
+            job = AcceptanceJob(col, models, tuple(seeds), server_config(col.variant, SESSION), timed=True)
+            result = run_column(job, Path(tmp))
+            table[col.name] = {
+                "column": asdict(col),
+                "throughput": throughput_ratio(result["turns"], result["plain"], seeds),
+                "speed": speed_by_phase(result["turns"], result["plain"], seeds),
+                "failed": result["failed"],
+                "turns": {"drafted": result["turns"], "plain": result["plain"]},
+            }
+            ratio = (table[col.name]["throughput"] or {}).get("ratio")
+            shown = "none ran both ways" if ratio is None else f"tokens/s with the draft over without {ratio:.2f}"
+            log(f"  {col.name} (library): {shown} (column {i + 1}/{len(cols)}, {eta(i + 1, len(cols), t0)})")
+    return {"conversations": len(seeds), "seeds": [min(seeds), max(seeds)], "table": table}
