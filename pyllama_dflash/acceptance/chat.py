@@ -1,11 +1,11 @@
 """The acceptance conversation as a chat client drives llama-server, and what the server reports of it.
 
-The same seeded turns as the library's (``script.turns_for``), sent to ``/v1/chat/completions`` with the
-whole history each time, as a chat client does: a text turn, a turn with an image, a turn with a second
-image, then the slot saved, another conversation on it, the slot restored and a text turn. Each answer's
-``timings`` give what the server drafted and had accepted (``draft_n``, ``draft_n_accepted``) and how
-fast it generated (``predicted_n``, ``predicted_ms``). The server counts per request, not per drafting
-round, so a turn is one phase here: the whole turn, not its first rounds.
+The same seeded turns as the library's (``script.turns_for``), sent to ``/v1/chat/completions`` through
+the ``openai`` client with the whole history each time, as a chat client does: a text turn, a turn with an
+image, a turn with a second image, then the slot saved, another conversation on it, the slot restored and a
+text turn. Each answer's ``timings`` give what the server drafted and had accepted (``draft_n``,
+``draft_n_accepted``) and how fast it generated (``predicted_n``, ``predicted_ms``). The server counts per
+request, not per drafting round, so a turn is one phase here: the whole turn, not its first rounds.
 
 The prompts are the library's up to the chat template: the server renders the assistant's reply as text
 closed by ``<|im_end|>``, where the library's slot holds the generated tokens themselves.
@@ -50,11 +50,42 @@ def _user(turn) -> dict:
     return {"role": "user", "content": [*parts, {"type": "text", "text": turn.text}]}
 
 
-def _ask(srv: ServerProcess, messages: list[dict], n_predict: int) -> dict:
-    r = srv.chat(messages, max_tokens=n_predict, ignore_eos=True, cache_prompt=True, timeout=300.0)
-    if not r.ok:
-        raise ChatFailed(f"{srv.binary.parent.name}: {r.describe()}")
-    return r
+@dataclass(frozen=True)
+class Answer:
+    """What a turn needs of a chat completion: its text and llama-server's ``timings`` (an extra field of
+    the answer, beside the OpenAI ones)."""
+
+    content: str
+    timings: dict
+    status: int = 200
+
+
+def _ask(srv: ServerProcess, messages: list[dict], n_predict: int) -> Answer:
+    """One chat completion through the ``openai`` client, as an operator's client sends it (greedy, the
+    reply's length fixed, the slot's prompt cache on)."""
+    import openai
+
+    client = openai.OpenAI(
+        base_url=f"{srv.base_url}/v1",
+        api_key="bench",
+        timeout=300.0,
+        max_retries=0,
+        http_client=openai.DefaultHttpxClient(trust_env=False),  # loopback: no proxy from the environment
+    )
+    try:
+        out = client.chat.completions.create(
+            model=srv.models.target.name,
+            messages=messages,
+            max_tokens=n_predict,
+            temperature=0,
+            seed=0,
+            extra_body={"ignore_eos": True, "cache_prompt": True},
+        )
+    except openai.APIError as e:  # a status (500 after an image on b11434) or no answer at all
+        raise ChatFailed(f"{srv.binary.parent.name}: {getattr(e, 'status_code', None)} {str(e)[:300]}") from e
+    finally:
+        client.close()
+    return Answer(out.choices[0].message.content or "", dict((out.model_extra or {}).get("timings") or {}))
 
 
 def run_chat(
@@ -69,7 +100,7 @@ def run_chat(
     def turn(t, phase: str) -> None:
         history.append(_user(t))
         r = _ask(srv, history, t.n_generate)
-        history.append({"role": "assistant", "content": r.content or ""})
+        history.append({"role": "assistant", "content": r.content})
         tm = r.timings
         out.append(
             TurnResult(
@@ -80,7 +111,7 @@ def run_chat(
                 int(tm.get("draft_n_accepted", 0)),
                 int(tm.get("predicted_n", 0)),
                 float(tm.get("predicted_ms", 0.0)),
-                r.content or "",
+                r.content,
                 float(tm.get("prompt_ms", 0.0)),
             )
         )

@@ -443,6 +443,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--only: unknown section(s) {', '.join(unknown)}")
     if args.plot:  # before the runs, not after them
         command.require("matplotlib", extra="plot", command="bench --plot")
+    served = [s for s in ("acceptance", "speed") if s in only]
+    if served:  # their chats with llama-server go through the openai client
+        command.require("openai", extra="bench", command=f"bench --only {','.join(served)}")
     targets, sizes = _paired_choices(ap, args)
     if args.conversations is not None and args.conversations < 1:
         ap.error(f"--conversations {args.conversations}: at least one conversation per column")
