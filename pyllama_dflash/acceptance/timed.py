@@ -9,7 +9,7 @@ prompt's time with over without, each with a 95% interval over conversations.
 What differs from the server: no HTTP, no chat template (the slot holds the generated tokens, as in the
 acceptance table), no sampler chain (the slot loop takes the target's argmax), and the Python of the slot
 loop between libllama's calls. What is the same: the variant, the models, the conversations, the batch
-sizes and the draft length (``measure.SESSION``).
+sizes and the draft length (``measure.session_for``).
 """
 
 from __future__ import annotations
@@ -24,18 +24,22 @@ from ..pace import eta
 from ..slotloop.config import server_config
 from ..slotloop.models import ModelSet
 from .job import AcceptanceJob, Column
-from .measure import SESSION, run_column
+from .measure import run_column, session_for
 from .served import speed_by_phase, throughput_ratio
 
 
-def measure_library_speed(models: ModelSet, seeds: Sequence[int], cols: Sequence[Column], log=print) -> dict:
+def measure_library_speed(
+    models: ModelSet, seeds: Sequence[int], cols: Sequence[Column], log=print, image_px: int | None = None
+) -> dict:
     """Every column's conversations with and without the draft through the library: ``{"table": {column:
-    {"speed", "throughput", "failed", "turns"}}}``, as ``served.measure_server`` gives them."""
+    {"speed", "throughput", "failed", "turns"}}}``, as ``served.measure_server`` gives them; ``image_px``:
+    the images' size (None: the corpus's drawn ones)."""
     table = {}
     with tempfile.TemporaryDirectory(prefix="pyllama-dflash-speed-library-") as tmp:
         t0 = time.perf_counter()
         for i, col in enumerate(cols):
-            job = AcceptanceJob(col, models, tuple(seeds), server_config(col.variant, SESSION), timed=True)
+            session = server_config(col.variant, session_for(image_px))
+            job = AcceptanceJob(col, models, tuple(seeds), session, image_px=image_px, timed=True)
             result = run_column(job, Path(tmp))
             table[col.name] = {
                 "column": asdict(col),
@@ -47,4 +51,4 @@ def measure_library_speed(models: ModelSet, seeds: Sequence[int], cols: Sequence
             ratio = (table[col.name]["throughput"] or {}).get("ratio")
             shown = "none ran both ways" if ratio is None else f"tokens/s with the draft over without {ratio:.2f}"
             log(f"  {col.name} (library): {shown} (column {i + 1}/{len(cols)}, {eta(i + 1, len(cols), t0)})")
-    return {"conversations": len(seeds), "seeds": [min(seeds), max(seeds)], "table": table}
+    return {"conversations": len(seeds), "seeds": [min(seeds), max(seeds)], "image_px": image_px, "table": table}

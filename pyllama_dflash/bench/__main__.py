@@ -39,9 +39,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -56,25 +53,20 @@ from .. import command
 from ..acceptance.script import IMAGE_ROWS_PX
 from ..bootstrap import median_interval
 from ..draftmodel.trained import TARGET_KINDS, TRAINED_ON
-from ..env import CACHE_ENV, CPU_ENV, THREADS_ENV
-from ..errors import PyllamaError, UsageError
+from ..env import CACHE_ENV
+from ..errors import UsageError
 from ..figures import busy_warning, provenance
 from ..files import atomic_write_bytes, atomic_write_json, default_file_mode
 from ..flags import tool_prog
 from ..llamabuild import BuildError, BuildOptions, build, find_built
 from ..llamabuild.patchset import load_series
 from ..paths import cache_root, default_patches_dir
-from ..process import child
 from ..slotloop.models import bench_pair_models
-from . import stats
+from . import SectionUnavailable, stats
+from .callgrind import bench_overhead_instructions
 from .costs import bench_batch, bench_round
-from .job import BenchJob, BindingsFill, FillCurve, SpecLoop, measure
+from .job import BindingsFill, FillCurve, SpecLoop, measure
 from .report import markdown
-
-
-class SectionUnavailable(PyllamaError, RuntimeError):
-    """A section that cannot run on this machine; the message says why in one line."""
-
 
 SECTIONS = (
     "build",
@@ -200,71 +192,6 @@ def _require_built(variants: list[str], cpu_mode: str, remedy: str) -> None:
         raise SectionUnavailable(f"no {cpu_mode} build ({e.__class__.__name__}); {remedy}") from None
 
 
-def _callgrind_cpu() -> str:
-    """valgrind runs the x86-64 baseline anywhere; a native build only where it lacks nothing valgrind
-    knows (3.19 cannot execute AVX-512): use the portable builds when they are there."""
-    try:
-        find_built(["baseline", "full"], cpu_mode="portable")
-        return "portable"
-    except BuildError:
-        return "native"
-
-
-def _callgrind_ir(variant: str, n_tokens: int, out_dir: Path, cpu: str = "native") -> int:
-    """Instructions executed by one spec_loop child under callgrind (a count, not a time)."""
-    out = out_dir / f"callgrind.{variant}.{n_tokens}"
-    job = out_dir / f"{variant}-{n_tokens}.job.json"
-    atomic_write_json(job, BenchJob(variant, SpecLoop(n_tokens=n_tokens, repeats=1)).to_json())
-    done = child.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            f"--callgrind-out-file={out}",
-            sys.executable,
-            "-m",
-            "pyllama_dflash.bench.worker",
-            str(job),
-            str(out_dir / f"{variant}-{n_tokens}.result.json"),
-        ],
-        log=out_dir / f"{variant}-{n_tokens}.log",
-        timeout=3600,
-        env={"PYTHONHASHSEED": "0", THREADS_ENV: "1", CPU_ENV: cpu},
-    )
-    found = re.findall(r"Collected : (\d+)", "\n".join(done.tail(50)))
-    if done.rc == -signal.SIGILL:
-        raise SectionUnavailable(
-            f"valgrind {_valgrind_version()} cannot execute an instruction of the {cpu} build (SIGILL: "
-            "-march=native enabled CPU features it lacks); build the portable variants, which it can run: "
-            "pyllama-dflash build --cpu portable"
-        )
-    if done.rc != 0 or not found:
-        raise RuntimeError(f"callgrind run of {variant} failed ({done.how}):\n" + "\n".join(done.why()))
-    return int(found[-1])
-
-
-def _valgrind_version() -> str:
-    proc = subprocess.run(["valgrind", "--version"], capture_output=True, text=True)
-    return proc.stdout.strip().removeprefix("valgrind-") or "?"
-
-
-def bench_overhead_instructions(short: int = 32, long: int = 288) -> dict:
-    """The same loop counted in instructions: Ir(long) - Ir(short) is the cost of the extra tokens
-    alone (start-up and model loading cancel out), repeatable whatever else the machine does."""
-    if shutil.which("valgrind") is None:
-        raise SectionUnavailable("valgrind not found (install it to count instructions)")
-    cpu = _callgrind_cpu()
-    with tempfile.TemporaryDirectory(prefix="pyllama-dflash-callgrind-") as tmp:
-        ir = {v: {n: _callgrind_ir(v, n, Path(tmp), cpu) for n in (short, long)} for v in ("baseline", "full")}
-    per_token = {v: (x[long] - x[short]) / (long - short) for v, x in ir.items()}
-    return {
-        "cpu": cpu,
-        "tokens": [short, long],
-        "instructions": ir,
-        "per_token": per_token,
-        "ratio": per_token["full"] / per_token["baseline"],
-    }
-
-
 def bench_fill(repeats: int) -> dict:
     out = {
         "plain_draft": measure("full", FillCurve(HOLES, repeats=repeats)),
@@ -284,7 +211,8 @@ def bench_bindings() -> dict:
 
 
 ACCEPTANCE_CONVERSATIONS = 24  # per column: intervals over conversations narrow enough to tell columns apart
-SPEED_CONVERSATIONS = 8  # per remedy, each on two servers: the default speed run stays under 20 minutes
+# per remedy, each run four times (two servers, the library with the draft and without): under 20 minutes
+SPEED_CONVERSATIONS = 6
 
 
 def held_out_seeds(conversations: int) -> range:
@@ -309,7 +237,7 @@ def bench_acceptance(conversations: int, target_kind: str, trained_on: str, imag
     return result
 
 
-def bench_speed(conversations: int, draft: Path | None) -> dict:
+def bench_speed(conversations: int, draft: Path | None, image_rows: list[int]) -> dict:
     """The bench pair through each image-taking variant's llama-server, every conversation on a server
     with the draft and on one without it, side by side: tokens/s and time to first token per phase; then
     the same through the library (acceptance.timed). The
@@ -338,10 +266,13 @@ def bench_speed(conversations: int, draft: Path | None) -> dict:
                 file=sys.stderr,
                 flush=True,
             )
+    if len(image_rows) > 1:
+        raise SectionUnavailable(f"the speed section takes one image size, not {image_rows}")
+    image_px = IMAGE_ROWS_PX[image_rows[0]] if image_rows else None
     seeds = held_out_seeds(conversations)
-    result = measure_server(models, seeds, cols)
+    result = measure_server(models, seeds, cols, image_px=image_px)
     # the same conversations and columns through the library, each variant's own libraries in a child
-    result["library"] = measure_library_speed(models, seeds, cols)
+    result["library"] = measure_library_speed(models, seeds, cols, image_px=image_px)
     result["draft"] = {
         "file": models.draft.name,
         "sha256": digest,
@@ -383,7 +314,8 @@ def parser() -> argparse.ArgumentParser:
         "--conversations",
         type=int,
         help=f"conversations per column (default {ACCEPTANCE_CONVERSATIONS} for acceptance and paired, "
-        f"{SPEED_CONVERSATIONS} for speed: each of its conversations runs on two servers of the 830 MB pair)",
+        f"{SPEED_CONVERSATIONS} for speed: each of its conversations runs with and without the draft on two servers "
+        "of the 830 MB pair and through the library)",
     )
     ap.add_argument("--target", choices=TARGET_KINDS, default="dense", help="the tiny target of the trained draft")
     ap.add_argument(
@@ -398,7 +330,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--image-rows",
         help="image sizes in rows, of 64, 256 and 1024 (comma-separated): the paired section's (default all "
-        "three), or the acceptance section's one (default: the corpus's drawn images, 9 to 25 rows)",
+        "three), or the acceptance and speed sections' one (default: the corpus's drawn images, 9 to 25 rows)",
     )
     ap.add_argument(
         "--bench-pair-draft",
@@ -465,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         "bindings": bench_bindings,
         "batch": lambda: bench_batch(args.rounds),
         "round": lambda: bench_round(args.rounds),
-        "speed": lambda: bench_speed(args.conversations or SPEED_CONVERSATIONS, args.bench_pair_draft),
+        "speed": lambda: bench_speed(args.conversations or SPEED_CONVERSATIONS, args.bench_pair_draft, sizes),
         "acceptance": lambda: bench_acceptance(conversations, args.target, args.trained_on, sizes),
         "paired": lambda: bench_paired(conversations, targets, sizes or list(IMAGE_ROWS_PX)),
     }

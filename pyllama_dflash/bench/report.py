@@ -207,7 +207,9 @@ def _speed_tables(s: dict, round_pairs: dict) -> list[str]:
     )
     out = [
         "",
-        f"The bench pair through llama-server, {s['conversations']} conversations, {draft}: acceptance rate "
+        f"The bench pair through llama-server, {s['conversations']} conversations, {draft}"
+        + (f", images of {s['image_px']} px" if s.get("image_px") else "")
+        + ": acceptance rate "
         "per turn, tokens/s with the draft over without, and the image turns' time to first token with the "
         "draft over without:",
         "",
