@@ -496,3 +496,19 @@ def test_sizes_llama_cpp_asserts_on_are_refused_up_front(lib_dir, target_model):
     assert "CRASH" not in proc.stdout
     proc = _run([PY, "-m", "pyllama_dflash.repro", "--no-build", "--draft-n-ubatch", "2", "--scenarios", "S8"])
     assert proc.returncode == 2 and "draft n_ubatch 2: the noise block of 4 rows" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--only", "speed", "--image-rows", "64,256"], "--image-rows 64,256: the speed section takes one image size"),
+        (["--only", "speed", "--image-rows", "100"], "--image-rows '100': a comma-separated choice of 64, 256, 1024"),
+        (["--only", "speed", "--conversations", "0"], "--conversations 0: at least one conversation per column"),
+    ],
+)
+def test_a_bench_flag_the_speed_section_cannot_take_is_refused_before_anything_runs(capsys, args, named) -> None:
+    from pyllama_dflash.bench.__main__ import main as bench_main
+
+    with pytest.raises(SystemExit) as info:
+        bench_main(args)
+    assert info.value.code == 2 and named in capsys.readouterr().err

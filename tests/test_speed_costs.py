@@ -131,7 +131,7 @@ def test_the_speed_section_runs_the_bench_pair_through_the_library_with_and_with
     assert entry["failed"] == []
     drafted, plain = entry["turns"]["drafted"], entry["turns"]["plain"]
     assert [t["phase"] for t in drafted] == [t["phase"] for t in plain] == list(TURN_PHASES)
-    assert [t["reply"] for t in drafted] == [t["reply"] for t in plain]
+    assert [t["generated"] for t in drafted] == [t["generated"] for t in plain]
     assert all(t["drafted"] > 0 for t in drafted) and all(t["drafted"] == 0 for t in plain)
     for phase in TURN_PHASES:
         assert entry["speed"][phase]["tok_s"]["ratio"] > 0, phase

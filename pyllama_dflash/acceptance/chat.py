@@ -19,7 +19,7 @@ from pathlib import Path
 from ..errors import PyllamaError
 from ..server import ServerProcess
 from ..server.bodies import image_part
-from ..server.client import fresh_slot_folder
+from ..server.client import fresh_slot_folder, openai_client
 from ..tiny.image import png_bytes
 from .script import turns_for
 
@@ -51,27 +51,20 @@ def _user(turn) -> dict:
 
 
 @dataclass(frozen=True)
-class Answer:
+class Completion:
     """What a turn needs of a chat completion: its text and llama-server's ``timings`` (an extra field of
     the answer, beside the OpenAI ones)."""
 
     content: str
     timings: dict
-    status: int = 200
 
 
-def _ask(srv: ServerProcess, messages: list[dict], n_predict: int) -> Answer:
+def _ask(srv: ServerProcess, messages: list[dict], n_predict: int) -> Completion:
     """One chat completion through the ``openai`` client, as an operator's client sends it (greedy, the
     reply's length fixed, the slot's prompt cache on)."""
     import openai
 
-    client = openai.OpenAI(
-        base_url=f"{srv.base_url}/v1",
-        api_key="bench",
-        timeout=300.0,
-        max_retries=0,
-        http_client=openai.DefaultHttpxClient(trust_env=False),  # loopback: no proxy from the environment
-    )
+    client = openai_client(srv.base_url, timeout=300.0, api_key="bench")
     try:
         out = client.chat.completions.create(
             model=srv.models.target.name,
@@ -81,11 +74,15 @@ def _ask(srv: ServerProcess, messages: list[dict], n_predict: int) -> Answer:
             seed=0,
             extra_body={"ignore_eos": True, "cache_prompt": True},
         )
-    except openai.APIError as e:  # a status (500 after an image on b11434) or no answer at all
-        raise ChatFailed(f"{srv.binary.parent.name}: {getattr(e, 'status_code', None)} {str(e)[:300]}") from e
+    except openai.APIError as e:  # a status (500 after an image on b11434), or no answer at all (its cause)
+        why = f"{getattr(e, 'status_code', None)} {str(e)[:300]}" + (f" ({e.__cause__!r})" if e.__cause__ else "")
+        raise ChatFailed(f"{srv.binary.parent.name}: {why}") from e
     finally:
         client.close()
-    return Answer(out.choices[0].message.content or "", dict((out.model_extra or {}).get("timings") or {}))
+    timings = (out.model_extra or {}).get("timings")
+    if not isinstance(timings, dict):  # the figures come from there: a server without them measures nothing
+        raise ChatFailed(f"{srv.binary.parent.name}: the chat answer has no llama-server timings")
+    return Completion(out.choices[0].message.content or "", timings)
 
 
 def run_chat(
@@ -106,7 +103,7 @@ def run_chat(
             TurnResult(
                 seed,
                 phase,
-                r.status,
+                200,  # _ask raises on anything else
                 int(tm.get("draft_n", 0)),
                 int(tm.get("draft_n_accepted", 0)),
                 int(tm.get("predicted_n", 0)),

@@ -107,8 +107,9 @@ def paired_results(seed: int, after: str | None, reply: list[int], rounds: list,
 
 
 def _timed_turn(seed: int, after: str | None, times: tuple[float, float, float], reply: list[int], rounds) -> dict:
-    """A turn as llama-server's ``timings`` count it: ``times`` are the prompt's start, the reply's start
-    and its end (perf_counter seconds)."""
+    """A turn much as llama-server's ``timings`` count it (the served table's keys): ``times`` are the
+    prompt's start, the reply's start and its end (perf_counter seconds); ``reply``, the tokens generated
+    after the first, which the prompt's last decode sampled (the server counts that one in its reply)."""
     return {
         "seed": seed,
         "phase": after or "text",
@@ -117,7 +118,7 @@ def _timed_turn(seed: int, after: str | None, times: tuple[float, float, float],
         "predicted_ms": (times[2] - times[1]) * 1e3,
         "drafted": sum(r.drafted for r in rounds),
         "accepted": sum(r.accepted for r in rounds),
-        "reply": reply,  # with the draft and without, it must be the same
+        "generated": reply,  # with the draft and without, it must be the same
     }
 
 
@@ -135,7 +136,7 @@ def run_conversation(
     """Drive the conversation through a session's slot loop (sequence 0), its rounds (or, ``paired``,
     its positions) added to ``out`` by phase as they run (a conversation the variant fails keeps the
     ones before the failure), and each reply's tokens to ``replies``. Without ``restore`` it ends
-    after the third turn. ``timings`` gets each turn as llama-server's ``timings`` count it, phase by the
+    after the third turn. ``timings`` gets each turn much as llama-server's ``timings`` count it, phase by the
     turn's place (chat.TURN_PHASES): its prompt's wall time (``prompt_ms``, the draft's part included) and
     its reply's (``predicted_n`` tokens in ``predicted_ms``), with the reply and what it drafted and had
     accepted."""

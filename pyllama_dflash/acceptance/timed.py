@@ -21,7 +21,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..pace import eta
-from ..slotloop.config import server_config
 from ..slotloop.models import ModelSet
 from .job import AcceptanceJob, Column
 from .measure import run_column, session_for
@@ -38,8 +37,8 @@ def measure_library_speed(
     with tempfile.TemporaryDirectory(prefix="pyllama-dflash-speed-library-") as tmp:
         t0 = time.perf_counter()
         for i, col in enumerate(cols):
-            session = server_config(col.variant, session_for(image_px))
-            job = AcceptanceJob(col, models, tuple(seeds), session, image_px=image_px, timed=True)
+            # the worker gives the session its variant's slot handling (server_config), as for every column
+            job = AcceptanceJob(col, models, tuple(seeds), session_for(image_px), image_px=image_px, timed=True)
             result = run_column(job, Path(tmp))
             table[col.name] = {
                 "column": asdict(col),

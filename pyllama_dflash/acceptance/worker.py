@@ -75,26 +75,28 @@ def run_one(raw: dict) -> dict:
 
 
 def _timed(job: AcceptanceJob, models, cfg) -> dict:
-    """Each conversation with the draft and then without it, the order swapped every other seed so that a
-    machine slowing down or warming up weighs on both sides alike; a conversation the draft fails (what
-    llama-server answers with 500) is not run without it."""
+    """Each conversation with the draft and without it, the draft's run first in every other conversation
+    so that a machine slowing down or warming up weighs on both sides alike. A conversation either side
+    fails (the draft's: what llama-server answers with 500) is in neither side's turns; ``failed`` says
+    which side failed."""
     if job.column.mode != "variant" or job.paired:
         raise ValueError(f"column {job.column.name}: the timed run takes a variant's own drafting, unpaired")
     turns: list[dict] = []
     plain: list[dict] = []
     failed = []
     with Loaded() as loaded:
-        for seed in job.seeds:
-            sides = [(True, []), (False, [])]
-            for speculative, timings in sides if seed % 2 == 0 else sides[::-1]:
-                with Session(models, cfg, Record(), speculative=speculative, loaded=loaded) as s:
-                    try:
+        for k, seed in enumerate(job.seeds):
+            sides = {True: [], False: []}
+            try:
+                for speculative in (True, False) if k % 2 == 0 else (False, True):
+                    with Session(models, cfg, Record(), speculative=speculative, loaded=loaded) as s:
+                        timings = sides[speculative]
                         run_conversation(s, seed, [], images=job.column.images, image_px=job.image_px, timings=timings)
-                    except StopScenario as stop:
-                        failed.append({"seed": seed, "reason": str(stop)[:800]})
-                        break
-            turns += sides[0][1]
-            plain += sides[1][1] if not failed or failed[-1]["seed"] != seed else []
+            except StopScenario as stop:
+                failed.append({"seed": seed, "draft": speculative, "reason": str(stop)[:800]})
+                continue
+            turns += sides[True]
+            plain += sides[False]
     return {"status": "OK", "turns": turns, "plain": plain, "failed": failed}
 
 

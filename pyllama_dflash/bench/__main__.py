@@ -25,7 +25,8 @@ Sections (``--only``):
   speed     the bench pair through each variant's llama-server that takes images (with its untrained
             draft, or one trained for it: --bench-pair-draft), with and without the draft side by
             side: tokens/s and time to first token per phase, with bootstrap intervals, and beside
-            them the speed model's (1 + a) / c when the round section ran too
+            them the speed model's (1 + a) / c when the round section ran too; then the same
+            conversations through each variant's libraries (acceptance.timed)
   acceptance  the trained draft's accepted tokens per round, by phase of a conversation with images,
             for every variant and reference (pyllama_dflash.acceptance), with bootstrap intervals;
             then the same conversations through each variant's llama-server: the acceptance rate
@@ -220,14 +221,11 @@ def held_out_seeds(conversations: int) -> range:
     return range(1000, 1000 + conversations)
 
 
-def bench_acceptance(conversations: int, target_kind: str, trained_on: str, image_rows: list[int]) -> dict:
+def bench_acceptance(conversations: int, target_kind: str, trained_on: str, image_px: int | None) -> dict:
     from ..acceptance.measure import measure
     from ..acceptance.served import measure_server
     from ..draftmodel.trained import trained_models
 
-    if len(image_rows) > 1:
-        raise SectionUnavailable(f"the acceptance section takes one image size, not {image_rows}")
-    image_px = IMAGE_ROWS_PX[image_rows[0]] if image_rows else None
     models, seeds = trained_models(target_kind, trained_on=trained_on), held_out_seeds(conversations)
     result = measure(models, seeds, image_px=image_px)
     result["target"] = target_kind
@@ -237,11 +235,12 @@ def bench_acceptance(conversations: int, target_kind: str, trained_on: str, imag
     return result
 
 
-def bench_speed(conversations: int, draft: Path | None, image_rows: list[int]) -> dict:
+def bench_speed(conversations: int, draft: Path | None, image_px: int | None) -> dict:
     """The bench pair through each image-taking variant's llama-server, every conversation on a server
     with the draft and on one without it, side by side: tokens/s and time to first token per phase; then
-    the same through the library (acceptance.timed). The
-    draft is the bench pair's own (untrained) or ``draft``, one trained for it (``train --pair bench``)."""
+    the same through the library (acceptance.timed). The draft is the bench pair's own (untrained) or
+    ``draft``, one trained for it (``train --pair bench``); ``image_px``: the images' size (None: the
+    corpus's drawn ones)."""
     from ..acceptance.measure import columns
     from ..acceptance.served import measure_server, server_columns
     from ..acceptance.timed import measure_library_speed
@@ -266,13 +265,13 @@ def bench_speed(conversations: int, draft: Path | None, image_rows: list[int]) -
                 file=sys.stderr,
                 flush=True,
             )
-    if len(image_rows) > 1:
-        raise SectionUnavailable(f"the speed section takes one image size, not {image_rows}")
-    image_px = IMAGE_ROWS_PX[image_rows[0]] if image_rows else None
     seeds = held_out_seeds(conversations)
     result = measure_server(models, seeds, cols, image_px=image_px)
     # the same conversations and columns through the library, each variant's own libraries in a child
-    result["library"] = measure_library_speed(models, seeds, cols, image_px=image_px)
+    try:
+        result["library"] = measure_library_speed(models, seeds, cols, image_px=image_px)
+    except RuntimeError as e:  # a library child that failed: the server half, minutes of it, is kept
+        result["library"] = {"error": str(e)[:2000]}
     result["draft"] = {
         "file": models.draft.name,
         "sha256": digest,
@@ -366,6 +365,18 @@ def _paired_choices(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tu
     return targets, sizes
 
 
+def _served_image_px(ap: argparse.ArgumentParser, args: argparse.Namespace, only: list[str], sizes: list[int]):
+    """The acceptance and speed sections' one image size in px (None: the corpus's), or the parser's error;
+    their chats with llama-server go through the openai client, which must be there."""
+    served = [s for s in ("acceptance", "speed") if s in only]
+    if not served:
+        return None
+    command.require("openai", extra="bench", command=f"bench (its sections {', '.join(served)})")
+    if len(sizes) > 1:
+        ap.error(f"--image-rows {args.image_rows}: the {' and '.join(served)} section takes one image size")
+    return IMAGE_ROWS_PX[sizes[0]] if sizes else None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = parser()
     args = ap.parse_args(argv)
@@ -375,10 +386,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--only: unknown section(s) {', '.join(unknown)}")
     if args.plot:  # before the runs, not after them
         command.require("matplotlib", extra="plot", command="bench --plot")
-    served = [s for s in ("acceptance", "speed") if s in only]
-    if served:  # their chats with llama-server go through the openai client
-        command.require("openai", extra="bench", command=f"bench --only {','.join(served)}")
     targets, sizes = _paired_choices(ap, args)
+    one_size = _served_image_px(ap, args, only, sizes)
     if args.conversations is not None and args.conversations < 1:
         ap.error(f"--conversations {args.conversations}: at least one conversation per column")
     conversations = args.conversations or ACCEPTANCE_CONVERSATIONS
@@ -397,8 +406,8 @@ def main(argv: list[str] | None = None) -> int:
         "bindings": bench_bindings,
         "batch": lambda: bench_batch(args.rounds),
         "round": lambda: bench_round(args.rounds),
-        "speed": lambda: bench_speed(args.conversations or SPEED_CONVERSATIONS, args.bench_pair_draft, sizes),
-        "acceptance": lambda: bench_acceptance(conversations, args.target, args.trained_on, sizes),
+        "speed": lambda: bench_speed(args.conversations or SPEED_CONVERSATIONS, args.bench_pair_draft, one_size),
+        "acceptance": lambda: bench_acceptance(conversations, args.target, args.trained_on, one_size),
         "paired": lambda: bench_paired(conversations, targets, sizes or list(IMAGE_ROWS_PX)),
     }
     for i, section in enumerate(only, 1):

@@ -235,11 +235,14 @@ def _speed_tables(s: dict, round_pairs: dict) -> list[str]:
                 "",
                 model_against_measure(s, pair),
             ]
-    if "library" in s:
-        lib = s["library"]
+    lib = s.get("library", {})
+    if "error" in lib:
+        out += ["", f"The same conversations through the library: not measured ({lib['error'].splitlines()[0]})."]
+    elif lib:
         out += [
             "",
-            f"The same conversations through the library ({lib['conversations']}; `acceptance/timed.py`: the slot "
+            f"The same conversations through the library ({lib['conversations']} conversations; "
+            "`acceptance/timed.py`: the slot "
             "loop on each variant's libraries, with the draft and with none), by phase: tokens/s with the draft "
             "over without; the prompt's time with the draft over without [95% intervals over conversations]:",
             "",

@@ -2,15 +2,17 @@
 pyllama_dflash.draftmodel.predictability --pair bench``.
 
 A draft can only accept what it can learn to predict. These figures bound that from the corpus alone
-(the target's greedy replies to the bench's conversations, as ``train`` collects them), with no draft:
+(the target's greedy replies to the training conversations, seeds ``0..N-1`` as ``train`` collects them),
+with no draft. Pairs are (a generated token, the generated token after it) within one reply, so a reply's
+first token, which the prompt's last decode sampled, is not in them:
 
-- ``repeat``: the share of generated tokens equal to the token before them;
-- ``successor``: the share of held-out generated tokens equal to the most frequent successor of the
-  token before them, counted on the training conversations' generated tokens (a bigram table: the
-  simplest draft of the first drafted position, which DFlash drafts from the same previous token);
-- ``successor_seen``: the share of held-out generated tokens whose previous token the table knows;
-- ``distinct`` and ``entropy_bits``: how many token ids the replies use, and the entropy of their
-  frequencies (a reply spread evenly over 256 ids has 8 bits).
+- ``repeat``: the share of held-out pairs whose two tokens are the same;
+- ``successor``: the share of held-out pairs whose second token is the most frequent successor of the
+  first in the training conversations' pairs (a bigram table: the simplest draft of the first drafted
+  position, which DFlash drafts from the same previous token);
+- ``successor_seen``: the share of held-out pairs whose first token the table knows;
+- ``distinct`` and ``entropy_bits``: how many token ids all the replies use (training and held-out), and
+  the entropy of their frequencies (replies spread evenly over 256 ids have 8 bits).
 
 On the tiny pair a trained draft hits about half its first positions; where ``successor`` is far below
 that on another target, its replies lack the short-range regularity the tiny target's have, and no
@@ -59,6 +61,8 @@ def predictability(train: Sequence[Conversation], held_out: Sequence[Conversatio
         table[prev][nxt] += 1
     best = {prev: c.most_common(1)[0][0] for prev, c in table.items()}
     pairs = _pairs(held_out)
+    if not table or not pairs:
+        raise ValueError("predictability: the training and the held-out replies need two tokens each at least")
     every = np.concatenate([r for conv in [*train, *held_out] for r in replies(conv)])
     freq = np.bincount(every) / len(every)
     freq = freq[freq > 0]

@@ -34,7 +34,16 @@ import requests
 
 from ..errors import ServerError
 
-__all__ = ["NO_DRAFT", "SLOT_ACTIONS", "Client", "Response", "fresh_slot_folder", "slot_server", "without_draft"]
+__all__ = [
+    "NO_DRAFT",
+    "SLOT_ACTIONS",
+    "Client",
+    "Response",
+    "fresh_slot_folder",
+    "openai_client",
+    "slot_server",
+    "without_draft",
+]
 
 SLOT_ACTIONS = ("save", "restore", "erase")
 NO_DRAFT = "_no_draft"  # what a server without the draft is named after its check's own
@@ -250,6 +259,20 @@ class Client:
 
 
 # -- the servers a check starts beside its own ------------------------------------------------------------
+
+
+def openai_client(base_url: str, timeout: float, api_key: str = "pyllama-dflash"):
+    """The ``openai`` client an operator's program would use, on a llama-server at ``base_url`` (over
+    loopback: no proxy from the environment; no retries, so that a refused request is seen as it was)."""
+    import openai
+
+    return openai.OpenAI(
+        base_url=f"{base_url}/v1",
+        api_key=api_key,
+        timeout=timeout,
+        max_retries=0,
+        http_client=openai.DefaultHttpxClient(trust_env=False),
+    )
 
 
 def fresh_slot_folder(path: Path) -> Path:

@@ -77,6 +77,7 @@ _CANDIDATE_P = re.compile(
 _ACCEPTED = re.compile(r"add accepted tokens: sampled=(?P<sampled>-?\d+), ids\.size=(?P<n>\d+)")
 # llama-server's line where a slot starts a request's prompt (one per /completion or chat request)
 NEW_PROMPT = "| new prompt, n_ctx_slot"
+PROMPT_CACHE_FOUND = "found better prompt"  # b11434's prompt cache, when a cached prompt beats the slot's
 
 Candidates = list[tuple[int, int, str]]  # per drafted position: (position, token, probability as logged)
 
@@ -111,7 +112,8 @@ def rounds_with_history(piece: str, seq: int = 0) -> list[tuple[int, Candidates]
     the request's output ids the sequence held when it was drafted. The ids each verified round added
     (``add accepted tokens ... ids.size``) are counted in log order, a replay after a speculative checkpoint
     included, so a round drafted by another drafter of the server (an n-gram one, which logs no candidates)
-    leaves the count right. Only one slot's lines may be in the piece (``--parallel 1``)."""
+    leaves the count right. Only one slot may draft while the piece is written (``--parallel 1``, or
+    requests one after another)."""
     out: list[tuple[int, Candidates]] = []
     m, last = 0, None
     for line in piece.splitlines():

@@ -15,7 +15,7 @@ from typing import Any
 import requests as http
 
 from ..server import bodies
-from ..server.client import fresh_slot_folder
+from ..server.client import fresh_slot_folder, openai_client
 from ..server.expect import SPEC_BATCH_ERROR
 from ..server.server_process import ServerModels, ServerOptions, ServerProcess
 from ..tiny.config import TinyConfig
@@ -213,13 +213,7 @@ def _stream(base: str, req: Request, timeout: float, t0: float) -> Answer:
 def _openai(base: str, req: Request, timeout: float, t0: float) -> Answer:
     import openai
 
-    client = openai.OpenAI(
-        base_url=f"{base}/v1",
-        api_key="soak",
-        timeout=timeout,
-        max_retries=0,
-        http_client=openai.DefaultHttpxClient(trust_env=False),
-    )
+    client = openai_client(base, timeout, api_key="soak")
     extra = {"id_slot": req.slot, "seed": 0}
     try:
         if req.kind == "openai_stream":

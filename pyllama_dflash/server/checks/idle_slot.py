@@ -9,20 +9,24 @@ image on slot 0, another request on slot 1 (slot 0 saved and cleared), then A co
 the server picks, which it fills from the cache. Every round of the continuation is judged as in
 :mod:`.definition`, against a fresh server given A's history as one request.
 
-The save is seen by b11434's own test tag: ``__TEST_TAG_CACHE_IDLE_SLOT__``, logged at debug level when a
-save succeeded, just before the cache trims itself to its limits (``server_prompt_cache::update``). The
-check is blind without it, as upstream's test is.
+The save is seen by b11434's own test tags, at debug level, as upstream's test sees it: the feature's
+``__TEST_TAG_CACHE_IDLE_SLOTS_ENABLED__`` at start-up, and ``__TEST_TAG_CACHE_IDLE_SLOT__`` when a save
+succeeded, just before the cache trims itself to its limits (``server_prompt_cache::update``). It must be
+in the part of the log written while B ran and not in A's part: A's start finds slot 1 idle but empty, and
+its save fails. The continuation must find A's entry (``found better prompt``). The check is blind without
+these.
 """
 
 from __future__ import annotations
 
 from .. import bodies
-from ..drafts import DEBUG_VERBOSITY, request_logs, rounds_with_history
+from ..drafts import DEBUG_VERBOSITY, PROMPT_CACHE_FOUND, request_logs, rounds_with_history
 from ..expect import Expect, Result, Seen, judged
 from . import check, server_facts
 from .definition import BEFORE, TAIL, ImagePrompt, NotComparable, Turn, _complete, _same_drafts, _tokens, judge_rounds
 
 IDLE_SLOT_SAVED = "__TEST_TAG_CACHE_IDLE_SLOT__"
+IDLES_SLOTS_ENABLED = "__TEST_TAG_CACHE_IDLE_SLOTS_ENABLED__"  # logged at start-up when the feature is on
 OTHER_PROMPT = "The quick brown fox"  # shares no prefix with A: the continuation cannot pick slot 1 by it
 
 
@@ -39,19 +43,30 @@ def idle_slot_cache_drafts(ctx) -> Result:
     name = "idle_slot_cache_drafts"
     e = ctx.expect(name)
     try:
-        with ctx.server(name, verbosity=DEBUG_VERBOSITY, n_parallel=2, kv_unified=True, cache_ram_mib=64) as srv:
+        with ctx.server(
+            name,
+            verbosity=DEBUG_VERBOSITY,
+            n_parallel=2,
+            kv_unified=True,
+            cache_ram_mib=64,
+            extra_args=("--cache-idle-slots",),  # b11434's default, said so that a change of it cannot blind this
+        ) as srv:
             a = ImagePrompt(BEFORE, ctx.image(0), tuple(_tokens(srv, TAIL)))
             ra = _complete(srv, a, id_slot=0)
             before_b = len(srv.log_path.read_text(errors="replace"))
             rb = srv.completion(OTHER_PROMPT, n_predict=bodies.N_PREDICT, id_slot=1)
-            # slot 0's save when B starts, in B's part of the log: A's own start saved nothing (slot 1 was empty)
-            saved = IDLE_SLOT_SAVED in srv.log_path.read_text(errors="replace")[before_b:]
+            before_c = len(srv.log_path.read_text(errors="replace"))
             c = a.then((ra.tokens or []) + _tokens(srv, bodies.RESTORE_MORE))
             rc = _complete(srv, c)
             facts = server_facts(srv)
     except NotComparable as err:
         return Result(None, False, e.describe(), {"error": str(err)})
-    pieces = request_logs(srv.log_path.read_text(errors="replace"))  # A's, B's and C's, in order
+    log = srv.log_path.read_text(errors="replace")
+    # A's start tries to save slot 1, which is empty: no tag; B's start saves slot 0, which holds A: the tag
+    saves = {"a": IDLE_SLOT_SAVED in log[:before_b], "b": IDLE_SLOT_SAVED in log[before_b:before_c]}
+    saved = IDLES_SLOTS_ENABLED in log and saves == {"a": False, "b": True}
+    loaded = PROMPT_CACHE_FOUND in log[before_c:]  # C found A's entry in the cache
+    pieces = request_logs(log)  # A's, B's and C's, in order
     slot = rc.body.get("id_slot", 0) if isinstance(rc.body, dict) else 0  # the slot the server gave C
     turn = Turn(c, rc, rounds_with_history(pieces[2], seq=slot) if len(pieces) > 2 else [])
     verdict = judge_rounds(ctx, name, [turn]) if ra.ok and rc.ok else None
@@ -60,13 +75,15 @@ def idle_slot_cache_drafts(ctx) -> Result:
         [ra, rb, rc],
         cached=bool(cache_n),
         same_drafts=_same_drafts(ctx, e, verdict),
-        # blind unless slot 0 was saved when slot 1 started (A failed on baseline: nothing to save then)
-        holds=not ra.ok or (saved and (verdict is None or verdict["comparable"])),
+        # slot 0 saved when B started and only then, and loaded back for C (A failed on baseline: nothing to save)
+        holds=not ra.ok or (saved and loaded and (verdict is None or verdict["comparable"])),
     )
     return judged(
         e,
         seen,
         idle_slot_saved=saved,
+        saved_while=saves,
+        loaded_from_cache=loaded,
         cache_n_after_load=cache_n,
         continued_on_slot=slot,
         definition=verdict,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .. import bodies
 from ..client import Response, slot_server, without_draft
-from ..drafts import DEBUG_VERBOSITY, drafted_candidates
+from ..drafts import DEBUG_VERBOSITY, PROMPT_CACHE_FOUND, drafted_candidates
 from ..expect import Expect, Result, Seen, judged
 from . import check, server_facts
 from .definition import (
@@ -214,7 +214,6 @@ def eagle3_prompt_split(ctx) -> Result:
 # reference). With B's g kept, the bridge rewrites A's last row from it, and the rounds draft otherwise.
 # The general case (A continued with new tokens, so that the last row must be written again from A's own
 # g) is eagle3_restore_image_drafts and eagle3_prompt_cache_image_drafts below.
-PROMPT_CACHE_FOUND = "found better prompt"  # b11434's prompt cache, when a cached prompt beats the slot's
 
 
 def _reloaded_conversation(ctx, name: str, *, via_slot_file: bool, general: bool = False) -> Result:
