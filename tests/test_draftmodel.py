@@ -169,3 +169,18 @@ def test_predictability_counts_successors_within_replies_and_learns_them_from_th
     assert [x.tolist() for x in replies(chain)] == [[1, 2, 3, 4], [2, 3, 4, 5]]
     flat = predictability([_conversation([[7, 7, 7]])], [_conversation([[7, 7]])])
     assert flat["repeat"] == 1 and flat["successor"] == 1 and flat["entropy_bits"] == 0
+
+
+def test_a_training_whose_loss_stops_being_a_number_stops_with_the_step_and_writes_nothing():
+    """A diverged training (the bench pair's 1024-wide draft at lr 3e-3, near step 500) left NaN weights that
+    were written as a draft; it now stops at the first step whose loss is not finite, naming it."""
+    pytest.importorskip("jax", reason="JAX is the train extra's (pip install -e '.[train]')")
+    from pyllama_dflash.draftmodel.train import Recipe, TrainingDiverged, train
+
+    models = tiny_models()
+    w = load_draft(models.draft, models.target)
+    n = 40
+    feats = np.full((n, 128), np.nan, dtype=np.float32)  # the tiny target's features: 2 layers of 64
+    conv = Conversation(feats, np.arange(n, dtype=np.int32) % 50 + 8, np.ones(n, dtype=bool))
+    with pytest.raises(TrainingDiverged, match=r"training diverged at step 1 of 3 \(lr"):
+        train(w, [conv] * 16, Recipe(steps=3), log=lambda _line: None)

@@ -52,6 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--conversations", type=int, default=600, help="training conversations (default 600)")
     ap.add_argument("--held-out", type=int, default=40, help="held-out conversations (default 40)")
     ap.add_argument("--steps", type=int, default=Recipe.steps)
+    ap.add_argument(
+        "--lr",
+        type=float,
+        default=Recipe.lr,
+        help=f"peak learning rate (default {Recipe.lr:g}), decayed to a tenth of it over the steps",
+    )
     ap.add_argument("--out", type=Path, default=trained.TRAINED_DIR)
     args = ap.parse_args(argv)
     if args.pair == "bench" and args.out == trained.TRAINED_DIR:
@@ -59,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("conversations", "held_out", "steps"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    if not 0 < args.lr < 1:
+        ap.error(f"--lr {args.lr:g}: a learning rate between 0 and 1")
     return _train(args)
 
 
@@ -91,7 +99,7 @@ def _train(args: argparse.Namespace) -> int:
                 print(f"corpus: {len(convs)}/{n_total} conversations, {eta(len(convs), n_total, t0)}", flush=True)
     corpus_s = time.perf_counter() - t0
     print(f"corpus: {n_total} conversations, {sum(len(c.tokens) for c in convs)} rows, {corpus_s:.0f} s")
-    recipe = Recipe(steps=args.steps)
+    recipe = Recipe(steps=args.steps, lr=args.lr, lr_final=Recipe.lr_final * (args.lr / Recipe.lr))
     params, summary = train(load_draft(models.draft, models.target), convs[:n_train], recipe)
     args.out.mkdir(parents=True, exist_ok=True)
     name = trained.file_name(args.target, args.trained_on)
@@ -125,7 +133,8 @@ def _train(args: argparse.Namespace) -> int:
             f" --pair bench --conversations {args.conversations} --held-out {args.held_out} --steps {args.steps}"
             if args.pair == "bench"
             else ""
-        ),
+        )
+        + (f" --lr {args.lr:g}" if args.lr != Recipe.lr else ""),
     }
     atomic_write_json(args.out / trained.MANIFEST, manifest, mode=default_file_mode())
     print(f"wrote {path} and {args.out / trained.MANIFEST}")

@@ -32,6 +32,10 @@ class TrainingUnavailable(PyllamaError, ImportError):
     """JAX is missing: training is the ``train`` extra's."""
 
 
+class TrainingDiverged(PyllamaError, ArithmeticError):
+    """The loss stopped being a number: the weights are lost, and no draft is written from them."""
+
+
 def _jax() -> tuple[Any, Any]:
     try:
         import jax
@@ -138,6 +142,14 @@ def train(
         conv_idx = rng.choice(len(convs), size=recipe.seqs_per_step, replace=False)
         anchor = np.stack([rng.choice(data.anchors[c], size=recipe.anchors_per_seq) for c in conv_idx])
         params, state, loss, hit = step(params, state, jnp.asarray(conv_idx), jnp.asarray(anchor))
+        if not np.isfinite(float(loss)):  # every later step stays NaN: stop before the draft is written
+            last = history[-1] if history else None
+            raise TrainingDiverged(
+                f"training diverged at step {it} of {recipe.steps} (lr {float(lr_at(it)):.2g}, recipe lr "
+                f"{recipe.lr:g}): the loss is {float(loss)}"
+                + (f", {last['loss']:.3f} at step {last['step']}" if last else "")
+                + "; a lower --lr or fewer --steps may hold"
+            )
         if it % max(1, recipe.steps // 10) == 0 or it == 1:
             line = (
                 f"step {it}/{recipe.steps}: loss {float(loss):.3f}, slot hits {np.round(np.asarray(hit), 3).tolist()}"
