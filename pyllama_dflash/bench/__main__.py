@@ -39,6 +39,7 @@ Sections (``--only``):
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -421,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(f"bench: {section} done in {time.monotonic() - t0:.0f}s", file=sys.stderr, flush=True)
     atomic_write_json(args.json, report, mode=default_file_mode())
-    table = markdown(report)
+    # the table of the record as written (its keys sorted), so that the page and a later render agree
+    table = markdown(json.loads(args.json.read_text()))
     if args.markdown:
         atomic_write_bytes(args.markdown, table.encode(), mode=default_file_mode())
     if args.plot and "runs" in report.get("paired", {}):
