@@ -166,6 +166,19 @@ def speed_by_phase(turns: list[dict], plain: list[dict], seeds: Sequence[int]) -
     }
 
 
+def speed_entry(col: Column, result: dict, seeds: Sequence[int]) -> dict:
+    """A column's speed figures from its runs with the draft (``turns``) and without (``plain``), as the
+    served table and the library's (acceptance.timed) both keep them."""
+    turns, plain = result["turns"], result["plain"]
+    return {
+        "column": asdict(col),
+        "throughput": throughput_ratio(turns, plain, seeds),
+        "speed": speed_by_phase(turns, plain, seeds),
+        "failed": result["failed"],
+        "turns": {"drafted": turns, "plain": plain},
+    }
+
+
 def measure_server(
     models: ModelSet,
     seeds: Sequence[int],
@@ -184,13 +197,9 @@ def measure_server(
         for i, col in enumerate(cols):
             result = serve_column(col, models, seeds, Path(tmp), image_px)
             table[col.name] = {
-                "column": asdict(col),
+                **speed_entry(col, result, seeds),
                 "phases": summarise_turns(result["turns"], seeds),
-                "throughput": throughput_ratio(result["turns"], result["plain"], seeds),
                 "prefill": prefill_ratio(result["turns"], result["plain"], seeds),
-                "speed": speed_by_phase(result["turns"], result["plain"], seeds),
-                "failed": result["failed"],
-                "turns": {"drafted": result["turns"], "plain": result["plain"]},
             }
             rate = table[col.name]["phases"].get("all after images", {}).get("rate", 0.0)
             log(

@@ -3,7 +3,7 @@
 Each column's child runs every conversation twice on the variant's own libraries, with the draft and with
 no draft at all (``Session(speculative=False)``: the target alone, as llama-server without ``-md``), and
 times each turn as llama-server's ``timings`` do (``script.run_conversation``). The figures are the
-served table's (``served.speed_by_phase``): per phase, tokens/s with the draft over without and the
+served table's (``served.speed_entry``): per phase, tokens/s with the draft over without and the
 prompt's time with over without, each with a 95% interval over conversations.
 
 What differs from the server: no HTTP, no chat template (the slot holds the generated tokens, as in the
@@ -17,14 +17,13 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 
 from ..pace import eta
 from ..slotloop.models import ModelSet
 from .job import AcceptanceJob, Column
 from .measure import run_column, session_for
-from .served import speed_by_phase, throughput_ratio
+from .served import speed_entry
 
 
 def measure_library_speed(
@@ -40,13 +39,7 @@ def measure_library_speed(
             # the worker gives the session its variant's slot handling (server_config), as for every column
             job = AcceptanceJob(col, models, tuple(seeds), session_for(image_px), image_px=image_px, timed=True)
             result = run_column(job, Path(tmp))
-            table[col.name] = {
-                "column": asdict(col),
-                "throughput": throughput_ratio(result["turns"], result["plain"], seeds),
-                "speed": speed_by_phase(result["turns"], result["plain"], seeds),
-                "failed": result["failed"],
-                "turns": {"drafted": result["turns"], "plain": result["plain"]},
-            }
+            table[col.name] = speed_entry(col, result, seeds)
             ratio = (table[col.name]["throughput"] or {}).get("ratio")
             shown = "none ran both ways" if ratio is None else f"tokens/s with the draft over without {ratio:.2f}"
             log(f"  {col.name} (library): {shown} (column {i + 1}/{len(cols)}, {eta(i + 1, len(cols), t0)})")
