@@ -184,3 +184,22 @@ def test_a_training_whose_loss_stops_being_a_number_stops_with_the_step_and_writ
     conv = Conversation(feats, np.arange(n, dtype=np.int32) % 50 + 8, np.ones(n, dtype=bool))
     with pytest.raises(TrainingDiverged, match=r"training diverged at step 1 of 3 \(lr"):
         train(w, [conv] * 16, Recipe(steps=3), log=lambda _line: None)
+
+
+def test_the_draft_ffn_gate_keeps_a_finite_gradient_far_below_zero():
+    """``x / (1 + exp(-x))`` is -0 below x = -88.7 in float32, but autodiff's gradient there is inf / inf:
+    one such gate turns every weight to NaN at the next step. The capped form has the same values above
+    -80 (bit for bit, so the reference forward llama.cpp is judged against is unchanged) and a finite
+    gradient everywhere."""
+    from pyllama_dflash.draftmodel.forward import silu
+
+    x = np.linspace(-80, 30, 20001, dtype=np.float32)
+    assert np.array_equal(silu(np, x), x / (1 + np.exp(-x)))
+    with np.errstate(over="raise"):
+        assert np.all(silu(np, np.array([-100.0, -1e4], dtype=np.float32)) <= 0)
+    jax = pytest.importorskip("jax", reason="JAX is the train extra's (pip install -e '.[train]')")
+    import jax.numpy as jnp
+
+    far = jnp.asarray([-89.0, -100.0, -1e4], dtype=jnp.float32)
+    assert not np.isfinite(np.asarray(jax.grad(lambda g: jnp.sum(g / (1 + jnp.exp(-g))))(far))).all()
+    assert np.isfinite(np.asarray(jax.grad(lambda g: jnp.sum(silu(jnp, g)))(far))).all()

@@ -30,6 +30,12 @@ def rms_norm(xp: Any, x: Any, w: Any, eps: float) -> Any:
     return x / xp.sqrt(xp.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
+def silu(xp: Any, x: Any) -> Any:
+    # exp(-x) overflows below x = -88.7 in float32: the value is still -0, but its gradient is inf / inf,
+    # which turned a whole training run's weights to NaN; capping the exponent changes no value above -80
+    return x / (1.0 + xp.exp(xp.minimum(-x, 80.0)))
+
+
 def rope(xp: Any, x: Any, pos: Any, base: float) -> Any:
     """NeoX rotary embedding of ``x [..., n, heads, d]`` at ``pos [..., n]``: pair (i, i + d/2)
     turns by ``pos * base^(-2i/d)``."""
@@ -114,7 +120,7 @@ def block_hidden(
         h = rms_norm(xp, x, p[b + "ffn_norm.weight"], hp.rms_eps)
         gate = h @ p[b + "ffn_gate.weight"].T
         up = h @ p[b + "ffn_up.weight"].T
-        x = x + (gate / (1.0 + xp.exp(-gate)) * up) @ p[b + "ffn_down.weight"].T
+        x = x + (silu(xp, gate) * up) @ p[b + "ffn_down.weight"].T
     return rms_norm(xp, x, p["output_norm.weight"], hp.rms_eps)
 
 
