@@ -22,7 +22,17 @@ def test_a_rounds_parts_are_each_timed_once_per_round(variants):
     assert all(len(t) == 3 and min(t) > 0 for t in res["seconds"].values())
     # the tiny DFlash draft's block is 4: every round drafts 3, and all of them are verified and kept
     assert res["drafted"] == [3, 3, 3]
+    # as llama-server serves a hybrid target with a 3-token draft, and its plain decode without one
+    assert res["n_rs_seq"] == {"drafting": 3, "plain": 0}
     assert res["weight_bytes"]["target"] == weight_bytes(models.target)
+
+
+def test_a_round_without_rollback_snapshots_keeps_none_on_either_side(variants):
+    models = tiny_models()
+    task = RoundCosts(str(models.target), str(models.draft), rounds=2, prompt=16, n_ctx=256, rollback_snapshots=False)
+    res = measure("baseline", task)
+    assert res["n_rs_seq"] == {"drafting": 0, "plain": 0}
+    assert res["drafted"] == [3, 3]
 
 
 def test_every_batch_size_is_timed_in_every_round(variants):

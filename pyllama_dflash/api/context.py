@@ -197,6 +197,12 @@ class Context(_Owner):
         return int(self._rt.lib.llama_n_ubatch(self._ptr()))
 
     @property
+    def n_rs_seq(self) -> int:
+        """Recurrent-state snapshots per sequence: how far back a hybrid target can drop rows by itself
+        (0 where the model has no recurrent layers, whatever was asked)."""
+        return int(self._rt.lib.llama_n_rs_seq(self._ptr()))
+
+    @property
     def n_seq_max(self) -> int:
         return int(self._rt.lib.llama_n_seq_max(self._ptr()))
 

@@ -58,15 +58,26 @@ def _median_ci(xs: list[float]) -> dict:
     return {"median": stats.summary(xs)["median"], "ci95": list(median_interval(xs))}
 
 
+NO_SNAPSHOTS = "bench pair, no rollback snapshots"
+
+
 def bench_round(rounds: int) -> dict:
     """A speculative round's parts over one plain decode, per pair (the tiny models, the bench pair), on
     baseline with text only. Per round: (draft + verify + process) / decode, the round's cost in plain
     decodes, c. With a tokens accepted a round yields 1 + a tokens for c decodes' time, so drafting
-    breaks even at a = c - 1 and, were every drafted token accepted, speeds decoding up (1 + n) / c."""
+    breaks even at a = c - 1 and, were every drafted token accepted, speeds decoding up (1 + n) / c.
+    Each round is as llama-server serves it (job.RoundCosts' rollback snapshots); the bench pair runs a
+    second time without them, to show what they cost."""
     tiny, bench_pair = tiny_models(), bench_pair_models()
     out = {"rounds": rounds, "pairs": {}}
-    for name, target, draft in (("tiny", tiny.target, tiny.draft), ("bench pair", bench_pair.target, bench_pair.draft)):
-        res = measure("baseline", RoundCosts(str(target), str(draft), rounds=rounds))
+    runs = (
+        ("tiny", tiny.target, tiny.draft, True),
+        ("bench pair", bench_pair.target, bench_pair.draft, True),
+        # what the hybrid target's rollback snapshots cost, the served round's share beyond the verify itself
+        (NO_SNAPSHOTS, bench_pair.target, bench_pair.draft, False),
+    )
+    for name, target, draft, snapshots in runs:
+        res = measure("baseline", RoundCosts(str(target), str(draft), rounds=rounds, rollback_snapshots=snapshots))
         sec = res["seconds"]
         cost = [
             (d + v + p) / one

@@ -64,13 +64,19 @@ class RoundCosts:
     """The parts of a speculative round against one plain decode, each timed on its own, round by round:
     the draft's step, the target's verify of the last token and the drafted ones, and the driver's
     process() of that verify batch (what feeds the draft the target's features). Every drafted token is
-    kept, so each round costs what a fully accepted one costs; what acceptance buys is the speed model's."""
+    kept, so each round costs what a fully accepted one costs; what acceptance buys is the speed model's.
+
+    ``rollback_snapshots``: the drafting target keeps n_max recurrent-state snapshots, so that a rejected
+    draft can be rolled back, as llama-server gives it (common's ``need_n_rs_seq``) and Session does,
+    while the plain decode runs in a context of its own with none, as llama-server's without a draft.
+    Off, both keep none: the round as if a hybrid target's rollback were free."""
 
     target: str
     draft: str
     rounds: int = 24
     prompt: int = 256
     n_ctx: int = 4096
+    rollback_snapshots: bool = True
 
     TASK: ClassVar[str] = "round_costs"
 

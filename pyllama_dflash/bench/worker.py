@@ -210,9 +210,13 @@ def round_costs(args: RoundCosts) -> dict:
     from ..tiny.bench_pair import weight_bytes
 
     tm, dm = api.Model(args.target), api.Model(args.draft)
-    target = api.Context(tm, n_ctx=args.n_ctx, n_batch=args.prompt, n_ubatch=args.prompt)
+    n_max = dm.dflash_block_size - 1
+    snapshots = n_max if args.rollback_snapshots else 0
+    target = api.Context(tm, n_ctx=args.n_ctx, n_batch=args.prompt, n_ubatch=args.prompt, n_rs_seq=snapshots)
+    plain = api.Context(tm, n_ctx=args.n_ctx, n_batch=args.prompt, n_ubatch=args.prompt)
     draft = api.Context.draft(dm, target, n_batch=args.prompt, n_ubatch=args.prompt)
-    spec = api.Speculative(target, draft, n_max=dm.dflash_block_size - 1)
+    spec = api.Speculative(target, draft, n_max=n_max)
+    n_rs_seq = {"drafting": target.n_rs_seq, "plain": plain.n_rs_seq}
     rng = np.random.default_rng(0)
     parts: dict[str, list[float]] = {"decode": [], "draft": [], "verify": [], "process": []}
     drafted: list[int] = []
@@ -222,6 +226,12 @@ def round_costs(args: RoundCosts) -> dict:
         out = fn()
         parts[part].append(time.perf_counter() - t0)
         return out
+
+    def plain_decode(tokens: np.ndarray, pos0: int, part: str | None) -> None:
+        batch = api.Batch.tokens(tokens, pos0=pos0, logits="all")
+        rc = timed(part, lambda: plain.decode(batch)) if part else plain.decode(batch)
+        if rc != 0:
+            raise RuntimeError(f"plain decode of {len(tokens)} tokens at position {pos0} returned {rc}")
 
     def feed(tokens: np.ndarray, pos0: int, part: str | None) -> None:
         batch = api.Batch.tokens(tokens, pos0=pos0, logits="all")
@@ -235,16 +245,20 @@ def round_costs(args: RoundCosts) -> dict:
     try:
         prompt = 8 + rng.integers(0, 100, args.prompt)
         feed(prompt, 0, None)
+        plain_decode(prompt, 0, None)
         spec.begin(0, prompt)
         pos = args.prompt
+        # both contexts take every row, so the plain decode sees the drafting side's context length
         for r in range(args.rounds + 1):  # the first round warms up every graph and is dropped
             last = int(target.argmax())
-            feed(np.array([last]), pos, "decode")  # the plain decode: one token, no draft
+            plain_decode(np.array([last]), pos, "decode")  # one token, no draft
+            feed(np.array([last]), pos, None)
             pos += 1
             last = int(target.argmax())
             block = timed("draft", lambda last=last, pos=pos: spec.draft(0, last, pos))
             drafted.append(len(block))
             feed(np.array([last, *block]), pos, "verify")
+            plain_decode(np.array([last, *block]), pos, None)
             spec.accept(0, len(block))
             pos += 1 + len(block)
             if r == 0:
@@ -252,11 +266,12 @@ def round_costs(args: RoundCosts) -> dict:
                     times.clear()
                 drafted.clear()
     finally:
-        for obj in (spec, draft, target, dm, tm):
+        for obj in (spec, draft, plain, target, dm, tm):
             obj.close()
     return {
         "seconds": parts,
         "drafted": drafted,
+        "n_rs_seq": n_rs_seq,
         "weight_bytes": {"target": weight_bytes(args.target), "draft": weight_bytes(args.draft)},
     }
 
