@@ -65,11 +65,12 @@ def test_the_bench_writes_the_speed_models_sections_and_their_table(variants, tm
     record = tmp_path / "bench.json"
     assert bench_main(["--only", "batch,round", "--rounds", "2", "--json", str(record)]) == 0
     r = json.loads(record.read_text())
-    assert sorted(r["round"]["pairs"]) == ["bench pair", "tiny"]
+    assert sorted(r["round"]["pairs"]) == ["bench pair", "bench pair, no rollback snapshots", "tiny"]
     assert sorted(r["batch"]["ratio"]) == ["2", "4", "8"]
     table = markdown(r)
     assert "tiny: tokens accepted per round where drafting breaks even" in table
     assert "bench pair: tokens accepted per round where drafting breaks even" in table
+    assert "bench pair, no rollback snapshots: a round (draft, verify, process)" in table
 
 
 @pytest.mark.slow

@@ -6,16 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from .._internals import (
-    LlamaBatchExt,
-    LlamaContext,
-    runtime,
-)
-from ..errors import (
-    ContextError,
-    IncompatibleModelsError,
-    PyllamaError,
-)
+from .._internals import LlamaBatchExt, LlamaContext, runtime
+from ..errors import ContextError, IncompatibleModelsError, PyllamaError
 from ..process import logs
 from ._base import _default_threads, _Owner
 from .batch import Batch, _check_positions
@@ -198,8 +190,8 @@ class Context(_Owner):
 
     @property
     def n_rs_seq(self) -> int:
-        """Recurrent-state snapshots per sequence: how far back a hybrid target can drop rows by itself
-        (0 where the model has no recurrent layers, whatever was asked)."""
+        """Recurrent-state snapshots per sequence: how many rows a hybrid target can drop by itself (0
+        where its arch has no partial rollback, whatever was asked)."""
         return int(self._rt.lib.llama_n_rs_seq(self._ptr()))
 
     @property

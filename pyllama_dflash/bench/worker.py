@@ -204,20 +204,25 @@ def batch_cost(args: BatchCost) -> dict:
     return {"seconds": seconds, "weight_bytes": weight_bytes(args.target)}
 
 
-def round_costs(args: RoundCosts) -> dict:
-    """Seconds of each part of a speculative round (see job.RoundCosts) and of one plain decode, round
-    by round on one sequence, on the variant this child loaded."""
-    from ..tiny.bench_pair import weight_bytes
-
+def _round_contexts(args: RoundCosts) -> tuple:
+    """The models, the drafting target (with rollback snapshots as served, unless told not), the plain
+    target beside it (none, as llama-server's without a draft), the draft and the speculative driver."""
     tm, dm = api.Model(args.target), api.Model(args.draft)
     n_max = dm.dflash_block_size - 1
     snapshots = n_max if args.rollback_snapshots else 0
     target = api.Context(tm, n_ctx=args.n_ctx, n_batch=args.prompt, n_ubatch=args.prompt, n_rs_seq=snapshots)
     plain = api.Context(tm, n_ctx=args.n_ctx, n_batch=args.prompt, n_ubatch=args.prompt)
     draft = api.Context.draft(dm, target, n_batch=args.prompt, n_ubatch=args.prompt)
-    spec = api.Speculative(target, draft, n_max=n_max)
+    return tm, dm, target, plain, draft, api.Speculative(target, draft, n_max=n_max)
+
+
+def round_costs(args: RoundCosts) -> dict:
+    """Seconds of each part of a speculative round (see job.RoundCosts) and of one plain decode, round
+    by round on one sequence, on the variant this child loaded."""
+    from ..tiny.bench_pair import weight_bytes
+
+    tm, dm, target, plain, draft, spec = _round_contexts(args)
     n_rs_seq = {"drafting": target.n_rs_seq, "plain": plain.n_rs_seq}
-    rng = np.random.default_rng(0)
     parts: dict[str, list[float]] = {"decode": [], "draft": [], "verify": [], "process": []}
     drafted: list[int] = []
 
@@ -227,23 +232,21 @@ def round_costs(args: RoundCosts) -> dict:
         parts[part].append(time.perf_counter() - t0)
         return out
 
-    def plain_decode(tokens: np.ndarray, pos0: int, part: str | None) -> None:
+    def plain_decode(tokens: np.ndarray, pos0: int, part: str | None, ctx: api.Context = plain) -> api.Batch:
         batch = api.Batch.tokens(tokens, pos0=pos0, logits="all")
-        rc = timed(part, lambda: plain.decode(batch)) if part else plain.decode(batch)
+        rc = timed(part, lambda: ctx.decode(batch)) if part else ctx.decode(batch)
         if rc != 0:
-            raise RuntimeError(f"plain decode of {len(tokens)} tokens at position {pos0} returned {rc}")
+            raise RuntimeError(f"decode of {len(tokens)} tokens at position {pos0} returned {rc}")
+        return batch
 
     def feed(tokens: np.ndarray, pos0: int, part: str | None) -> None:
-        batch = api.Batch.tokens(tokens, pos0=pos0, logits="all")
-        rc = timed(part, lambda: target.decode(batch)) if part else target.decode(batch)
-        if rc != 0:
-            raise RuntimeError(f"target decode of {len(tokens)} tokens at position {pos0} returned {rc}")
+        batch = plain_decode(tokens, pos0, part, target)
         ok = timed("process", lambda: spec.process_ok(batch)) if part == "verify" else spec.process_ok(batch)
         if not ok:
             raise RuntimeError(f"process() refused the batch at position {pos0}")
 
     try:
-        prompt = 8 + rng.integers(0, 100, args.prompt)
+        prompt = 8 + np.random.default_rng(0).integers(0, 100, args.prompt)
         feed(prompt, 0, None)
         plain_decode(prompt, 0, None)
         spec.begin(0, prompt)
@@ -262,9 +265,8 @@ def round_costs(args: RoundCosts) -> dict:
             spec.accept(0, len(block))
             pos += 1 + len(block)
             if r == 0:
-                for times in parts.values():
+                for times in (*parts.values(), drafted):
                     times.clear()
-                drafted.clear()
     finally:
         for obj in (spec, draft, plain, target, dm, tm):
             obj.close()
