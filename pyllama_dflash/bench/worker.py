@@ -11,6 +11,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 
 import numpy as np
 
@@ -207,13 +208,18 @@ def batch_cost(args: BatchCost) -> dict:
 def _round_contexts(args: RoundCosts) -> tuple:
     """The models, the drafting target (with rollback snapshots as served, unless told not), the plain
     target beside it (none, as llama-server's without a draft), the draft and the speculative driver."""
-    tm, dm = api.Model(args.target), api.Model(args.draft)
-    n_max = dm.dflash_block_size - 1
-    snapshots = n_max if args.rollback_snapshots else 0
-    target = api.Context(tm, n_ctx=args.n_ctx, n_batch=args.prompt, n_ubatch=args.prompt, n_rs_seq=snapshots)
-    plain = api.Context(tm, n_ctx=args.n_ctx, n_batch=args.prompt, n_ubatch=args.prompt)
-    draft = api.Context.draft(dm, target, n_batch=args.prompt, n_ubatch=args.prompt)
-    return tm, dm, target, plain, draft, api.Speculative(target, draft, n_max=n_max)
+    with ExitStack() as opened:  # what opened before a failure is closed, never leaked
+        tm = opened.enter_context(api.Model(args.target))
+        dm = opened.enter_context(api.Model(args.draft))
+        n_max = dm.dflash_block_size - 1
+        snapshots = n_max if args.rollback_snapshots else 0
+        n = {"n_ctx": args.n_ctx, "n_batch": args.prompt, "n_ubatch": args.prompt}
+        target = opened.enter_context(api.Context(tm, **n, n_rs_seq=snapshots))
+        plain = opened.enter_context(api.Context(tm, **n))
+        draft = opened.enter_context(api.Context.draft(dm, target, n_batch=args.prompt, n_ubatch=args.prompt))
+        spec = opened.enter_context(api.Speculative(target, draft, n_max=n_max))
+        opened.pop_all()
+    return tm, dm, target, plain, draft, spec
 
 
 def round_costs(args: RoundCosts) -> dict:
@@ -222,7 +228,6 @@ def round_costs(args: RoundCosts) -> dict:
     from ..tiny.bench_pair import weight_bytes
 
     tm, dm, target, plain, draft, spec = _round_contexts(args)
-    n_rs_seq = {"drafting": target.n_rs_seq, "plain": plain.n_rs_seq}
     parts: dict[str, list[float]] = {"decode": [], "draft": [], "verify": [], "process": []}
     drafted: list[int] = []
 
@@ -232,7 +237,7 @@ def round_costs(args: RoundCosts) -> dict:
         parts[part].append(time.perf_counter() - t0)
         return out
 
-    def plain_decode(tokens: np.ndarray, pos0: int, part: str | None, ctx: api.Context = plain) -> api.Batch:
+    def decode(ctx: api.Context, tokens: np.ndarray, pos0: int, part: str | None) -> api.Batch:
         batch = api.Batch.tokens(tokens, pos0=pos0, logits="all")
         rc = timed(part, lambda: ctx.decode(batch)) if part else ctx.decode(batch)
         if rc != 0:
@@ -240,28 +245,29 @@ def round_costs(args: RoundCosts) -> dict:
         return batch
 
     def feed(tokens: np.ndarray, pos0: int, part: str | None) -> None:
-        batch = plain_decode(tokens, pos0, part, target)
+        batch = decode(target, tokens, pos0, part)
         ok = timed("process", lambda: spec.process_ok(batch)) if part == "verify" else spec.process_ok(batch)
         if not ok:
             raise RuntimeError(f"process() refused the batch at position {pos0}")
 
     try:
+        n_rs_seq = {"drafting": target.n_rs_seq, "plain": plain.n_rs_seq}
         prompt = 8 + np.random.default_rng(0).integers(0, 100, args.prompt)
         feed(prompt, 0, None)
-        plain_decode(prompt, 0, None)
+        decode(plain, prompt, 0, None)
         spec.begin(0, prompt)
         pos = args.prompt
         # both contexts take every row, so the plain decode sees the drafting side's context length
         for r in range(args.rounds + 1):  # the first round warms up every graph and is dropped
             last = int(target.argmax())
-            plain_decode(np.array([last]), pos, "decode")  # one token, no draft
+            decode(plain, np.array([last]), pos, "decode")  # one token, no draft
             feed(np.array([last]), pos, None)
             pos += 1
             last = int(target.argmax())
             block = timed("draft", lambda last=last, pos=pos: spec.draft(0, last, pos))
             drafted.append(len(block))
             feed(np.array([last, *block]), pos, "verify")
-            plain_decode(np.array([last, *block]), pos, None)
+            decode(plain, np.array([last, *block]), pos, None)
             spec.accept(0, len(block))
             pos += 1 + len(block)
             if r == 0:
