@@ -205,21 +205,18 @@ def batch_cost(args: BatchCost) -> dict:
     return {"seconds": seconds, "weight_bytes": weight_bytes(args.target)}
 
 
-def _round_contexts(args: RoundCosts) -> tuple:
-    """The models, the drafting target (with rollback snapshots as served, unless told not), the plain
-    target beside it (none, as llama-server's without a draft), the draft and the speculative driver."""
-    with ExitStack() as opened:  # what opened before a failure is closed, never leaked
-        tm = opened.enter_context(api.Model(args.target))
-        dm = opened.enter_context(api.Model(args.draft))
-        n_max = dm.dflash_block_size - 1
-        snapshots = n_max if args.rollback_snapshots else 0
-        n = {"n_ctx": args.n_ctx, "n_batch": args.prompt, "n_ubatch": args.prompt}
-        target = opened.enter_context(api.Context(tm, **n, n_rs_seq=snapshots))
-        plain = opened.enter_context(api.Context(tm, **n))
-        draft = opened.enter_context(api.Context.draft(dm, target, n_batch=args.prompt, n_ubatch=args.prompt))
-        spec = opened.enter_context(api.Speculative(target, draft, n_max=n_max))
-        opened.pop_all()
-    return tm, dm, target, plain, draft, spec
+def _round_contexts(args: RoundCosts, opened: ExitStack) -> tuple[api.Context, api.Context, api.Speculative]:
+    """The drafting target (with rollback snapshots as served, unless told not), the plain target beside
+    it (none, as llama-server's without a draft) and the speculative driver over the draft, each closed
+    with ``opened``."""
+    tm = opened.enter_context(api.Model(args.target))
+    dm = opened.enter_context(api.Model(args.draft))
+    n_max = dm.dflash_block_size - 1
+    sized = {"n_ctx": args.n_ctx, "n_batch": args.prompt, "n_ubatch": args.prompt}
+    target = opened.enter_context(api.Context(tm, **sized, n_rs_seq=n_max if args.rollback_snapshots else 0))
+    plain = opened.enter_context(api.Context(tm, **sized))
+    draft = opened.enter_context(api.Context.draft(dm, target, n_batch=args.prompt, n_ubatch=args.prompt))
+    return target, plain, opened.enter_context(api.Speculative(target, draft, n_max=n_max))
 
 
 def round_costs(args: RoundCosts) -> dict:
@@ -227,7 +224,6 @@ def round_costs(args: RoundCosts) -> dict:
     by round on one sequence, on the variant this child loaded."""
     from ..tiny.bench_pair import weight_bytes
 
-    tm, dm, target, plain, draft, spec = _round_contexts(args)
     parts: dict[str, list[float]] = {"decode": [], "draft": [], "verify": [], "process": []}
     drafted: list[int] = []
 
@@ -250,7 +246,8 @@ def round_costs(args: RoundCosts) -> dict:
         if not ok:
             raise RuntimeError(f"process() refused the batch at position {pos0}")
 
-    try:
+    with ExitStack() as opened:  # whatever opened is closed, a failure halfway included
+        target, plain, spec = _round_contexts(args, opened)
         n_rs_seq = {"drafting": target.n_rs_seq, "plain": plain.n_rs_seq}
         prompt = 8 + np.random.default_rng(0).integers(0, 100, args.prompt)
         feed(prompt, 0, None)
@@ -273,9 +270,6 @@ def round_costs(args: RoundCosts) -> dict:
             if r == 0:
                 for times in (*parts.values(), drafted):
                     times.clear()
-    finally:
-        for obj in (spec, draft, plain, target, dm, tm):
-            obj.close()
     return {
         "seconds": parts,
         "drafted": drafted,
