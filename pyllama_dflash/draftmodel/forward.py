@@ -32,7 +32,7 @@ def rms_norm(xp: Any, x: Any, w: Any, eps: float) -> Any:
 
 def silu(xp: Any, x: Any) -> Any:
     # exp(-x) overflows below x = -88.7 in float32: the value is still -0, but its gradient is inf / inf,
-    # which turned a whole training run's weights to NaN; capping the exponent changes no value above -80
+    # which makes every weight NaN at the next step; capping the exponent changes no value above -80
     return x / (1.0 + xp.exp(xp.minimum(-x, 80.0)))
 
 
