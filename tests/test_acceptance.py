@@ -15,6 +15,7 @@ import pytest
 
 from conftest import DEFINED
 from pyllama_dflash.acceptance.measure import MODEL, TEXT_ONLY, columns, measure
+from pyllama_dflash.acceptance.script import side_by_side
 from pyllama_dflash.acceptance.served import measure_server, speed_by_phase
 from pyllama_dflash.draftmodel.trained import trained_models
 from pyllama_dflash.oracles.references import DEFINITION, REFERENCE
@@ -126,3 +127,28 @@ def test_a_phases_speed_is_pooled_over_that_phases_turns_only():
     assert by_phase["after image"]["tok_s"]["ratio"] == pytest.approx(0.5)
     assert by_phase["after image"]["ttft"]["ratio"] == pytest.approx(1.5)
     assert by_phase["after restore"]["tok_s"] is None
+
+
+def _side(name: str, log: list[str], turns: int, fail_at: int | None = None):
+    for k in range(turns):
+        if k == fail_at:
+            raise ValueError(f"{name} refused turn {k + 1}")
+        log.append(f"{name}{k + 1}")
+        yield f"{name}{k + 1}"
+
+
+def test_the_two_sides_of_a_timed_conversation_take_turns_first_in_turn():
+    log: list[str] = []
+    pairs = list(side_by_side(_side("D", log, 4), _side("P", log, 4), conversation_index=1))
+    assert pairs == [("D1", "P1"), ("D2", "P2"), ("D3", "P3"), ("D4", "P4")]
+    # conversation 1 starts without the draft, and each turn swaps which side goes first
+    assert log == ["P1", "D1", "D2", "P2", "P3", "D3", "D4", "P4"]
+
+
+def test_the_drafting_sides_failure_is_its_own_and_one_without_the_draft_says_so():
+    with pytest.raises(ValueError, match="D refused turn 2"):
+        list(side_by_side(_side("D", [], 4, fail_at=1), _side("P", [], 4), conversation_index=0))
+    with pytest.raises(RuntimeError, match="without the draft failed at turn 3: P refused turn 3"):
+        list(side_by_side(_side("D", [], 4), _side("P", [], 4, fail_at=2), conversation_index=0))
+    with pytest.raises(RuntimeError, match="one side ended at turn 4"):
+        list(side_by_side(_side("D", [], 4), _side("P", [], 3), conversation_index=0))

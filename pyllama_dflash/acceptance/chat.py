@@ -13,6 +13,7 @@ closed by ``<|im_end|>``, where the library's slot holds the generated tokens th
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,37 +86,33 @@ def _ask(srv: ServerProcess, messages: list[dict], n_predict: int) -> Completion
     return Completion(out.choices[0].message.content or "", timings)
 
 
-def run_chat(
-    srv: ServerProcess, seed: int, out: list[TurnResult], images: bool = True, image_px: int | None = None
-) -> None:
-    """One conversation on slot 0 of ``srv`` (started with one slot and ``--slot-save-path``); its turns
-    are added to ``out`` as they are answered. Raises :class:`ChatFailed` at the first request not
-    answered with 200."""
+def chat_turns(srv: ServerProcess, seed: int, images: bool = True, image_px: int | None = None) -> Iterator[TurnResult]:
+    """One conversation on slot 0 of ``srv`` (started with one slot and ``--slot-save-path``), its counted
+    turns yielded as they are answered (the save, the other conversation and the restore go with the
+    fourth). Raises :class:`ChatFailed` at the first request not answered with 200."""
     turns = turns_for(seed, images, image_px)
     history: list[dict] = []
 
-    def turn(t, phase: str) -> None:
+    def turn(t, phase: str) -> TurnResult:
         history.append(_user(t))
         r = _ask(srv, history, t.n_generate)
         history.append({"role": "assistant", "content": r.content})
         tm = r.timings
-        out.append(
-            TurnResult(
-                seed,
-                phase,
-                200,  # _ask raises on anything else
-                int(tm.get("draft_n", 0)),
-                int(tm.get("draft_n_accepted", 0)),
-                int(tm.get("predicted_n", 0)),
-                float(tm.get("predicted_ms", 0.0)),
-                r.content,
-                float(tm.get("prompt_ms", 0.0)),
-            )
+        return TurnResult(
+            seed,
+            phase,
+            200,  # _ask raises on anything else
+            int(tm.get("draft_n", 0)),
+            int(tm.get("draft_n_accepted", 0)),
+            int(tm.get("predicted_n", 0)),
+            float(tm.get("predicted_ms", 0.0)),
+            r.content,
+            float(tm.get("prompt_ms", 0.0)),
         )
 
-    turn(turns[0], "text")
-    turn(turns[1], "after image")
-    turn(turns[2], "after second image")
+    yield turn(turns[0], "text")
+    yield turn(turns[1], "after image")
+    yield turn(turns[2], "after second image")
     for action in ("save", None, "restore"):
         if action is None:  # another conversation on the slot in between, not counted
             _ask(srv, [_user(turns[4])], 8)
@@ -123,7 +120,7 @@ def run_chat(
         r = srv.slot_action(action, SLOT_FILE)
         if not r.ok:
             raise ChatFailed(f"slot {action} of {SLOT_FILE}: {r.describe()}")
-    turn(turns[3], "after restore")
+    yield turn(turns[3], "after restore")
 
 
 def fresh_slot_dir(work: Path, name: str) -> Path:

@@ -36,5 +36,5 @@ class AcceptanceJob(Coded):
     paired: bool = False  # drafts at every position of the target's replies (script.run_conversation)
     image_px: int | None = None  # the images' size (None: the corpus's drawn sizes)
     # the speed through the library: each conversation run with the draft and without it (a session of the
-    # same variant with no draft at all), one after the other, each turn timed (script.run_conversation)
+    # same variant with no draft at all), side by side a turn at a time, each turn timed (script.side_by_side)
     timed: bool = False

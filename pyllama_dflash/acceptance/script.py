@@ -21,8 +21,11 @@ the reply: the first ``FIRST_POSITIONS`` after an image or a restore, ``later`` 
 
 from __future__ import annotations
 
+import itertools
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -36,6 +39,8 @@ N_GENERATE = 24  # tokens per reply
 FIRST_POSITIONS = 8  # a paired reply's positions that count as "after" its image or restore
 # the image sizes of the paired table: 8x8, 16x16 and 32x32 merged tokens through the tiny qwen2vl projector
 IMAGE_ROWS_PX = {64: 224, 256: 448, 1024: 896}
+T = TypeVar("T")
+_END = object()  # an iterator's end, for side_by_side
 
 
 @dataclass(frozen=True)
@@ -122,7 +127,13 @@ def _timed_turn(seed: int, after: str | None, times: tuple[float, float, float],
     }
 
 
-def run_conversation(
+def run_conversation(s: Session, seed: int, out: list[RoundResult], **how) -> None:
+    """The whole conversation at once (see :func:`conversation`)."""
+    for _ in conversation(s, seed, out, **how):
+        pass
+
+
+def conversation(
     s: Session,
     seed: int,
     out: list[RoundResult],
@@ -132,11 +143,12 @@ def run_conversation(
     image_px: int | None = None,
     replies: list[list[int]] | None = None,
     timings: list[dict] | None = None,
-) -> None:
-    """Drive the conversation through a session's slot loop (sequence 0), its rounds (or, ``paired``,
-    its positions) added to ``out`` by phase as they run (a conversation the variant fails keeps the
-    ones before the failure), and each reply's tokens to ``replies``. Without ``restore`` it ends
-    after the third turn. ``timings`` gets each turn much as llama-server's ``timings`` count it, phase by the
+) -> Iterator[None]:
+    """Drive the conversation through a session's slot loop (sequence 0), a counted turn per step (the
+    save, the other conversation and the restore go with the fourth), its rounds (or, ``paired``, its
+    positions) added to ``out`` by phase as they run (a conversation the variant fails keeps the ones
+    before the failure), and each reply's tokens to ``replies``. Without ``restore`` it ends after the
+    third turn. ``timings`` gets each turn much as llama-server's ``timings`` count it, phase by the
     turn's place (chat.TURN_PHASES): its prompt's wall time (``prompt_ms``, the draft's part included) and
     its reply's (``predicted_n`` tokens in ``predicted_ms``), with the reply and what it drafted and had
     accepted."""
@@ -162,9 +174,12 @@ def run_conversation(
             replies.append(reply)
 
     turn(turns[0], None, "turn 1")
+    yield
     # phases by the turn's place, images or not: the text-only ceiling's rounds line up with them
     turn(turns[1], "after image", "turn 2")
+    yield
     turn(turns[2], "after second image", "turn 3")
+    yield
     if not restore:
         return
     saved = s.save_slot(0)
@@ -175,3 +190,31 @@ def run_conversation(
     del s.record.rounds[interlude:]  # not this conversation's
     s.restore_slot(0, saved)
     turn(turns[3], "after restore", "turn 4")
+    yield
+
+
+def side_by_side(drafted: Iterator[T], plain: Iterator[T], conversation_index: int) -> Iterator[tuple[T, T]]:
+    """One conversation with the draft and without it, a turn at a time: each step runs one turn of each
+    side, the side that goes first alternating with the turn and the conversation (A B, B A, ...), so that
+    the machine's drift weighs on both sides alike; a conversation run whole on one side and then on the
+    other leaves a drift of that minute on one side only. The draft's side raises what it raises (what
+    llama-server answers with 500 after an image); a failure without the draft is the harness's, raised
+    as a RuntimeError that says so."""
+
+    def step(side: Iterator[T], turn: int) -> object:
+        if side is drafted:
+            return next(side, _END)
+        try:
+            return next(side, _END)
+        except Exception as e:
+            raise RuntimeError(f"the conversation without the draft failed at turn {turn + 1}: {e}") from e
+
+    for turn in itertools.count():
+        first_drafted = (turn + conversation_index) % 2 == 0
+        order = (drafted, plain) if first_drafted else (plain, drafted)
+        got = [step(order[0], turn), step(order[1], turn)]
+        if _END in got:
+            if got != [_END, _END]:
+                raise RuntimeError(f"side_by_side: one side ended at turn {turn + 1}, the other not")
+            return
+        yield (got[0], got[1]) if first_drafted else (got[1], got[0])

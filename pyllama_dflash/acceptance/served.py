@@ -1,5 +1,5 @@
 """The acceptance table through llama-server: the variant columns' conversations as a chat client sends
-them (``chat.run_chat``), each beside a server of the same variant without the draft.
+them (``chat.chat_turns``), each beside a server of the same variant without the draft.
 
 Figures per turn from the answers' ``timings``: the acceptance rate (``draft_n_accepted / draft_n``) with
 a 95% interval over conversations, and tokens per second with the draft over without, pooled over the
@@ -23,9 +23,10 @@ from ..paths import cache_root
 from ..server import ServerOptions, serve
 from ..slotloop.models import ModelSet
 from ..tiny.long_context import long_context_target
-from .chat import TURN_PHASES, ChatFailed, TurnResult, fresh_slot_dir, run_chat
+from .chat import TURN_PHASES, ChatFailed, TurnResult, chat_turns, fresh_slot_dir
 from .job import Column
 from .measure import SESSION, columns, per_phase, session_for
+from .script import side_by_side
 from .stats import bootstrap_mean
 
 
@@ -49,8 +50,9 @@ def _server_options(slot_dir: Path, draft: bool, n_ctx: int = SESSION.n_ctx) -> 
 
 
 def serve_column(col: Column, models: ModelSet, seeds: Sequence[int], work: Path, image_px: int | None = None) -> dict:
-    """One column through llama-server: each conversation on a server with the draft, then on one without
-    (the same variant, started beside it), so that the tokens/s ratio is measured side by side."""
+    """One column through llama-server: each conversation on a server with the draft and on one without
+    (the same variant, started beside it), turn by turn (``script.side_by_side``), so that the tokens/s
+    ratio is measured side by side."""
     n_ctx = session_for(image_px).n_ctx
     drafted_models = models.with_draft(models.twin) if col.twin else models
     turns: list[TurnResult] = []
@@ -67,16 +69,18 @@ def serve_column(col: Column, models: ModelSet, seeds: Sequence[int], work: Path
             log_path=plain_slots / "server.log",
         ) as ref,
     ):
-        for seed in seeds:
+        for k, seed in enumerate(seeds):
             mine: list[TurnResult] = []
+            theirs: list[TurnResult] = []
+            sides = (chat_turns(srv, seed, col.images, image_px), chat_turns(ref, seed, col.images, image_px))
             try:
-                run_chat(srv, seed, mine, images=col.images, image_px=image_px)
+                for with_draft, without in side_by_side(*sides, k):
+                    mine.append(with_draft)
+                    theirs.append(without)
             except ChatFailed as e:  # what an operator's client gets back: the server goes on
                 failed.append({"seed": seed, "reason": str(e)[:800]})
                 turns += mine
                 continue
-            theirs: list[TurnResult] = []
-            run_chat(ref, seed, theirs, images=col.images, image_px=image_px)
             turns += mine
             plain += theirs
     return {"turns": [asdict(t) for t in turns], "plain": [asdict(t) for t in plain], "failed": failed}

@@ -1,8 +1,9 @@
 """The speed through the library: the served speed table's conversations, run by the harness's slot loop.
 
 Each column's child runs every conversation twice on the variant's own libraries, with the draft and with
-no draft at all (``Session(speculative=False)``: the target alone, as llama-server without ``-md``), and
-times each turn as llama-server's ``timings`` do (``script.run_conversation``). The figures are the
+no draft at all (``Session(speculative=False)``: the target alone, as llama-server without ``-md``), the
+two sessions side by side a turn at a time (``script.side_by_side``), and times each turn as
+llama-server's ``timings`` do (``script.conversation``). The figures are the
 served table's (``served.speed_entry``): per phase, tokens/s with the draft over without and the
 prompt's time with over without, each with a 95% interval over conversations.
 

@@ -17,7 +17,7 @@ from ..slotloop.config import server_config
 from ..slotloop.loaded import Loaded
 from ..slotloop.record import Record, StopScenario
 from .job import AcceptanceJob
-from .script import RoundResult, run_conversation
+from .script import RoundResult, conversation, run_conversation, side_by_side
 
 
 def reference_model_drafter(models):
@@ -75,26 +75,33 @@ def run_one(raw: dict) -> dict:
 
 
 def _timed(job: AcceptanceJob, models, cfg) -> dict:
-    """Each conversation with the draft and without it, the draft's run first in every other conversation
-    so that a machine slowing down or warming up weighs on both sides alike. A conversation either side
-    fails (the draft's: what llama-server answers with 500) is in neither side's turns; ``failed`` says
-    which side failed."""
+    """Each conversation with the draft and without it, two sessions side by side a turn at a time
+    (``script.side_by_side``), so that a machine slowing down or warming up weighs on both sides alike. A
+    conversation the draft's side fails (what llama-server answers with 500) is in neither side's turns
+    and is in ``failed``."""
     if job.column.mode != "variant" or job.paired:
         raise ValueError(f"column {job.column.name}: the timed run takes a variant's own drafting, unpaired")
     turns: list[dict] = []
     plain: list[dict] = []
     failed = []
+    how = {"images": job.column.images, "image_px": job.image_px}
     with Loaded() as loaded:
         for k, seed in enumerate(job.seeds):
-            sides = {True: [], False: []}
-            try:
-                for speculative in (True, False) if k % 2 == 0 else (False, True):
-                    with Session(models, cfg, Record(), speculative=speculative, loaded=loaded) as s:
-                        timings = sides[speculative]
-                        run_conversation(s, seed, [], images=job.column.images, image_px=job.image_px, timings=timings)
-            except StopScenario as stop:
-                failed.append({"seed": seed, "draft": speculative, "reason": str(stop)[:800]})
-                continue
+            sides: dict[bool, list[dict]] = {True: [], False: []}
+            with (
+                Session(models, cfg, Record(), speculative=True, loaded=loaded) as drafting,
+                Session(models, cfg, Record(), speculative=False, loaded=loaded) as alone,
+            ):
+                runs = (
+                    conversation(drafting, seed, [], timings=sides[True], **how),
+                    conversation(alone, seed, [], timings=sides[False], **how),
+                )
+                try:
+                    for _ in side_by_side(*runs, k):
+                        pass
+                except StopScenario as stop:
+                    failed.append({"seed": seed, "reason": str(stop)[:800]})
+                    continue
             turns += sides[True]
             plain += sides[False]
     return {"status": "OK", "turns": turns, "plain": plain, "failed": failed}
