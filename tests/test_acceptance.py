@@ -11,11 +11,13 @@ trained draft is accepted after images. The figures themselves are the bench's
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 from conftest import DEFINED
 from pyllama_dflash.acceptance.measure import MODEL, TEXT_ONLY, columns, measure
-from pyllama_dflash.acceptance.script import side_by_side
+from pyllama_dflash.acceptance.script import WithoutDraftFailed, side_by_side
 from pyllama_dflash.acceptance.served import measure_server, speed_by_phase
 from pyllama_dflash.draftmodel.trained import trained_models
 from pyllama_dflash.oracles.references import DEFINITION, REFERENCE
@@ -137,18 +139,32 @@ def _side(name: str, log: list[str], turns: int, fail_at: int | None = None):
         yield f"{name}{k + 1}"
 
 
-def test_the_two_sides_of_a_timed_conversation_take_turns_first_in_turn():
+@pytest.mark.parametrize(
+    ("conversation_index", "order"),
+    [
+        (0, ["D1", "P1", "P2", "D2", "D3", "P3", "P4", "D4"]),
+        (1, ["P1", "D1", "D2", "P2", "P3", "D3", "D4", "P4"]),
+    ],
+)
+def test_the_two_sides_of_a_timed_conversation_take_turns_first_in_turn(conversation_index, order):
     log: list[str] = []
-    pairs = list(side_by_side(_side("D", log, 4), _side("P", log, 4), conversation_index=1))
+    pairs = list(side_by_side(_side("D", log, 4), _side("P", log, 4), conversation_index))
     assert pairs == [("D1", "P1"), ("D2", "P2"), ("D3", "P3"), ("D4", "P4")]
-    # conversation 1 starts without the draft, and each turn swaps which side goes first
-    assert log == ["P1", "D1", "D2", "P2", "P3", "D3", "D4", "P4"]
+    # each turn swaps which side goes first, and so does each conversation
+    assert log == order
 
 
 def test_the_drafting_sides_failure_is_its_own_and_one_without_the_draft_says_so():
     with pytest.raises(ValueError, match="D refused turn 2"):
         list(side_by_side(_side("D", [], 4, fail_at=1), _side("P", [], 4), conversation_index=0))
-    with pytest.raises(RuntimeError, match="without the draft failed at turn 3: P refused turn 3"):
+    with pytest.raises(WithoutDraftFailed, match="without the draft failed at turn 3: P refused turn 3"):
         list(side_by_side(_side("D", [], 4), _side("P", [], 4, fail_at=2), conversation_index=0))
     with pytest.raises(RuntimeError, match="one side ended at turn 4"):
         list(side_by_side(_side("D", [], 4), _side("P", [], 3), conversation_index=0))
+
+
+def test_the_other_side_is_closed_when_one_side_fails():
+    plain = _side("P", [], 4)  # held here, so that only side_by_side can close it
+    with pytest.raises(ValueError):
+        list(side_by_side(_side("D", [], 4, fail_at=1), plain, conversation_index=0))
+    assert inspect.getgeneratorstate(plain) == inspect.GEN_CLOSED

@@ -30,6 +30,7 @@ from typing import TypeVar
 import numpy as np
 
 from ..draftmodel.corpus import Turn, draw_turns, user_text
+from ..errors import PyllamaError
 from ..slotloop import Session
 from ..tiny.image import rgb
 
@@ -128,7 +129,7 @@ def _timed_turn(seed: int, after: str | None, times: tuple[float, float, float],
 
 
 def run_conversation(s: Session, seed: int, out: list[RoundResult], **how) -> None:
-    """The whole conversation at once (see :func:`conversation`)."""
+    """The whole conversation at once; ``how``: :func:`conversation`'s keywords."""
     for _ in conversation(s, seed, out, **how):
         pass
 
@@ -193,28 +194,39 @@ def conversation(
     yield
 
 
+class WithoutDraftFailed(PyllamaError, RuntimeError):
+    """The run of a conversation without the draft failed: the harness's failure, not the draft's."""
+
+
 def side_by_side(drafted: Iterator[T], plain: Iterator[T], conversation_index: int) -> Iterator[tuple[T, T]]:
     """One conversation with the draft and without it, a turn at a time: each step runs one turn of each
     side, the side that goes first alternating with the turn and the conversation (A B, B A, ...), so that
-    the machine's drift weighs on both sides alike; a conversation run whole on one side and then on the
-    other leaves a drift of that minute on one side only. The draft's side raises what it raises (what
-    llama-server answers with 500 after an image); a failure without the draft is the harness's, raised
-    as a RuntimeError that says so."""
+    the machine's drift weighs on both sides alike (run whole, one side after the other, the two sides
+    of a turn are a minute apart). The draft's side raises what it raises (what llama-server answers
+    with 500 after an image); a failure without the draft is raised as :class:`WithoutDraftFailed`.
+    Both sides are closed when this ends, the other one's turns left unrun."""
 
-    def step(side: Iterator[T], turn: int) -> object:
-        if side is drafted:
+    def step(side: Iterator[T], without_draft: bool, turn: int) -> object:
+        if not without_draft:
             return next(side, _END)
         try:
             return next(side, _END)
         except Exception as e:
-            raise RuntimeError(f"the conversation without the draft failed at turn {turn + 1}: {e}") from e
+            raise WithoutDraftFailed(f"the conversation without the draft failed at turn {turn + 1}: {e}") from e
 
-    for turn in itertools.count():
-        first_drafted = (turn + conversation_index) % 2 == 0
-        order = (drafted, plain) if first_drafted else (plain, drafted)
-        got = [step(order[0], turn), step(order[1], turn)]
-        if _END in got:
-            if got != [_END, _END]:
-                raise RuntimeError(f"side_by_side: one side ended at turn {turn + 1}, the other not")
-            return
-        yield (got[0], got[1]) if first_drafted else (got[1], got[0])
+    try:
+        for turn in itertools.count():
+            first_drafted = (turn + conversation_index) % 2 == 0
+            order = ((drafted, False), (plain, True)) if first_drafted else ((plain, True), (drafted, False))
+            got = [step(side, without_draft, turn) for side, without_draft in order]
+            ended = [g is _END for g in got]
+            if any(ended):
+                if not all(ended):
+                    raise RuntimeError(f"side_by_side: one side ended at turn {turn + 1}, the other not")
+                return
+            yield (got[0], got[1]) if first_drafted else (got[1], got[0])
+    finally:
+        for side in (drafted, plain):
+            close = getattr(side, "close", None)
+            if close is not None:
+                close()

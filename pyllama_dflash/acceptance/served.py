@@ -52,7 +52,8 @@ def _server_options(slot_dir: Path, draft: bool, n_ctx: int = SESSION.n_ctx) -> 
 def serve_column(col: Column, models: ModelSet, seeds: Sequence[int], work: Path, image_px: int | None = None) -> dict:
     """One column through llama-server: each conversation on a server with the draft and on one without
     (the same variant, started beside it), turn by turn (``script.side_by_side``), so that the tokens/s
-    ratio is measured side by side."""
+    ratio is measured side by side. Where the draft's server fails a turn, the other has run the turns
+    before it and perhaps that one, and none of that conversation's turns count for it."""
     n_ctx = session_for(image_px).n_ctx
     drafted_models = models.with_draft(models.twin) if col.twin else models
     turns: list[TurnResult] = []

@@ -17,7 +17,7 @@ from ..slotloop.config import server_config
 from ..slotloop.loaded import Loaded
 from ..slotloop.record import Record, StopScenario
 from .job import AcceptanceJob
-from .script import RoundResult, conversation, run_conversation, side_by_side
+from .script import RoundResult, WithoutDraftFailed, conversation, run_conversation, side_by_side
 
 
 def reference_model_drafter(models):
@@ -77,8 +77,8 @@ def run_one(raw: dict) -> dict:
 def _timed(job: AcceptanceJob, models, cfg) -> dict:
     """Each conversation with the draft and without it, two sessions side by side a turn at a time
     (``script.side_by_side``), so that a machine slowing down or warming up weighs on both sides alike. A
-    conversation the draft's side fails (what llama-server answers with 500) is in neither side's turns
-    and is in ``failed``."""
+    conversation either side fails (the draft's side: what llama-server answers with 500) is in neither
+    side's turns; ``failed`` says which side failed."""
     if job.column.mode != "variant" or job.paired:
         raise ValueError(f"column {job.column.name}: the timed run takes a variant's own drafting, unpaired")
     turns: list[dict] = []
@@ -99,8 +99,9 @@ def _timed(job: AcceptanceJob, models, cfg) -> dict:
                 try:
                     for _ in side_by_side(*runs, k):
                         pass
-                except StopScenario as stop:
-                    failed.append({"seed": seed, "reason": str(stop)[:800]})
+                except (StopScenario, WithoutDraftFailed) as stop:
+                    draft = not isinstance(stop, WithoutDraftFailed)
+                    failed.append({"seed": seed, "draft": draft, "reason": str(stop)[:800]})
                     continue
             turns += sides[True]
             plain += sides[False]
