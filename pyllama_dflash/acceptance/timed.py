@@ -3,14 +3,16 @@
 Each column's child runs every conversation twice on the variant's own libraries, with the draft and with
 no draft at all (``Session(speculative=False)``: the target alone, as llama-server without ``-md``), the
 two sessions side by side a turn at a time (``script.side_by_side``), and times each turn as
-llama-server's ``timings`` do (``script.conversation``). The figures are the
-served table's (``served.speed_entry``): per phase, tokens/s with the draft over without and the
-prompt's time with over without, each with a 95% interval over conversations.
+llama-server's ``timings`` do (``script.conversation``). The figures are the served table's
+(``served.speed_entry``): per phase, tokens/s with the draft over without and the prompt's time with
+over without, each with a 95% interval over conversations.
 
 What differs from the server: no HTTP, no chat template (the slot holds the generated tokens, as in the
-acceptance table), no sampler chain (the slot loop takes the target's argmax), and the Python of the slot
-loop between libllama's calls. What is the same: the variant, the models, the conversations, the batch
-sizes and the draft length (``measure.session_for``).
+acceptance table), no sampler chain (the slot loop takes the target's argmax), the Python of the slot
+loop between libllama's calls, and the session without the draft keeps the rollback snapshots a
+drafting one has (so that a slot saved in either fits the other; ``bench --only round`` measures what
+they cost). What is the same: the variant, the models, the conversations, the batch sizes and the draft
+length (``measure.session_for``).
 """
 
 from __future__ import annotations
