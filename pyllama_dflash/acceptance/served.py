@@ -236,11 +236,18 @@ def server_markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _ms_a_token(turns: list[dict]) -> str:
+    times = [t["predicted_ms"] / t["predicted_n"] for t in turns if t.get("predicted_n")]
+    return f"{float(np.median(times)):.1f}" if times else "n/a"
+
+
 def speed_markdown(result: dict) -> str:
-    """Per column and phase: tokens/s with the draft over without, then time to first token likewise."""
+    """Per column and phase: tokens/s with the draft over without, then time to first token likewise;
+    and the median turn's milliseconds a generated token with the draft and without, which shows a
+    column whose side without the draft ran at a level of its own."""
     lines = [
-        "| column | " + " | ".join(f"{p}: tok/s, TTFT" for p in TURN_PHASES) + " |",
-        "|" + "---|" * (len(TURN_PHASES) + 1),
+        "| column | " + " | ".join(f"{p}: tok/s, TTFT" for p in TURN_PHASES) + " | ms a token, with / without |",
+        "|" + "---|" * (len(TURN_PHASES) + 2),
     ]
     for name, entry in result["table"].items():
         by_phase = entry.get("speed", {})
@@ -248,5 +255,7 @@ def speed_markdown(result: dict) -> str:
             f"{ratio_cell(by_phase[p]['tok_s'])}; {ratio_cell(by_phase[p]['ttft'])}" if p in by_phase else ""
             for p in TURN_PHASES
         ]
+        turns = entry.get("turns", {})
+        cells.append(f"{_ms_a_token(turns.get('drafted', []))} / {_ms_a_token(turns.get('plain', []))}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -219,7 +219,7 @@ def _speed_tables(s: dict, round_pairs: dict) -> list[str]:
         out += [
             "",
             "The same runs by phase: tokens/s with the draft over without; time to first token with the "
-            "draft over without [95% intervals over conversations]:",
+            "draft over without [95% intervals over conversations]; the median turn's milliseconds a token:",
             "",
             speed_markdown(s),
         ]
@@ -244,7 +244,8 @@ def _speed_tables(s: dict, round_pairs: dict) -> list[str]:
             f"The same conversations through the library ({lib['conversations']} conversations; "
             "`acceptance/timed.py`: the slot "
             "loop on each variant's libraries, with the draft and with none), by phase: tokens/s with the draft "
-            "over without; the prompt's time with the draft over without [95% intervals over conversations]:",
+            "over without; the prompt's time with the draft over without [95% intervals over conversations]; "
+            "the median turn's milliseconds a token:",
             "",
             speed_markdown(lib),
         ]
