@@ -167,6 +167,18 @@ def bindings_fill(args: BindingsFill) -> dict:
     return {"points": res}
 
 
+def _timed_decode(ctx: api.Context, tokens: np.ndarray, pos0: int) -> tuple[api.Batch, float]:
+    """Decode ``tokens`` at ``pos0``, every row's logits asked for (as a verify asks): the batch, and
+    the seconds of the decode alone; a decode that fails raises."""
+    batch = api.Batch.tokens(tokens, pos0=pos0, logits="all")
+    t0 = time.perf_counter()
+    rc = ctx.decode(batch)
+    dt = time.perf_counter() - t0
+    if rc != 0:
+        raise RuntimeError(f"decode of {len(tokens)} tokens at position {pos0} returned {rc}")
+    return batch, dt
+
+
 def batch_cost(args: BatchCost) -> dict:
     """Seconds of the target's decode of k text tokens for each k in ``sizes``, every row's logits
     asked for (as a verify asks), after a prefix of ``prompt`` tokens. Each round decodes every size
@@ -181,12 +193,7 @@ def batch_cost(args: BatchCost) -> dict:
 
     def decode(n: int) -> float:
         nonlocal pos
-        batch = api.Batch.tokens(8 + rng.integers(0, 100, n), pos0=pos, logits="all")
-        t0 = time.perf_counter()
-        rc = ctx.decode(batch)
-        dt = time.perf_counter() - t0
-        if rc != 0:
-            raise RuntimeError(f"decode of {n} tokens at position {pos} returned {rc}")
+        _, dt = _timed_decode(ctx, 8 + rng.integers(0, 100, n), pos)
         pos += n
         return dt
 
@@ -234,10 +241,9 @@ def round_costs(args: RoundCosts) -> dict:
         return out
 
     def decode(ctx: api.Context, tokens: np.ndarray, pos0: int, part: str | None) -> api.Batch:
-        batch = api.Batch.tokens(tokens, pos0=pos0, logits="all")
-        rc = timed(part, lambda: ctx.decode(batch)) if part else ctx.decode(batch)
-        if rc != 0:
-            raise RuntimeError(f"decode of {len(tokens)} tokens at position {pos0} returned {rc}")
+        batch, dt = _timed_decode(ctx, tokens, pos0)
+        if part:
+            parts[part].append(dt)
         return batch
 
     def feed(tokens: np.ndarray, pos0: int, part: str | None) -> None:
