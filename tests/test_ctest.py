@@ -1,4 +1,5 @@
-"""The series' C++ regression tests (patches 0002 and 0006), built with every variant and run by ctest."""
+"""The series' C++ regression tests (patches 0002 and 0006), built with every variant and run by ctest, and the
+test patch 0009 brings, built where 0009 is."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import DEFINED, FIX, REPO, VARIANTS
+from conftest import DEFINED, FEEDS_MTP, FIX, REPO, VARIANTS
 from pyllama_dflash.engine import ctest_row
 from pyllama_dflash.llamabuild import BuildOptions, ctest
 from pyllama_dflash.llamabuild.builder import stage
@@ -26,10 +27,13 @@ def row(variants) -> dict[str, dict]:
 def test_every_variant_baseline_included_carries_the_tests():
     series = load_series(REPO / "patches")
     test_patches = series.every
-    assert [ctest.source(t) in p.touched for p, t in zip(test_patches, ctest.TESTS, strict=True)] == [True, True]
+    every_tests = list(ctest.TESTS[:2])
+    assert [ctest.source(t) in p.touched for p, t in zip(test_patches, every_tests, strict=True)] == [True, True]
     assert all(p.variant == EVERY for p in test_patches)
+    feeds_mtp = VARIANTS[VARIANTS.index(FEEDS_MTP) :]
     for variant in VARIANTS:
-        assert ctest.built_with(series, variant) == list(ctest.TESTS)
+        mtp_test = ["test-speculative-mtp-image"] if variant in feeds_mtp else []
+        assert ctest.built_with(series, variant) == every_tests + mtp_test
         assert series.prefix(variant)[-2:] == test_patches  # on top of the variant's own patches
 
 
@@ -48,6 +52,15 @@ def test_the_eagle3_passes_test_fails_on_b11434_and_passes_on_every_variant_that
     for variant in VARIANTS[1:]:
         checks = eagle3_checks(row[variant])
         assert len(checks) == 25 and all(c["ok"] for c in checks), (variant, [c for c in checks if not c["ok"]])
+
+
+def test_the_mtp_image_test_passes_where_0009_is(row):
+    """Patch 0009's test: a state row beside an embedding is read as the hidden state, to the bit, and MTP's
+    memory after an image is, byte for byte, that of the head fed the same rows by hand."""
+    checks = [c for c in row[FEEDS_MTP]["checks"] if c["test"] == "test-speculative-mtp-image"]
+    assert {c["case"] for c in checks} == {"state-row", "mtp-after-image"} and len(checks) == 9, checks
+    assert all(c["ok"] for c in checks), [c for c in checks if not c["ok"]]
+    assert not any(c["test"] == "test-speculative-mtp-image" for c in row[DEFINED]["checks"])
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -126,7 +139,9 @@ def test_the_staged_tree_runs_the_tests_with_upstreams_ctest(variants):
     outcomes = {}
     for variant in (BASELINE, FIX):
         staged = stage(variant, BuildOptions(cpu="native", quiet=True))
-        assert all((staged.tree / ctest.source(t)).is_file() for t in ctest.TESTS)
+        assert all(
+            (staged.tree / ctest.source(t)).is_file() for t in ctest.built_with(load_series(REPO / "patches"), variant)
+        )
         selected = f"^({'|'.join(ctest.TESTS)})$"
         cmd = ["ctest", "--test-dir", str(staged.ctest_dir), "-L", "main", "-R", selected, "--output-on-failure"]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

@@ -84,12 +84,20 @@ def test_the_project_series_names_zero_fill_first():
     series = load_series(REPO / "patches")
     assert series.variants[:2] == [BASELINE, "zero-fill"]
     # what each variant is judged as comes from its series line
-    assert [series.role(v) for v in series.variants[1:]] == ["shown", "twin", "twin", "definition", "as-trained"]
+    assert [series.role(v) for v in series.variants[1:]] == [
+        "shown",
+        "twin",
+        "twin",
+        "definition",
+        "as-trained",
+        "as-trained",
+    ]
     # 0001 (EAGLE3's bridge) is a fix of libcommon every variant after it carries, with no column of its own;
     # the fix lives in libcommon's driver; 0005 saves the draft with llama-server's slots; 0007 (the
     # definition) changes both, the header libcommon's callers read, and the prompt cache's entries (which
     # carry the drafter's state with it); 0008 (each draft as trained)
-    # changes libcommon and its header only: llama-server asks the drafter which positions it keeps
+    # changes libcommon and its header only: llama-server asks the drafter which positions it keeps; 0009 (MTP
+    # fed the image) changes libllama's batches and graph input, libcommon's batch and MTP, and brings its test
     assert [(p.variant, p.touched) for p in series.own][:1] == [(CARRIED, ["common/speculative.cpp"])]
     assert [p.touched for p in series.own] == [["common/speculative.cpp"]] * 3 + [
         ["tools/server/server-context.cpp"],
@@ -101,6 +109,17 @@ def test_the_project_series_names_zero_fill_first():
             "tools/server/server-task.h",
         ],
         ["common/speculative.cpp", "common/speculative.h"],
+        [
+            "common/common.cpp",
+            "common/common.h",
+            "common/speculative.cpp",
+            "src/llama-batch.cpp",
+            "src/llama-batch.h",
+            "src/llama-graph.cpp",
+            "src/llama-kv-cache-dsv4.cpp",
+            "tests/CMakeLists.txt",
+            "tests/test-speculative-mtp-image.cpp",
+        ],
     ]
     assert all(series.prefix(v)[0] == series.own[0] for v in series.variants[1:])
     # and two C++ regression tests that every variant carries, baseline included (test_ctest.py)
@@ -130,8 +149,8 @@ def test_every_patch_of_the_project_applies_with_only_the_prerequisites_its_head
     series = load_series(REPO / "patches")
     assert prerequisites.check(series, tree_reader(pristine)) == []
     named = {p.name[:4]: [q.name[:4] for q in prerequisites.named(series, p)] for p in series.patches}
-    # the EAGLE3 bridge, both tests, the zero-fill and the server's slots stand alone
-    assert [n for n, needs in named.items() if not needs] == ["0001", "0002", "0003", "0005", "0006"]
+    # the EAGLE3 bridge, both tests, the zero-fill, the server's slots and MTP fed the image stand alone
+    assert [n for n, needs in named.items() if not needs] == ["0001", "0002", "0003", "0005", "0006", "0009"]
     assert named["0007"] == ["0001", "0003", "0004", "0005"]
 
 
@@ -192,8 +211,11 @@ def test_must_pass_means_the_variant_that_serves_each_draft_as_trained_unless_na
     (docs/performance.md), which the as-trained variant does per draft; without it, the last fix exact
     to the twin (what the drafts users have, trained on text only, were trained for)."""
     series = load_series(REPO / "patches")
-    assert default_must_pass(series.variants) == "as-trained"
+    # the last of them: 0009 (MTP fed the image) on top of 0008 is served as 0008 serves DFlash drafts
+    assert default_must_pass(series.variants) == "mtp-image-rows"
+    assert default_must_pass([v for v in series.variants if v != "mtp-image-rows"]) == "as-trained"
     fixes = [v for v in series.variants if v != "baseline" and series.role(v) == "twin"]
-    assert default_must_pass([v for v in series.variants if v != "as-trained"]) == fixes[-1] == "slots"
+    trained = ("as-trained", "mtp-image-rows")
+    assert default_must_pass([v for v in series.variants if v not in trained]) == fixes[-1] == "slots"
     assert default_must_pass(["baseline", "zero-fill", "full"]) == "full"
     assert default_must_pass(["baseline", "definition"]) == "definition"  # no fix among those run: the last
