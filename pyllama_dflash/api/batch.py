@@ -1,4 +1,5 @@
-"""``Batch``: token or embedding rows for one decode, as numpy views onto C memory."""
+"""``Batch``: token or embedding rows for one decode, as numpy views onto C memory, each row with a
+hidden state beside it or none."""
 
 from __future__ import annotations
 
@@ -68,6 +69,16 @@ def _check_positions(batch: Batch, via: str) -> None:
             )
 
 
+def _state_rows(state: np.ndarray | None, n: int) -> np.ndarray | None:
+    """The rows' hidden states as C-contiguous float32 ``[n, n_state]``, checked, or None."""
+    if state is None:
+        return None
+    rows = np.ascontiguousarray(state, dtype=np.float32)
+    if rows.ndim != 2 or rows.shape[0] != n or rows.shape[1] == 0:
+        raise ValueError(f"state must be [{n}, n_state], one hidden state per row, got shape {np.shape(state)}")
+    return rows
+
+
 def embd_rows(embd: np.ndarray, pos: Sequence[int] | np.ndarray, via: str = "") -> tuple[np.ndarray, np.ndarray]:
     """Embedding rows as float32 ``[n_tokens, n_embd]`` and their positions as int32 ``[n_pos (1..4),
     n_tokens]`` (a 1-D ``pos`` is one row), checked; neither is copied when it already fits."""
@@ -90,9 +101,12 @@ class Batch:
     ``seq_id``/``logits`` are numpy views onto it, filled with one vectorised copy each.
     """
 
-    def __init__(self, buffers: BatchBuffers, kind: Literal["tokens", "embd"]) -> None:
+    def __init__(self, buffers: BatchBuffers, kind: Literal["tokens", "embd"], state: np.ndarray | None = None) -> None:
         self._buffers = buffers
         self.kind = kind
+        # each row's hidden state beside its token or embedding (MTP's second input), [n, n_state]; it
+        # reaches llama.cpp through llama_batch_ext_set_embd_state, which b11434 refuses (patch 0009)
+        self.state = _state_rows(state, buffers.n_tokens)
 
     @classmethod
     def tokens(
@@ -103,8 +117,10 @@ class Batch:
         pos0: int = 0,
         seq_id: int | Sequence[int] | np.ndarray = 0,
         logits: LogitsSpec = "last",
+        state: np.ndarray | None = None,
     ) -> Batch:
-        """Token rows; positions are ``pos`` (shape [n] or [1, n]) or ``pos0, pos0+1, ...``."""
+        """Token rows; positions are ``pos`` (shape [n] or [1, n]) or ``pos0, pos0+1, ...``; ``state``
+        ``[n, n_state]``, each row's hidden state, or None."""
         tok = np.asarray(tokens, dtype=np.int32).reshape(-1)
         n = tok.shape[0]
         if pos is None:
@@ -118,7 +134,7 @@ class Batch:
         buf.pos[0, :] = positions
         buf.seq_id[:] = _seq_ids(seq_id, n)
         buf.logits[:] = _logits_flags(logits, n)
-        return cls(buf, "tokens")
+        return cls(buf, "tokens", state)
 
     @classmethod
     def embeddings(
@@ -128,8 +144,10 @@ class Batch:
         *,
         seq_id: int | Sequence[int] | np.ndarray = 0,
         logits: LogitsSpec = "none",
+        state: np.ndarray | None = None,
     ) -> Batch:
-        """Embedding rows ``embd [n, n_embd]`` with ``pos [n_pos, n]`` (n_pos 1, or 4 for M-RoPE).
+        """Embedding rows ``embd [n, n_embd]`` with ``pos [n_pos, n]`` (n_pos 1, or 4 for M-RoPE), and
+        ``state [n, n_state]``, each row's hidden state, or None.
 
         A C-contiguous float32 ``embd`` is not copied: the batch points into it and keeps it
         alive, so changing the array afterwards changes the batch.
@@ -144,7 +162,7 @@ class Batch:
         buf.pos[:] = positions
         buf.seq_id[:] = _seq_ids(seq_id, n)
         buf.logits[:] = _logits_flags(logits, n)
-        return cls(buf, "embd")
+        return cls(buf, "embd", state)
 
     @property
     def n_tokens(self) -> int:
@@ -177,6 +195,10 @@ class Batch:
     @property
     def logits(self) -> np.ndarray:
         return self._buffers.logits
+
+    def c_state(self, ffi: Any) -> tuple[Any, int]:
+        """The rows' hidden states for the shim: (``float *`` or NULL, the width of a state or 0)."""
+        return (ffi.NULL, 0) if self.state is None else (ffi.from_buffer("float[]", self.state), self.state.shape[1])
 
     @property
     def c_struct(self) -> Any:

@@ -231,6 +231,8 @@ class Context(_Owner):
                 f"{via}: non-causal context needs the batch in one ubatch: {n} rows > n_ubatch {self.n_ubatch}"
             )
         _check_positions(batch, via)
+        if batch.state is not None and via == "llama_decode":
+            raise ValueError(f"{via}: a llama_batch has no slot for the rows' hidden states; use process_rc()")
         if batch.kind != "embd":
             return
         if via == "llama_decode":
@@ -279,6 +281,7 @@ class Context(_Owner):
                 batch.n_pos,
                 batch._buffers.seq_flat,
                 b.logits,
+                *batch.c_state(self._rt.ffi),
             )
             if filled != 0:
                 raise ValueError(f"llama_process: batch rejected while filling: {self._rt.shim_error()}")
@@ -312,8 +315,7 @@ class Context(_Owner):
         self._rt.lib.llama_memory_clear(self._memory(), data)
 
     def state_seq_get(self, seq_id: int = 0) -> bytes:
-        """The sequence's whole state (memory cells, recurrent state), as a checkpoint or a
-        prompt cache entry of llama-server holds it."""
+        """The sequence's whole state (memory cells, recurrent state), as llama-server's checkpoints hold it."""
         ffi, lib, ptr = self._rt.ffi, self._rt.lib, self._ptr()
         size = int(lib.llama_state_seq_get_size(ptr, seq_id))
         buf = ffi.new("uint8_t[]", max(size, 1))

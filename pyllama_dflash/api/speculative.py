@@ -214,6 +214,17 @@ class Speculative(_Owner):
             layers.append(rows.reshape(n_rows, n_embd))
         return np.concatenate(layers, axis=1)
 
+    def target_hidden_states(self, n_rows: int) -> np.ndarray:
+        """The target's hidden states (``h_nextn``, before the output norm) of its last batch's first
+        ``n_rows`` rows, as the MTP driver pairs them with the next rows: ``[n_rows, n_embd_out]`` (a
+        copy). The MTP driver turned their extraction on, one per row."""
+        ffi, lib = self._rt.ffi, self._rt.lib
+        ptr = lib.pyllama_dflash_get_embeddings_nextn(self.target._ptr())
+        if ptr == ffi.NULL:
+            raise PyllamaError(f"the target's hidden states were not extracted: {self._rt.shim_error()}")
+        n_embd = self.target.model.n_embd
+        return np.frombuffer(ffi.buffer(ptr, n_rows * n_embd * 4), dtype=np.float32).reshape(n_rows, n_embd).copy()
+
     def accept(self, seq_id: int, n_accepted: int) -> None:
         """Tell the driver how many drafted tokens the target accepted."""
         if not 0 <= n_accepted <= 0xFFFF:

@@ -46,6 +46,8 @@ PYLLAMA_DFLASH_SHIM_API int32_t pyllama_dflash_set_embeddings_layer_inp(struct l
 /* NULL (with last_error) when the layer is out of range; llama.cpp itself asserts */
 PYLLAMA_DFLASH_SHIM_API const float * pyllama_dflash_get_embeddings_layer_inp(struct llama_context * ctx, uint32_t lid);
 PYLLAMA_DFLASH_SHIM_API int32_t pyllama_dflash_set_embeddings_nextn(struct llama_context * ctx, bool value, bool masked);
+/* the hidden states of the last decode's rows (unmasked: one per row); NULL (with last_error) when off */
+PYLLAMA_DFLASH_SHIM_API const float * pyllama_dflash_get_embeddings_nextn(struct llama_context * ctx);
 PYLLAMA_DFLASH_SHIM_API uint32_t        pyllama_dflash_model_target_layer_ids_n(const struct llama_model * model);
 PYLLAMA_DFLASH_SHIM_API const int32_t * pyllama_dflash_model_target_layer_ids(const struct llama_model * model);
 PYLLAMA_DFLASH_SHIM_API struct llama_context * pyllama_dflash_get_ctx_other(struct llama_context * ctx);
@@ -54,9 +56,11 @@ PYLLAMA_DFLASH_SHIM_API struct llama_context * pyllama_dflash_get_ctx_other(stru
 
 /* Clears `batch`, then adds n_tokens rows: token rows when tokens != NULL, else embedding rows
  * (embd is [n_tokens, n_embd]). pos is [n_pos, n_tokens], section-major (n_pos 1..4; token rows
- * read row 0 only). seq_ids and output may be NULL (seq 0; no outputs).
+ * read row 0 only). seq_ids and output may be NULL (seq 0; no outputs). state, when not NULL, is
+ * [n_tokens, n_state]: each row's hidden state, set with llama_batch_ext_set_embd_state (MTP's second
+ * input; b11434 refuses every state, patch 0009 takes them).
  * Returns PYLLAMA_DFLASH_OK, or the negative code llama_batch_ext_add_* gave (-1 full, -2 bad
- * token/embedding, -3 bad seq id), or PYLLAMA_DFLASH_ERROR for bad arguments. */
+ * token/embedding, -3 bad seq id), or PYLLAMA_DFLASH_ERROR for bad arguments and a refused state. */
 PYLLAMA_DFLASH_SHIM_API int32_t pyllama_dflash_batch_ext_fill(
         struct llama_batch_ext * batch,
         int32_t                  n_tokens,
@@ -66,7 +70,9 @@ PYLLAMA_DFLASH_SHIM_API int32_t pyllama_dflash_batch_ext_fill(
         const llama_pos        * pos,
         int32_t                  n_pos,
         const llama_seq_id     * seq_ids,
-        const int8_t           * output);
+        const int8_t           * output,
+        const float            * state,
+        int32_t                  n_state);
 
 /* ---- libcommon's speculative driver (draft-dflash, -dspark, -eagle3, -mtp) -------- */
 

@@ -94,6 +94,17 @@ const float * pyllama_dflash_get_embeddings_layer_inp(llama_context * ctx, uint3
     return rc == PYLLAMA_DFLASH_OK ? out : nullptr;
 }
 
+const float * pyllama_dflash_get_embeddings_nextn(llama_context * ctx) {
+    const float * out = nullptr;
+    const int32_t rc = guarded(__func__, [&]() -> int32_t {
+        if (!ctx) return fail("get_embeddings_nextn: ctx is NULL");
+        out = llama_get_embeddings_nextn(ctx);
+        if (!out) return fail("get_embeddings_nextn: no hidden states: their extraction is off (set_embeddings_nextn)");
+        return PYLLAMA_DFLASH_OK;
+    });
+    return rc == PYLLAMA_DFLASH_OK ? out : nullptr;
+}
+
 int32_t pyllama_dflash_set_embeddings_nextn(llama_context * ctx, bool value, bool masked) {
     return guarded(__func__, [&]() -> int32_t {
         if (!ctx) return fail("set_embeddings_nextn: ctx is NULL");
@@ -118,13 +129,15 @@ llama_context * pyllama_dflash_get_ctx_other(llama_context * ctx) {
 
 int32_t pyllama_dflash_batch_ext_fill(
         llama_batch_ext * batch, int32_t n_tokens, const llama_token * tokens, const float * embd,
-        int32_t n_embd, const llama_pos * pos, int32_t n_pos, const llama_seq_id * seq_ids, const int8_t * output) {
+        int32_t n_embd, const llama_pos * pos, int32_t n_pos, const llama_seq_id * seq_ids, const int8_t * output,
+        const float * state, int32_t n_state) {
     return guarded(__func__, [&]() -> int32_t {
         if (!batch) return fail("batch_ext_fill: batch is NULL");
         if (n_tokens < 0) return fail("batch_ext_fill: n_tokens < 0");
         if (!pos) return fail("batch_ext_fill: pos is NULL");
         if (n_pos < 1 || n_pos > GGML_MROPE_SECTIONS) return fail("batch_ext_fill: n_pos must be 1..4");
         if (!tokens && (!embd || n_embd <= 0)) return fail("batch_ext_fill: need tokens or embd with n_embd > 0");
+        if (state && n_state <= 0) return fail("batch_ext_fill: state rows need n_state > 0");
 
         llama_batch_ext_clear(batch);
         for (int32_t i = 0; i < n_tokens; ++i) {
@@ -142,6 +155,12 @@ int32_t pyllama_dflash_batch_ext_fill(
                 p[j] = pos[(size_t) j * n_tokens + i];
             }
             llama_batch_ext_set_pos(batch, idx, p.data());
+            if (state && !llama_batch_ext_set_embd_state(batch, idx, { state + (size_t) i * n_state, 1, (size_t) n_state })) {
+                // b11434 declares llama_batch_ext_set_embd_state but refuses every state (a stub); 0009 implements it
+                return fail("batch_ext_fill: row " + std::to_string(i) + ": llama_batch_ext_set_embd_state refused its " +
+                            std::to_string(n_state) + "-float state (this build refuses every state, or the width is not "
+                            "the model's output width)");
+            }
             if (output && output[i]) {
                 llama_batch_ext_set_output_logits(batch, idx, true);
             }

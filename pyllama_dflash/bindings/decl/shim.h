@@ -14,6 +14,7 @@ void         pyllama_dflash_clear_error(void);
 int32_t         pyllama_dflash_set_embeddings_layer_inp(struct llama_context * ctx, uint32_t lid, bool value);
 const float *   pyllama_dflash_get_embeddings_layer_inp(struct llama_context * ctx, uint32_t lid);
 int32_t         pyllama_dflash_set_embeddings_nextn(struct llama_context * ctx, bool value, bool masked);
+const float *   pyllama_dflash_get_embeddings_nextn(struct llama_context * ctx);
 uint32_t        pyllama_dflash_model_target_layer_ids_n(const struct llama_model * model);
 const int32_t * pyllama_dflash_model_target_layer_ids(const struct llama_model * model);
 struct llama_context * pyllama_dflash_get_ctx_other(struct llama_context * ctx);
@@ -21,7 +22,8 @@ struct llama_context * pyllama_dflash_get_ctx_other(struct llama_context * ctx);
 /* llama_batch_ext from flat arrays */
 int32_t pyllama_dflash_batch_ext_fill(struct llama_batch_ext * batch, int32_t n_tokens, const llama_token * tokens,
                                       const float * embd, int32_t n_embd, const llama_pos * pos, int32_t n_pos,
-                                      const llama_seq_id * seq_ids, const int8_t * output);
+                                      const llama_seq_id * seq_ids, const int8_t * output, const float * state,
+                                      int32_t n_state);
 
 /* libcommon's speculative driver (draft-dflash, draft-dspark) */
 typedef struct pyllama_dflash_spec pyllama_dflash_spec;
