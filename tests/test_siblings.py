@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import DEFINED, VARIANTS
+from conftest import DEFINED, FEEDS_MTP, VARIANTS
 from pyllama_dflash import tiny
 from pyllama_dflash.engine.matrix import case_name, run_cases
 from pyllama_dflash.llamabuild import variant as variant_of
@@ -126,6 +126,22 @@ def test_mtp_drafts_each_round_as_a_fresh_server_does_but_after_a_context_checkp
         r = run_server_checks(variants[v], m, checks=["mtp_drafts_vs_fresh"], work_dir=tmp_path)["mtp_drafts_vs_fresh"]
         assert r["ok"] and r["definition"]["same"] is True and len(r["definition"]["rounds"]) >= 6, (v, r)
         assert r["after_a_context_checkpoint"]["same"] is False and r["cache_n"][2], (v, r)
+
+
+@pytest.mark.server
+def test_mtp_drafts_after_an_image_as_a_fresh_server_does_and_from_the_image_with_0009(variants, tmp_path):
+    """mtp_drafts_vs_fresh_after_an_image: an image request and its second turn draft, round for round, what a
+    fresh server drafts for the same history, on b11434 (which skips the image in both) and with 0009 (which
+    feeds it in both). The rounds draft otherwise with 0009: the image reaches the head. A third request that
+    goes back to a context checkpoint drafts otherwise on both, as on text (mtp_drafts_vs_fresh)."""
+    name, m = "mtp_drafts_vs_fresh_after_an_image", sibling_models("mtp", tmp_path / "models")
+    drafted = {}
+    for v in ("baseline", FEEDS_MTP):
+        r = run_server_checks(variants[v], m, checks=[name], work_dir=tmp_path)[name]
+        assert r["ok"] and r["definition"]["same"] is True and len(r["definition"]["rounds"]) >= 6, (v, r)
+        assert r["after_a_context_checkpoint"]["same"] is False and r["cache_n"][1] and r["cache_n"][2], (v, r)
+        drafted[v] = [x["drafted"] for x in r["definition"]["rounds"]]
+    assert drafted["baseline"] != drafted[FEEDS_MTP]
 
 
 @pytest.mark.server

@@ -217,7 +217,7 @@ def judge_rounds(ctx, name: str, turns: list[Turn]) -> dict:
             n_rounds += 1
             same, ties = positions_agree(cands, ref_cands)
             n_ties += ties
-            rounds_out.append({"request": i, "round": k, "history": rows + m, "same": same})
+            rounds_out.append({"request": i, "round": k, "history": rows + m, "same": same, "drafted": cands})
             if not same:
                 differing.append({"request": i, "round": k, "drafted": cands, "reference": ref_cands})
     comparable = why is None
@@ -272,9 +272,10 @@ def drafts_vs_definition(ctx) -> Result:
     return image_conversation_rounds(ctx, "drafts_vs_definition")
 
 
-def image_conversation_rounds(ctx, name: str) -> Result:
+def image_conversation_rounds(ctx, name: str, n_judged: int = 3) -> Result:
     """drafts_vs_definition's conversation and judgement, on whatever drafter ``ctx.models`` holds (EAGLE3's
-    check runs it too, in .siblings)."""
+    and MTP's checks run it too, in .siblings); ``n_judged``: how many of the three requests are judged, the
+    others measured (``after_a_context_checkpoint``)."""
     e = ctx.expect(name)
     prompts: list[ImagePrompt] = []
     responses: list[Response] = []
@@ -292,7 +293,9 @@ def image_conversation_rounds(ctx, name: str) -> Result:
     except NotComparable as err:
         return Result(None, False, e.describe(), {"error": str(err)})
     turns = _turns(srv.log_path.read_text(errors="replace"), prompts, responses)
-    verdict = judge_rounds(ctx, name, turns) if all(r.ok for r in responses) else None
+    ok = all(r.ok for r in responses)
+    verdict = judge_rounds(ctx, name, turns[:n_judged]) if ok else None
+    measured = judge_rounds(ctx, f"{name}_cut", turns[n_judged:]) if ok and n_judged < len(turns) else None
     cache_n = [r.timings.get("cache_n") for r in responses]
     seen = Seen(
         responses,
@@ -300,7 +303,10 @@ def image_conversation_rounds(ctx, name: str) -> Result:
         same_drafts=_same_drafts(ctx, e, verdict),
         holds=verdict is None or verdict["comparable"],
     )
-    return judged(e, seen, cache_n=cache_n, definition=verdict, draft=[r.draft_stats for r in responses], **facts)
+    extra = {"after_a_context_checkpoint": measured} if measured else {}
+    return judged(
+        e, seen, cache_n=cache_n, definition=verdict, draft=[r.draft_stats for r in responses], **extra, **facts
+    )
 
 
 # -- a slot saved and restored with an image in it -----------------------------------------------------

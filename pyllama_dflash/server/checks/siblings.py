@@ -143,6 +143,21 @@ def mtp_drafts_vs_fresh(ctx) -> Result:
     )
 
 
+# MTP's context is the target's own (IMROPE): the text after an image jumps past it on every variant. b11434's
+# process() skips the image's rows, so a fresh server given the history as one request skips them too; 0009
+# feeds them (each row's embedding with the target's hidden state of the row before), in the first request and
+# in the fresh server's alike. Either way every round of the image request and its second turn drafts what a
+# fresh server drafts for the same history; whether the image reached the head shows in what they draft
+# (tests/test_siblings.py compares baseline's with 0009's). The third request, a cut-back cached prefix, goes
+# back to a context checkpoint, which MTP does not draft alike after, text only too (mtp_drafts_vs_fresh):
+# measured, not judged.
+@check("mtp_drafts_vs_fresh_after_an_image", sibling="mtp", twin=Expect(200, "every", cached=True, same_drafts=True))
+def mtp_drafts_vs_fresh_after_an_image(ctx) -> Result:
+    """draft-mtp after an image: drafts_vs_definition's three requests, every drafting round against a fresh
+    server's first round; the first two judged."""
+    return image_conversation_rounds(ctx, "mtp_drafts_vs_fresh_after_an_image", n_judged=2)
+
+
 # what an EAGLE3 check that judges the rounds after an image expects: up to 0005 the image request answers 500
 # (eagle3_image_turns), so there is nothing to compare; on 0007 every round drafts what the reference drafts
 EAGLE3_JUDGED_AFTER_AN_IMAGE = {
