@@ -28,6 +28,8 @@ DEFINED = next((v for v in VARIANTS[1:] if _SERIES.role(v) == DEFINITION_ROLE), 
 # the variant that serves each draft as it was trained (0008): a DEFINED with drafts marked as trained
 # with image rows, a FIX with any other; None if the series has none
 AS_TRAINED = next((v for v in VARIANTS[1:] if _SERIES.role(v) == AS_TRAINED_ROLE), None)
+# every variant of role as-trained: 0008's, and 0009's on top of it, which serves DFlash drafts alike
+SERVED_AS_TRAINED = tuple(v for v in VARIANTS[1:] if _SERIES.role(v) == AS_TRAINED_ROLE)
 # the first variant that feeds MTP an image's rows (0009; every later one does too), None if none does
 FEEDS_MTP = next((v for v in VARIANTS if any("mtp-feed-image-rows" in p.name for p in _SERIES.prefix(v))), None)
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import AS_TRAINED, DEFINED, FIX, VARIANTS
+from conftest import DEFINED, FIX, SERVED_AS_TRAINED, VARIANTS
 from pyllama_dflash.engine.matrix import run_matrix, run_table
 from pyllama_dflash.llamabuild import default_must_pass
 from pyllama_dflash.llamabuild import variant as variant_of
@@ -206,7 +206,7 @@ def test_repro_cli_json_and_exit_status(variants, tmp_path):
     assert len(report["references"]) == 8  # dflash and dspark on two targets, unmarked and marked
     for case, refs in report["references"].items():
         keyed = case.endswith(IMAGE_ROWS_CASE)
-        by_definition = {DEFINED} | ({AS_TRAINED} if keyed else set())
+        by_definition = {DEFINED} | (set(SERVED_AS_TRAINED) if keyed else set())
         assert refs == {v: DEFINITION if v in by_definition else REFERENCE for v in VARIANTS}, case
     # a case per drafter and target, every cell naming both, and again with the drafts marked
     assert sorted(c["image_rows"] for c in report["cases"]) == [False] * 4 + [True] * 4
