@@ -59,8 +59,11 @@ def plan(args: argparse.Namespace) -> Plan:
     (base,) = build(["baseline"], BuildOptions(cpu="native", quiet=True))
     pristine = Path(base.data["source"]["path"])
     read = tree_reader(pristine)
-    fixed = apply_series(read, series.prefix(fix))
-    own = {rel: fixed[rel] for p in series.prefix(fix) if p.variant != EVERY for rel in p.touched}
+    # the fix's own files, without the tests every variant carries: a mutant's series applies those again on
+    # top, and a file both touch (0009's tests/CMakeLists.txt) must come without them
+    own_patches = [p for p in series.prefix(fix) if p.variant != EVERY]
+    fixed = apply_series(read, own_patches)
+    own = {rel: fixed[rel] for p in own_patches for rel in p.touched}
     given = [f.strip() for f in args.files.split(",") if f.strip()] if args.files else None
     files = given if given is not None else [f for f in MUTATED_FILES if f in own]
     missing = [f for f in files if f not in own]

@@ -172,9 +172,15 @@ def write_series(
     files = {**fixed, mutant.path: mutant.text}
     diff = []
     for rel, text in sorted(files.items()):
-        old = (pristine / rel).read_text(encoding="utf-8")
+        # a file the fix adds (0009's C++ test) has no pristine version: the patch creates it
+        new = not (pristine / rel).is_file()
+        old = "" if new else (pristine / rel).read_text(encoding="utf-8")
         diff += difflib.unified_diff(
-            old.splitlines(keepends=True), text.splitlines(keepends=True), f"a/{rel}", f"b/{rel}", n=3
+            old.splitlines(keepends=True),
+            text.splitlines(keepends=True),
+            "/dev/null" if new else f"a/{rel}",
+            f"b/{rel}",
+            n=3,
         )
     header = f"Subject: [PATCH] mutant {mutant.id}\n\n{mutant.describe()}\n\n---\n"
     (dest / "0001-mutant.patch").write_text(header + "".join(diff), encoding="utf-8")
