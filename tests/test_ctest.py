@@ -59,7 +59,7 @@ def test_the_mtp_image_test_passes_where_0009_is(row):
     one state per entry it has, of the model's width; and MTP's memory after an image is, byte for byte, that of
     the head fed the same rows by hand."""
     checks = [c for c in row[FEEDS_MTP]["checks"] if c["test"] == "test-speculative-mtp-image"]
-    assert {c["case"] for c in checks} == {"state-row", "state-api", "mtp-after-image"} and len(checks) == 14, checks
+    assert {c["case"] for c in checks} == {"state-row", "state-api", "mtp-after-image"} and len(checks) == 15, checks
     assert all(c["ok"] for c in checks), [c for c in checks if not c["ok"]]
     assert not any(c["test"] == "test-speculative-mtp-image" for c in row[DEFINED]["checks"])
 

@@ -134,6 +134,13 @@ def libcommon(tm):
         if found["by_hand"] is True:
             found["same_memory"] = fed.state_seq_get(0) == by_hand.state_seq_get(0)
         found["drafted"] = spec.draft(0, target.argmax(-1), p_after + len(after))
+        # embedding rows wider than the head reads (a projector of another width): skipped, with a warning;
+        # at positions the target holds, as the driver's caller guards
+        before = fed.state_seq_get(0)
+        wide = np.ones((2, 2 * n_embd), np.float32)
+        found["wide_ok"] = spec.process_embd_ok(wide, image_pos(p_image, 1, 2))
+        found["wide_log"] = [str(x) for x in spec.last_log]
+        found["wide_left_memory_alone"] = fed.state_seq_get(0) == before
     return found
 
 
@@ -187,3 +194,9 @@ def test_mtp_after_an_image_holds_what_a_head_fed_the_rows_by_hand_holds(runs):
     assert found["by_hand"] is True and found["same_memory"] is True, found
     assert found["pos_max"] == found["p_end"] - 1, found
     assert len(found["drafted"]) == 3, found
+
+
+def test_mtp_skips_embedding_rows_wider_than_its_head_reads_and_says_so(runs):
+    found = runs[FEEDS_MTP]["libcommon"]
+    assert found["wide_ok"] is True and found["wide_left_memory_alone"] is True, found
+    assert any("the MTP head reads" in line for line in found["wide_log"]), found["wide_log"]
