@@ -216,8 +216,9 @@ class Speculative(_Owner):
 
     def target_hidden_states(self, n_rows: int) -> np.ndarray:
         """The target's hidden states (``h_nextn``, before the output norm) of its last batch's first
-        ``n_rows`` rows, as the MTP driver pairs them with the next rows: ``[n_rows, n_embd_out]`` (a
-        copy). The MTP driver turned their extraction on, one per row."""
+        ``n_rows`` rows, as the MTP driver pairs them with the next rows: ``[n_rows, n_embd]`` (a copy;
+        the Qwen3.5 targets' output width is their n_embd). The MTP driver turned their extraction on,
+        one per row."""
         ffi, lib = self._rt.ffi, self._rt.lib
         ptr = lib.pyllama_dflash_get_embeddings_nextn(self.target._ptr())
         if ptr == ffi.NULL:

@@ -4,9 +4,8 @@ The series' test patches (variant column ``*``) add each test to every variant, 
 and register it with upstream's ``llama_build_and_test``: ``test-speculative-eagle3-passes`` (EAGLE3
 after a prompt split into passes) and ``test-speculative-dflash-image`` (DFlash across images). Patch
 0009 brings its own, ``test-speculative-mtp-image`` (MTP fed an image's rows), to the variants that
-carry it. The
-builder compiles those a variant has with it and copies them into the variant's folder, recording the
-labels upstream's registration gives each. :func:`testfile` writes a ``CTestTestfile.cmake``
+carry it. The builder compiles those a variant has with it and copies them into the variant's
+folder, recording the labels upstream's registration gives each. :func:`testfile` writes a ``CTestTestfile.cmake``
 registering those copies the same way, so ctest runs them long after the shared build folder has
 moved on to another variant, without writing into the variant's folder.
 """
