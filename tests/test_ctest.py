@@ -55,11 +55,11 @@ def test_the_eagle3_passes_test_fails_on_b11434_and_passes_on_every_variant_that
 
 
 def test_the_mtp_image_test_passes_where_0009_is(row):
-    """Patch 0009's test: a state row beside an embedding is read as the hidden state, to the bit; a batch takes
-    one state per entry it has, of the model's width; and MTP's memory after an image is, byte for byte, that of
-    the head fed the same rows by hand."""
+    """Patch 0009's test: a state row beside an embedding is read as the hidden state, to the bit; a batch, and
+    common_batch as well, takes one state per entry it has, of the model's width; and MTP's memory after an image
+    is, byte for byte, that of the head fed the same rows by hand."""
     checks = [c for c in row[FEEDS_MTP]["checks"] if c["test"] == "test-speculative-mtp-image"]
-    assert {c["case"] for c in checks} == {"state-row", "state-api", "mtp-after-image"} and len(checks) == 15, checks
+    assert {c["case"] for c in checks} == {"state-row", "state-api", "mtp-after-image"} and len(checks) == 16, checks
     assert all(c["ok"] for c in checks), [c for c in checks if not c["ok"]]
     assert not any(c["test"] == "test-speculative-mtp-image" for c in row[DEFINED]["checks"])
 
