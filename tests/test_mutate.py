@@ -82,22 +82,17 @@ def test_an_equivalent_mutant_needs_its_reason(tmp_path):
         load_equivalents(bad)
 
 
-# the files 0009 adds lines to besides libcommon's driver
-FEEDS_MTP_FILES = ("common/common.cpp", "src/llama-batch.cpp", "src/llama-graph.cpp")
-
-
 @pytest.mark.build
 def test_the_equivalent_mutants_on_file_exist_in_the_fix(pristine):
     """Each equivalent names a mutant of a fix that mutate judges: the twin's (FIX), the definition's, the
     one that serves each draft as trained (0008) or the one that feeds MTP the image (0009, whose libllama
-    and common.cpp lines mutate takes with --files)."""
+    and common.cpp lines mutate takes too)."""
     series = load_series(REPO / "patches")
     ids: set[str] = set()
     for fix in (v for v in (FIX, DEFINED, AS_TRAINED, FEEDS_MTP) if v):
         fixed = apply_series(tree_reader(pristine), series.prefix(fix))
         read = tree_reader(pristine)
-        files = (*MUTATED_FILES, *(FEEDS_MTP_FILES if fix == FEEDS_MTP else ()))
-        per_file = {rel: {m.id for m in mutants(rel, read(rel), fixed[rel])} for rel in files if rel in fixed}
+        per_file = {rel: {m.id for m in mutants(rel, read(rel), fixed[rel])} for rel in MUTATED_FILES if rel in fixed}
         # 0007 replaces most of 0004's lines: the definition's libcommon has fewer (14); 0008 brings
         # 0004's back beside them; 0007 changes two lines of the prompt cache's (server-task.cpp)
         assert all(10 < len(per_file[rel]) < 300 for rel in MUTATED_FILES[:2]), (fix, per_file)

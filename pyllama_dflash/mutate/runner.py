@@ -79,8 +79,11 @@ RULES_TESTS = {
 KILLED, SURVIVED, STILLBORN, EQUIVALENT = "killed", "survived", "stillborn", "equivalent"
 # llama-server's files the series changes: its slots (0005, 0007) and its prompt cache's entries (0007)
 SERVER_FILES = ("tools/server/server-context.cpp", "tools/server/server-task.cpp")
-# the files whose added lines are mutated: libcommon's (patches 0001, 0003, 0004, 0007, 0008) and llama-server's
-MUTATED_FILES = ("common/speculative.cpp", *SERVER_FILES)
+# the batch's state rows (0009): common_batch in libcommon, the batch and the graph's input in libllama
+BATCH_STATE_FILES = ("common/common.cpp", "src/llama-batch.cpp", "src/llama-graph.cpp")
+# the files whose added lines are mutated: libcommon's drafters (patches 0001, 0003, 0004, 0007, 0008, 0009),
+# llama-server's, and 0009's batch state rows; by default those of them the fix changes
+MUTATED_FILES = ("common/speculative.cpp", *SERVER_FILES, *BATCH_STATE_FILES)
 # the server checks that hold 0005's and 0007's promises: what kills a mutant of their lines
 SERVER_KILLERS = (
     "slot_restore",
