@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import DEFINED, FIX, VARIANTS
+from conftest import DEFINED, FIX, LAST, VARIANTS
 from pyllama_dflash.engine.invariant import DraftAhead, DraftHole, SpecFailed, TargetFailed, failed_call
 from pyllama_dflash.engine.schedule import Schedule, ScheduleError, words
 from pyllama_dflash.engine.schedule_runner import examples_from_env, replay_variants, search_variants, seed_from_env
@@ -280,6 +280,26 @@ def test_two_restores_in_a_row_are_judged_as_the_last_one(variants, model_set, t
     for v, r in results.items():
         assert r["status"] == "PASS", (v, r)
         assert r["drafts"][0]["tokens"] == [68, 9, 9], (v, r["drafts"])
+
+
+def test_a_rewind_into_rows_a_target_only_restore_left_out_ends_the_draft_where_the_twins_ends(
+    variants, model_set, tmp_path
+):
+    """Found by `fuzz --variants as-trained,mtp-image-rows --examples 400 --exact --seeds 405-409` at seed 407
+    and shrunk to 8 steps: an image-only prompt saved as c0, the sequence rewound and given another prompt, the
+    target alone restored to c0 (the draft keeps the other prompt's row at 0 and lacks c0's), a token generated
+    at the target's next position, then a rewind to c0's end. The draft then ends at 0 where the target ends at
+    4, on every variant of the twin's semantics and on the twin itself (baseline with the M-RoPE twin), and with
+    text in place of the image too. The invariant wanted the target's end there; such a rewind now leaves the
+    draft free, as right after the restore, and every variant drafts as the twin does."""
+    schedule = Schedule.load(Path(__file__).parent / "data" / "schedules" / "restored-then-rewound-into-the-hole.json")
+    twin = replay_variants(schedule, ["baseline"], model_set.with_draft(model_set.twin), work_dir=tmp_path / "twin")
+    assert twin["baseline"]["status"] == "PASS", twin
+    fixes = [v for v in (FIX, LAST) if v]
+    results = replay_variants(schedule, sorted(set(fixes)), model_set, work_dir=tmp_path / "fix")
+    for v, r in results.items():
+        assert r["status"] == "PASS", (v, r)
+        assert [d["tokens"] for d in r["drafts"]] == [d["tokens"] for d in twin["baseline"]["drafts"]], (v, r)
 
 
 def test_a_fill_stays_until_the_batchs_last_chunk_so_later_chunks_take_the_twins_cells(variants, model_set, tmp_path):

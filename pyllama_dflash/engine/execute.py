@@ -213,6 +213,9 @@ def _run_step(s: Session, step: Step, label: str, slots: dict[str, Saved], check
     elif op == "rewind":
         to = step["to"]
         checkpoint = slots[to] if to is not None else None
-        s.rewind(step["seq"], checkpoint[1].n_past if checkpoint else 0, checkpoint, label)
+        pos = checkpoint[1].n_past if checkpoint else 0
+        s.rewind(step["seq"], pos, checkpoint, label)
+        if checker is not None:
+            checker.rewound(step["seq"], pos)
     else:  # Schedule.validate() refuses these first (generate is run by _run_steps)
         raise ValueError(f"unknown op {op!r}")

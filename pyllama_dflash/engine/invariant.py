@@ -141,6 +141,9 @@ class CheckedRecord(Record):
         super().__init__()
         self.memories: Memories | None = None
         self.free: set[int] = set()  # restored on the target alone, not yet handled by the driver
+        # seq -> where the target ended when a target-only restore left the draft behind it: the draft lacks
+        # the rows up to there, as the twin's does, until a rewind takes the target below them
+        self.restored_over: dict[int, int] = {}
         self.lag: dict[int, int] = {}  # seq -> P: its last rows were a pinned image at P, skipped
         self.sub_batch: dict[int, tuple[int, int, int]] = {}  # seq -> (lo, hi, n) of the last image sub-batch
         self.batch_seqs: tuple[int, ...] = ()  # the sequences of the text batch under way (its calls say seq -1)
@@ -179,6 +182,25 @@ class CheckedRecord(Record):
         """The target alone took a saved state of seq: the draft is free until the driver handles seq."""
         self.free.add(seq)
         self.lag.pop(seq, None)
+        assert self.memories is not None, "bind() the memories of a speculative session"
+        draft, target = self.memories.ends(seq)
+        if draft < target and not self.memories.pinned_injected:
+            self.restored_over[seq] = target
+        else:
+            self.restored_over.pop(seq, None)
+
+    def rewound(self, seq: int, pos: int) -> None:
+        """Both memories of seq were cut back to pos. Where that reaches into the rows a target-only restore
+        left the draft without, the draft ends at the last row it holds below them, as right after the
+        restore (the twin's too: found by the fuzzer at seed 407): free again until the driver handles seq."""
+        top = self.restored_over.get(seq)
+        if top is None:
+            return
+        if pos <= 0:
+            self.restored_over.pop(seq)
+        elif pos - 1 <= top:
+            self.restored_over[seq] = pos - 1
+            self.free.add(seq)
 
     def _seqs(self, seq: int) -> tuple[int, ...]:
         return self.batch_seqs if seq < 0 else (seq,)
