@@ -269,19 +269,24 @@ def drafts_vs_definition(ctx) -> Result:
     """An image request, a second turn that extends it with its output, then a request that keeps only the
     image prompt and three output ids of the first (the server goes back to a context checkpoint): every
     drafting round of the three against a fresh server given the history so far as one request."""
-    return image_conversation_rounds(ctx, "drafts_vs_definition")
+    return conversation_rounds(ctx, "drafts_vs_definition")
 
 
-def image_conversation_rounds(ctx, name: str, n_judged: int = 3) -> Result:
+def conversation_rounds(ctx, name: str, *, image: bool = True, n_judged: int = 3) -> Result:
     """drafts_vs_definition's conversation and judgement, on whatever drafter ``ctx.models`` holds (EAGLE3's
-    and MTP's checks run it too, in .siblings); ``n_judged``: how many of the three requests are judged, the
-    others measured (``after_a_context_checkpoint``)."""
+    and MTP's checks run it too, in .siblings): a first request, a second turn that extends it with its output,
+    and a cut-back cached prefix. ``image``: the first request holds the oracle's image (False: the text prompt
+    alone); ``n_judged``: how many of the three requests are judged, the others measured
+    (``after_a_context_checkpoint``)."""
     e = ctx.expect(name)
     prompts: list[ImagePrompt] = []
     responses: list[Response] = []
     try:
         with ctx.server(name, verbosity=DEBUG_VERBOSITY, n_parallel=1, cache_ram_mib=0) as srv:
-            first = ImagePrompt(BEFORE, bodies.oracle_image(ctx.models, ctx.images), tuple(_tokens(srv, TAIL)))
+            if image:
+                first = ImagePrompt(BEFORE, bodies.oracle_image(ctx.models, ctx.images), tuple(_tokens(srv, TAIL)))
+            else:
+                first = ImagePrompt("", None, tuple(srv.tokenize(bodies.RAW_TEXT_PROMPT)))
             prompts.append(first)
             responses.append(_complete(srv, first))
             out = responses[0].tokens or []

@@ -12,8 +12,6 @@ from ..expect import Expect, Result, Seen, judged
 from . import check, server_facts
 from .definition import (
     BEFORE,
-    OTHER_QUESTION,
-    SECOND_TURN,
     TAIL,
     ImagePrompt,
     NotComparable,
@@ -21,8 +19,8 @@ from .definition import (
     _same_drafts,
     _tokens,
     _turns,
+    conversation_rounds,
     history_rows,
-    image_conversation_rounds,
     judge_rounds,
     positions_agree,
     restore_image_conversation,
@@ -109,38 +107,10 @@ def eagle3_image_turns(ctx) -> Result:
 # checkpoint's restore may leave stale), and is reported, not judged.
 @check("mtp_drafts_vs_fresh", sibling="mtp", twin=Expect(200, "every", cached=True, same_drafts=True))
 def mtp_drafts_vs_fresh(ctx) -> Result:
-    """draft-mtp on text: a request, then a second turn that extends it with its output; every drafting
-    round of both against the first round of a fresh server given the history so far as one request (the
-    reference of drafts_vs_definition). Then a request that keeps three output ids of the first, measured."""
-    with ctx.server("mtp_drafts_vs_fresh", verbosity=DEBUG_VERBOSITY, n_parallel=1, cache_ram_mib=0) as srv:
-        a = srv.tokenize(bodies.RAW_TEXT_PROMPT)
-        first = ImagePrompt("", None, tuple(a))
-        r1 = _complete(srv, first)
-        out = r1.tokens or []
-        second = first.then(out + _tokens(srv, SECOND_TURN))
-        r2 = _complete(srv, second)
-        third = first.then(out[:3] + _tokens(srv, OTHER_QUESTION))
-        r3 = _complete(srv, third)
-        facts = server_facts(srv)
-    turns = _turns(srv.log_path.read_text(errors="replace"), [first, second, third], [r1, r2, r3])
-    ok = r1.ok and r2.ok
-    verdict = judge_rounds(ctx, "mtp_drafts_vs_fresh", turns[:2]) if ok else None
-    after_checkpoint = judge_rounds(ctx, "mtp_drafts_vs_fresh_cut", turns[2:]) if ok and r3.ok else None
-    seen = Seen(
-        [r1, r2, r3],
-        cached=bool(r2.timings.get("cache_n")),
-        same_drafts=verdict["same"] if verdict else None,
-        holds=verdict is None or verdict["comparable"],
-    )
-    return judged(
-        ctx.expect("mtp_drafts_vs_fresh"),
-        seen,
-        cache_n=[r.timings.get("cache_n") for r in (r1, r2, r3)],
-        definition=verdict,
-        after_a_context_checkpoint=after_checkpoint,
-        draft=[r.draft_stats for r in (r1, r2, r3)],
-        **facts,
-    )
+    """draft-mtp on text: drafts_vs_definition's three requests without the image (a request, a second turn
+    that extends it with its output, a request that keeps three output ids of the first), every drafting round
+    against a fresh server's first round; the first two judged."""
+    return conversation_rounds(ctx, "mtp_drafts_vs_fresh", image=False, n_judged=2)
 
 
 # MTP's context is the target's own (IMROPE): the text after an image jumps past it on every variant. b11434's
@@ -155,7 +125,7 @@ def mtp_drafts_vs_fresh(ctx) -> Result:
 def mtp_drafts_vs_fresh_after_an_image(ctx) -> Result:
     """draft-mtp after an image: drafts_vs_definition's three requests, every drafting round against a fresh
     server's first round; the first two judged."""
-    return image_conversation_rounds(ctx, "mtp_drafts_vs_fresh_after_an_image", n_judged=2)
+    return conversation_rounds(ctx, "mtp_drafts_vs_fresh_after_an_image", n_judged=2)
 
 
 # what an EAGLE3 check that judges the rounds after an image expects: up to 0005 the image request answers 500
@@ -181,7 +151,7 @@ EAGLE3_JUDGED_AFTER_AN_IMAGE = {
 def eagle3_drafts_vs_fresh(ctx) -> Result:
     """draft-eagle3 after an image: drafts_vs_definition's three requests (an image request, a second turn,
     a cut-back cached prefix), every drafting round against a fresh server's first round."""
-    return image_conversation_rounds(ctx, "eagle3_drafts_vs_fresh")
+    return conversation_rounds(ctx, "eagle3_drafts_vs_fresh")
 
 
 # b11434's EAGLE3 bridge (the row process() writes again from the next batch's first token) hands the batch a
