@@ -78,11 +78,11 @@ def test_a_record_no_command_writes_is_refused_by_name(tmp_path):
         records.render(stray)
 
 
-def test_fuzz_writes_the_committed_runs_table_from_its_json_alone(tmp_path, capsys):
+@pytest.mark.parametrize("record", sorted((REPO / "docs" / "figures").glob("fuzz*.json")), ids=lambda p: p.name)
+def test_fuzz_writes_the_committed_runs_table_from_its_json_alone(record, tmp_path, capsys):
     """``fuzz --merge RECORD --markdown FILE`` runs nothing and writes the page's table again."""
     from pyllama_dflash.fuzz.__main__ import main as fuzz_main
 
-    record = REPO / "docs" / "figures" / "fuzz.json"
     out = tmp_path / "fuzz.md"
     assert fuzz_main(["--merge", str(record), "--markdown", str(out)]) == 0
     assert out.read_text() == records.render(record)
