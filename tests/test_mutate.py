@@ -189,6 +189,11 @@ def test_the_merged_shards_score_as_the_whole_run(variants, tmp_path):
     assert [s["shard"] for s in b["shards"]] == ["1/2", "2/2"] and "mutation score: 2/2" in merged.stdout
     alone = _mutate("--merge", slices[0], env=env)  # a slice is not the run
     assert alone.returncode == 2 and "slice 2/2 missing" in alone.stderr, alone.stderr
+    other = json.loads(Path(slices[1]).read_text())  # slice 2 as if it ran on other patches
+    other["selection"]["series_sha256"] = "0" * 64
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    mixed = _mutate("--merge", slices[0], str(tmp_path / "other.json"), env=env)
+    assert mixed.returncode == 2 and "ran on different patches" in mixed.stderr, mixed.stderr
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ cannot be made. :func:`stale` names the equivalent mutants on file that no fix o
 from __future__ import annotations
 
 import argparse
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,12 +80,23 @@ def plan(args: argparse.Namespace) -> Plan:
         "only": sorted(wanted) if wanted is not None else None,
         "limit": args.limit,
         "mutants": [m.id for m in every],  # before the slicing: what the slices together must try
+        # the patches the mutants are judged in (their C++ tests included): slices of one run share them
+        "series_sha256": series_digest(series, fix),
     }
     if args.shard:
         every = args.shard.by_key(every, lambda m: m.id)
     if args.limit:
         every = every[: args.limit]
     return Plan(series, fix, role, pristine, read, own, files, all_mutants, every, selection)
+
+
+def series_digest(series: Series, fix: str) -> str:
+    """sha256 of the fix's patches as they apply (names and bytes, in order): a run cut into slices over
+    sessions is one run only if every slice ran on the same patches."""
+    h = hashlib.sha256()
+    for patch in series.prefix(fix):
+        h.update(patch.name.encode() + b"\0" + (series.directory / patch.name).read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 def stale(p: Plan, equivalents: dict[str, dict]) -> list[str]:

@@ -1,8 +1,9 @@
 """A mutation run's JSON report and its score, for a whole run, one slice of it (``--shard I/N``) or the
 slices merged (``--merge``): one function scores them all, so a merged score is the whole run's.
 
-The report: ``files``, ``variant``, ``selection`` (what was asked: ``every``, ``only``, ``limit``, and
-``mutants``, the ids selected before the slicing, in the run's order), ``shard`` (``"I/N"``, or None
+The report: ``files``, ``variant``, ``selection`` (what was asked: ``every``, ``only``, ``limit``,
+``mutants``, the ids selected before the slicing, in the run's order, and ``series_sha256``, the patches
+the run judged them in), ``shard`` (``"I/N"``, or None
 for a whole run), ``score``, ``counts``, ``killed_by``, ``outcomes`` (one per mutant tried, runner.Outcome
 as JSON), ``wall_s``; a merged report adds ``shards``, each slice's ``shard``, ``mutants`` tried and
 ``wall_s`` (the merged ``wall_s`` is their sum: runner-seconds, not the time the slices took side by side).
@@ -68,6 +69,9 @@ def merge(reports: list[dict]) -> dict:
     if not reports:
         raise ValueError("no reports to merge")
     first = reports[0]
+    series = {r["selection"].get("series_sha256") for r in reports}
+    if len(series) != 1:
+        raise ValueError(f"the slices ran on different patches (series sha256 {', '.join(sorted(map(str, series)))})")
     for key in ("variant", "files", "selection"):
         if len({json.dumps(r.get(key), sort_keys=True) for r in reports}) != 1:
             raise ValueError(f"the reports are not slices of one run: their {key!r} differ")
