@@ -2,8 +2,9 @@
 each one's tables.
 
 A record's file name says which command wrote it, by its first word: ``bench``, ``acceptance``,
-``paired`` and ``speed`` are the bench's, ``fuzz`` the fuzzer's, ``soak`` the soak's. So the docs' tables
-can be written again from the records alone: ``tests/test_figures.py`` does so and fails on any difference.
+``paired`` and ``speed`` are the bench's, ``fuzz`` the fuzzer's, ``soak`` the soak's, ``mutate`` the
+mutation run's. So the docs' tables can be written again from the records alone: ``tests/test_figures.py``
+does so and fails on any difference.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ WRITERS = {
     "speed": "pyllama_dflash.bench.report",
     "fuzz": "pyllama_dflash.fuzz.report",
     "soak": "pyllama_dflash.soak.report",
+    "mutate": "pyllama_dflash.mutate.report",
 }
 
 

@@ -16,6 +16,7 @@ from pyllama_dflash.llamabuild.manifest import variants_root
 from pyllama_dflash.llamabuild.patchset import apply_series, load_series, tree_reader
 from pyllama_dflash.mutate.__main__ import parser
 from pyllama_dflash.mutate.operators import line_mutations, mutants
+from pyllama_dflash.mutate.report import markdown
 from pyllama_dflash.mutate.runner import EQUIVALENT_FILE, MUTATED_FILES, load_equivalents, unmutated_eagle3_runs
 from pyllama_dflash.oracles.drift import judge
 from pyllama_dflash.process.shard import Shard
@@ -187,6 +188,11 @@ def test_the_merged_shards_score_as_the_whole_run(variants, tmp_path):
         (o["id"], o["status"], o["killed_by"]) for o in a["outcomes"]
     ]
     assert [s["shard"] for s in b["shards"]] == ["1/2", "2/2"] and "mutation score: 2/2" in merged.stdout
+    assert b["date"] == a["date"] and b["llama_cpp"] == a["llama_cpp"]  # where and on what it was measured
+    table = markdown(b)
+    assert (
+        "2 slices merged; score 2/2" in table and "| `tools/server/server-context.cpp` | 2 | 2 | 0 | 0 | 0 |" in table
+    )
     alone = _mutate("--merge", slices[0], env=env)  # a slice is not the run
     assert alone.returncode == 2 and "slice 2/2 missing" in alone.stderr, alone.stderr
     other = json.loads(Path(slices[1]).read_text())  # slice 2 as if it ran on other patches

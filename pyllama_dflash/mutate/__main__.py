@@ -26,7 +26,7 @@ from pathlib import Path
 
 from .. import command
 from ..errors import UsageError
-from ..files import atomic_write_json
+from ..files import atomic_write_bytes, atomic_write_json
 from ..flags import RetiredFlag, common_parser, tool_prog
 from ..slotloop.models import tiny_models
 from . import report
@@ -88,6 +88,12 @@ def _output_flags(ap: argparse.ArgumentParser) -> None:
         "--json", type=Path, metavar="PATH", help="write every outcome as JSON (with --merge: the merged report)"
     )
     ap.add_argument(
+        "--markdown",
+        type=Path,
+        metavar="PATH",
+        help="write the report's tables as Markdown (docs/regression.md carries the committed run's)",
+    )
+    ap.add_argument(
         "--merge",
         nargs="+",
         type=Path,
@@ -118,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     models = tiny_models()
     print(f"mutate: {len(p.selected)} mutants{sliced} of {', '.join(p.files)} ({p.variant})", flush=True)
     outcomes = try_all(p, models, equivalents, jobs=args.jobs, fuzz_examples=args.fuzz_examples)
-    result = report.scored(
+    result = p.provenance | report.scored(
         [o.to_json() for o in outcomes],
         files=p.files,
         variant=p.variant,
@@ -127,8 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         wall_s=time.monotonic() - t0,
     )
     report.print_summary(result, stale(p, equivalents), EQUIVALENT_FILE.name)
-    if args.json:
-        atomic_write_json(args.json, result)
+    _write(args, result)
     return report.exit_code(result, slice_of_run=args.shard is not None)
 
 
@@ -145,6 +150,14 @@ def _write_series(p: Plan, folder: Path) -> int:
     return 0
 
 
+def _write(args: argparse.Namespace, result: dict) -> None:
+    """The report where --json and --markdown ask for it."""
+    if args.json:
+        atomic_write_json(args.json, result)
+    if args.markdown:
+        atomic_write_bytes(args.markdown, report.markdown(result).encode())
+
+
 def merge_main(args: argparse.Namespace) -> int:
     try:
         merged = report.merge(report.load(args.merge))
@@ -154,8 +167,7 @@ def merge_main(args: argparse.Namespace) -> int:
         by = f" by {o['killed_by']}" if o["killed_by"] else ""
         print(f"[{k}/{len(merged['outcomes'])}] {o['status']:10s}{by:8s} {o['id']:16s} {o['mutant']}")
     report.print_summary(merged)
-    if args.json:
-        atomic_write_json(args.json, merged)
+    _write(args, merged)
     return report.exit_code(merged)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
+from ..figures import provenance
 from ..llamabuild import BuildOptions, build
 from ..llamabuild.patchset import (
     AS_TRAINED_ROLE,
@@ -48,6 +49,7 @@ class Plan:
     all_mutants: list[Mutant]  # every mutant of those files, before any selection
     selected: list[Mutant]  # what this run tries: sampled, picked, sliced and limited
     selection: dict  # what was asked, for the report (and a merge of slices)
+    provenance: dict  # when, where and on which llama.cpp the run judged (figures.provenance)
 
 
 def plan(args: argparse.Namespace) -> Plan:
@@ -87,7 +89,7 @@ def plan(args: argparse.Namespace) -> Plan:
         every = args.shard.by_key(every, lambda m: m.id)
     if args.limit:
         every = every[: args.limit]
-    return Plan(series, fix, role, pristine, read, own, files, all_mutants, every, selection)
+    return Plan(series, fix, role, pristine, read, own, files, all_mutants, every, selection, provenance(base))
 
 
 def series_digest(series: Series, fix: str) -> str:

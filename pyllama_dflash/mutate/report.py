@@ -15,8 +15,9 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from ..figures import PROVENANCE, heading, table
 from ..process.shard import Shard, check_slices, load_reports, shard_from_json, shard_json
-from .runner import KILLED, STILLBORN, SURVIVED
+from .runner import EQUIVALENT, KILLED, STILLBORN, SURVIVED
 
 
 def scored(
@@ -96,8 +97,15 @@ def merge(reports: list[dict]) -> dict:
         shard=None,
         wall_s=sum(r.get("wall_s", 0.0) for r in reports),
     )
-    out["shards"] = [{"shard": r.get("shard"), "mutants": len(r["outcomes"]), "wall_s": r.get("wall_s")} for r in order]
-    return out
+    out["shards"] = [
+        {"shard": r.get("shard"), "mutants": len(r["outcomes"]), "wall_s": r.get("wall_s"), "date": r.get("date")}
+        for r in order
+    ]
+    dates = sorted({r["date"] for r in reports if r.get("date")})
+    provenance = {key: first[key] for key in PROVENANCE if key in first}
+    if len(dates) > 1:  # slices of one run measured on several days
+        provenance["date"] = f"{dates[0]} to {dates[-1]}"
+    return provenance | out
 
 
 def _few(ids: list[str]) -> str:
@@ -107,3 +115,55 @@ def _few(ids: list[str]) -> str:
 def load(paths: list[Path]) -> list[dict]:
     """The reports, each checked to be a mutation report; ValueError naming the file otherwise."""
     return load_reports(paths, ("outcomes", "selection"), "mutate --json (with its selection: written by this version)")
+
+
+def command_line(report: dict) -> str:
+    """The command that tries the report's selection (a slice's with its --shard)."""
+    s, words = report["selection"], ["pyllama-dflash mutate", f"--variant {report['variant']}"]
+    words += [f"--every {s['every']}"] if s.get("every", 1) > 1 else []
+    words += [f"--only <{len(s['only'])} ids>"] if s.get("only") else []
+    words += [f"--limit {s['limit']}"] if s.get("limit") else []
+    words += [f"--shard {report['shard']}"] if report.get("shard") else []
+    return " ".join(words)
+
+
+def markdown(report: dict) -> str:
+    """The report's heading and command, its score, one row per file mutated (what became of its mutants and
+    which checks killed them), and one row per survivor."""
+    statuses = (KILLED, EQUIVALENT, STILLBORN, SURVIVED)
+    by_file: dict[str, list[dict]] = {f: [] for f in report["files"]}
+    for o in report["outcomes"]:
+        by_file[o["mutant"].split(":", 1)[0]].append(o)
+    rows = []
+    for path, outcomes in by_file.items():
+        counts = Counter(o["status"] for o in outcomes)
+        killers = Counter(o["killed_by"] for o in outcomes if o["status"] == KILLED).most_common()
+        rows.append([f"`{path}`", str(len(outcomes)), *(str(counts[k]) for k in statuses), _killers(killers)])
+    counts, n = report["counts"], len(report["outcomes"])
+    scored_n = counts.get(KILLED, 0) + counts.get(SURVIVED, 0)
+    slices = f", {len(report['shards'])} slices merged" if report.get("shards") else ""
+    out = [
+        heading(report),
+        "",
+        f"`{command_line(report)}`: {n} mutants, {report['wall_s']:.0f} s of runner time{slices}; "
+        f"score {counts.get(KILLED, 0)}/{scored_n} (equivalent and stillborn mutants not counted).",
+        "",
+        table(["file", "mutants", *statuses, "killed by"], rows),
+    ]
+    survivors = [
+        [f"`{o['id']}`", o["mutant"].split(" ", 1)[0], _code(o["mutant"].split(" ", 1)[1])]
+        for o in report["outcomes"]
+        if o["status"] == SURVIVED
+    ]
+    if survivors:
+        out += ["", table(["surviving mutant", "where", "change"], survivors)]
+    return "\n".join(out) + "\n"
+
+
+def _killers(killers: list[tuple[str, int]]) -> str:
+    return ", ".join(f"{k} {n}" if n > 1 else k for k, n in killers) or "none"
+
+
+def _code(change: str) -> str:
+    """A mutant's change as table text: its line before and after, pipes escaped."""
+    return change.replace("|", "\\|")
