@@ -28,6 +28,10 @@ class Weights:
     def normal(self, shape: tuple[int, ...], std: float, dtype: Any = np.float32) -> np.ndarray:
         return (self.rng.standard_normal(shape) * std).astype(dtype)
 
+    def ggml(self, ne: tuple[int, ...], std: float, dtype: Any = np.float32) -> np.ndarray:
+        """A normal tensor of ggml shape ``ne`` (the order llama.cpp's loaders name: numpy's shape reversed)."""
+        return self.normal(tuple(reversed(ne)), std, dtype)
+
     def norm(self, n: int) -> np.ndarray:
         # norm gains near 1 keep activations at unit scale through the layers
         return (1.0 + self.rng.standard_normal(n) * 0.05).astype(np.float32)
@@ -75,12 +79,13 @@ def stored_fingerprint(path: Path, gguf: Any = None) -> str | None:
     return _stored_fingerprint(Path(path), gguf if gguf is not None else gguf_module())
 
 
-def add_text_hparams(w: Any, cfg: Any, n_layer: int) -> None:
-    """The size keys the target and the draft share (the draft's n_embd must equal the target's)."""
+def add_text_hparams(w: Any, cfg: Any, n_layer: int, *, n_embd: int | None = None, n_ff: int | None = None) -> None:
+    """The size keys the target and the draft share (the draft's n_embd must equal the target's; a Gemma 4
+    assistant's must not, so it passes its own)."""
     w.add_context_length(cfg.n_ctx)
-    w.add_embedding_length(cfg.n_embd)
+    w.add_embedding_length(n_embd or cfg.n_embd)
     w.add_block_count(n_layer)
-    w.add_feed_forward_length(cfg.n_ff)
+    w.add_feed_forward_length(n_ff or cfg.n_ff)
     w.add_head_count(cfg.n_head)
     w.add_head_count_kv(cfg.n_head_kv)
     w.add_key_length(cfg.head_dim)

@@ -72,7 +72,7 @@ def build_draft(
     E, F = cfg.n_embd, cfg.n_ff
 
     def t(name: str, ne: tuple[int, ...], std: float = cfg.w_std) -> None:
-        w.add_tensor(name, rng.normal(tuple(reversed(ne)), std))
+        w.add_tensor(name, rng.ggml(ne, std))
 
     t("fc.weight", (E * len(cfg.target_layer_ids), E))
     w.add_tensor("enc.output_norm.weight", rng.norm(E))
@@ -116,7 +116,7 @@ def _add_form_tensors(w: Any, cfg: TinyConfig, seed: int, form: Drafter) -> None
     E, V = cfg.n_embd, cfg.n_vocab
 
     def t(name: str, ne: tuple[int, ...], std: float = cfg.w_std) -> None:
-        w.add_tensor(name, rng.normal(tuple(reversed(ne)), std))
+        w.add_tensor(name, rng.ggml(ne, std))
 
     if form.selector:
         if E < SELECTOR_TOP_K * (SELECTOR_TOP_K + 1) or E % CONV_GROUP:

@@ -42,7 +42,7 @@ def build_eagle3(w: Any, cfg: TinyConfig, seed: int) -> None:
     q_dim, kv_dim = cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim
 
     def t(name: str, ne: tuple[int, ...], std: float = cfg.w_std) -> None:
-        w.add_tensor(name, rng.normal(tuple(reversed(ne)), std))
+        w.add_tensor(name, rng.ggml(ne, std))
 
     t("fc.weight", (3 * E, E))
     w.add_tensor("output_norm.weight", rng.norm(E))

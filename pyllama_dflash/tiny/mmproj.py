@@ -45,7 +45,7 @@ def build_mmproj(w: Any, cfg: TinyConfig, seed: int) -> None:
     rng = Weights(seed, STREAM)
 
     def t(name: str, ne: tuple[int, ...], std: float = 0.08, dtype: Any = np.float32) -> None:
-        w.add_tensor(name, rng.normal(tuple(reversed(ne)), std, dtype))
+        w.add_tensor(name, rng.ggml(ne, std, dtype))
 
     # two conv kernels (the temporal pair of qwen2vl's 3D patch embedding), F16 as ggml's conv wants
     t("v.patch_embd.weight", (P, P, 3, V), 0.02, np.float16)

@@ -50,7 +50,7 @@ def build_target(w: Any, cfg: TinyConfig, seed: int, kind: str = "dense", mtp: b
     rng = Weights(seed, STREAM)
     moe_rng = Weights(seed, MOE_STREAM)
     E = cfg.n_embd
-    _tensor(w, rng, "token_embd.weight", (E, cfg.n_vocab), cfg.embd_std)
+    w.add_tensor("token_embd.weight", rng.ggml((E, cfg.n_vocab), cfg.embd_std))
     # Own output head: a head tied to token_embd makes the model copy its last
     # token forever. Zero rows give the EOG tokens logit 0, below the max of ~120
     # random logits, so greedy decoding never stops early.
@@ -83,11 +83,6 @@ def _add_target_hparams(w: Any, cfg: TinyConfig, moe: bool, mtp: bool) -> None:
     w.add_full_attention_interval(cfg.full_attention_interval)
 
 
-def _tensor(w: Any, rng: Weights, name: str, ne: tuple[int, ...], std: float) -> None:
-    # ggml ne order is the reverse of numpy's shape
-    w.add_tensor(name, rng.normal(tuple(reversed(ne)), std))
-
-
 def _add_block(w: Any, rng: Weights, moe_rng: Weights | None, cfg: TinyConfig, il: int) -> None:
     """Layer ``il`` of the trunk: a recurrent (gated delta net) or a full-attention layer, and its FFN
     (the MoE one from ``moe_rng`` when given)."""
@@ -102,27 +97,26 @@ def _add_block(w: Any, rng: Weights, moe_rng: Weights | None, cfg: TinyConfig, i
     w.add_tensor(p + "post_attention_norm.weight", rng.norm(E))
     recurrent = (il + 1) % cfg.full_attention_interval != 0
     if recurrent:
-        _tensor(w, rng, p + "attn_qkv.weight", (E, conv_dim), std)
-        _tensor(w, rng, p + "attn_gate.weight", (E, val_dim), std)
-        _tensor(w, rng, p + "ssm_conv1d.weight", (cfg.ssm_conv_kernel, conv_dim), 0.3)
-        _tensor(w, rng, p + "ssm_dt.bias", (cfg.ssm_time_step_rank,), 0.1)
+        w.add_tensor(p + "attn_qkv.weight", rng.ggml((E, conv_dim), std))
+        w.add_tensor(p + "attn_gate.weight", rng.ggml((E, val_dim), std))
+        w.add_tensor(p + "ssm_conv1d.weight", rng.ggml((cfg.ssm_conv_kernel, conv_dim), 0.3))
+        w.add_tensor(p + "ssm_dt.bias", rng.ggml((cfg.ssm_time_step_rank,), 0.1))
         # A must be negative (decay); stored as is, not as A_log
         w.add_tensor(p + "ssm_a", -rng.uniform((cfg.ssm_time_step_rank,), 0.5, 1.5))
-        _tensor(w, rng, p + "ssm_beta.weight", (E, cfg.ssm_time_step_rank), std)
-        _tensor(w, rng, p + "ssm_alpha.weight", (E, cfg.ssm_time_step_rank), std)
+        w.add_tensor(p + "ssm_beta.weight", rng.ggml((E, cfg.ssm_time_step_rank), std))
+        w.add_tensor(p + "ssm_alpha.weight", rng.ggml((E, cfg.ssm_time_step_rank), std))
         w.add_tensor(p + "ssm_norm.weight", rng.norm(cfg.ssm_state_size))
-        _tensor(w, rng, p + "ssm_out.weight", (val_dim, E), std)
+        w.add_tensor(p + "ssm_out.weight", rng.ggml((val_dim, E), std))
     else:
-        _tensor(w, rng, p + "attn_q.weight", (E, 2 * q_dim), std)  # query and output gate interleaved
-        _tensor(w, rng, p + "attn_k.weight", (E, kv_dim), std)
-        _tensor(w, rng, p + "attn_v.weight", (E, kv_dim), std)
-        _tensor(w, rng, p + "attn_output.weight", (q_dim, E), std)
+        w.add_tensor(p + "attn_q.weight", rng.ggml((E, 2 * q_dim), std))  # query and output gate interleaved
+        w.add_tensor(p + "attn_k.weight", rng.ggml((E, kv_dim), std))
+        w.add_tensor(p + "attn_v.weight", rng.ggml((E, kv_dim), std))
+        w.add_tensor(p + "attn_output.weight", rng.ggml((q_dim, E), std))
         w.add_tensor(p + "attn_q_norm.weight", rng.norm(cfg.head_dim))
         w.add_tensor(p + "attn_k_norm.weight", rng.norm(cfg.head_dim))
     # the dense FFN is drawn either way, so every later tensor of the MoE target equals the dense one's
     dense_ffn = {
-        name: rng.normal(tuple(reversed(ne)), std)
-        for name, ne in (("ffn_gate", (E, F)), ("ffn_up", (E, F)), ("ffn_down", (F, E)))
+        name: rng.ggml(ne, std) for name, ne in (("ffn_gate", (E, F)), ("ffn_up", (E, F)), ("ffn_down", (F, E)))
     }
     if moe_rng is not None:
         _add_moe_ffn(w, moe_rng, cfg, p)
@@ -139,7 +133,7 @@ def _add_mtp_block(w: Any, rng: Weights, cfg: TinyConfig, p: str, moe: bool) -> 
     q_dim, kv_dim = cfg.n_head * cfg.head_dim, cfg.n_head_kv * cfg.head_dim
 
     def t(name: str, ne: tuple[int, ...], std: float = cfg.w_std) -> None:
-        w.add_tensor(p + name, rng.normal(tuple(reversed(ne)), std))
+        w.add_tensor(p + name, rng.ggml(ne, std))
 
     w.add_tensor(p + "attn_norm.weight", rng.norm(E))
     w.add_tensor(p + "post_attention_norm.weight", rng.norm(E))
@@ -165,7 +159,7 @@ def _add_moe_ffn(w: Any, rng: Weights, cfg: TinyConfig, p: str) -> None:
     E, F_exp, F_sh = cfg.n_embd, cfg.n_ff // N_EXPERT, cfg.n_ff // 2
 
     def t(name: str, ne: tuple[int, ...], std: float = cfg.w_std) -> None:
-        w.add_tensor(name, rng.normal(tuple(reversed(ne)), std))
+        w.add_tensor(name, rng.ggml(ne, std))
 
     t(p + "ffn_gate_inp.weight", (E, N_EXPERT), 0.5)  # a router that prefers some experts over others
     t(p + "ffn_gate_exps.weight", (E, F_exp, N_EXPERT))
