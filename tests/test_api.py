@@ -13,7 +13,7 @@ import pytest
 
 from pyllama_dflash import api, tiny
 from pyllama_dflash.api import kv_cells
-from pyllama_dflash.tiny import image
+from pyllama_dflash.tiny import gemma4, image
 
 # fixtures (lib_dir, models, target_model, draft_model, target, draft, spec, projector): conftest.py
 
@@ -233,6 +233,18 @@ def test_draft_with_other_n_embd_is_refused(target: api.Context, tmp_path_factor
         with pytest.raises(api.IncompatibleModelsError, match="n_embd") as info:
             api.Context.draft(other, target)
     assert str(narrow.draft) in str(info.value) and str(target.model.path) in str(info.value)
+
+
+def test_an_assistant_made_after_the_target_decoded_is_refused(lib_dir: Path, tmp_path: Path) -> None:
+    target_file, assistant_file = gemma4.write_pair(tmp_path)
+    with api.Model(target_file) as tm, api.Model(assistant_file) as am:
+        with api.Context(tm, n_ctx=64, n_batch=16, n_ubatch=16) as target:
+            with api.Context.assistant(am, target) as assistant:  # made first: the context libcommon makes
+                assert assistant.target is target and assistant.is_draft
+            assert target.process_rc(api.Batch.tokens(_prompt(tm), pos0=0)) == 0
+            with pytest.raises(api.ContextError, match="before the target decodes") as info:
+                api.Context.assistant(am, target)
+    assert str(assistant_file) in str(info.value)
 
 
 # ---- lifetime, loading and logs ------------------------------------------------------------------------

@@ -7,11 +7,12 @@ from typing import Any
 import numpy as np
 
 from .._internals import LlamaBatchExt, LlamaContext, runtime
-from ..errors import ContextError, IncompatibleModelsError, PyllamaError
+from ..errors import ContextError, PyllamaError
 from ..process import logs
 from ._base import _default_threads, _Owner
 from .batch import Batch, _check_positions
 from .model import Model
+from .pairing import check_draft_pair
 
 
 class Context(_Owner):
@@ -109,26 +110,7 @@ class Context(_Owner):
         target._handle._require_open()
         if target.is_draft:
             raise ContextError("the target of a draft context cannot itself be a draft context")
-        if model.n_embd != target.model.n_embd:
-            raise IncompatibleModelsError(
-                f"draft {model.path} has n_embd {model.n_embd} but target {target.model.path} has n_embd "
-                f"{target.model.n_embd}: the draft reuses the target's token embeddings, so they must match"
-            )
-        if model.n_vocab != target.model.n_vocab:
-            # DFlash samples the draft's vocab from logits made by the target's output head:
-            # another size reads past (or short of) each row of them
-            raise IncompatibleModelsError(
-                f"draft {model.path} has n_vocab {model.n_vocab} but target {target.model.path} has n_vocab "
-                f"{target.model.n_vocab}: the draft drafts from the target's output head, so the vocabs must match"
-            )
-        # an EAGLE3 draft may read one past the target's layers: its final hidden state
-        last = target.model.n_layer + (1 if model.arch == "eagle3" else 0)
-        bad_layers = [lid for lid in model.target_layer_ids if not 0 <= lid < last]
-        if bad_layers:
-            raise IncompatibleModelsError(
-                f"draft {model.path} reads target layers {bad_layers}, but target {target.model.path} has "
-                f"{target.model.n_layer} layers"
-            )
+        check_draft_pair(model, target.model)
         seqs = n_seq_max if n_seq_max is not None else target.n_seq_max
         per_seq = max(1, model.dflash_block_size)  # libcommon: n_max + 1, and n_max < block size
         return cls(
@@ -151,13 +133,31 @@ class Context(_Owner):
         n_ctx of the target, no recurrent-state snapshots, one output per sequence."""
         if not isinstance(target, Context):
             raise TypeError(f"target must be a Context, not {type(target).__name__}")
-        target._handle._require_open()
         if not target.model.load_mtp:
             raise ContextError(
                 f"{target.model.path} was loaded without its MTP head: load it with Model(path, load_mtp=True)"
             )
+        return cls._mtp_over(target.model, target, n_threads)
+
+    @classmethod
+    def assistant(cls, model: Model, target: Context, n_threads: int | None = None) -> Context:
+        """The draft context of draft-mtp over an assistant that reads the target's memory (Gemma 4's), as
+        libcommon makes it from a -md file: :meth:`mtp`'s context, over the assistant. Make it before the
+        target decodes anything: its memory takes over the target's cells, and llama.cpp resets them."""
+        if isinstance(target, Context) and target.n_decode_calls:
+            raise ContextError(
+                f"{model.path}: make the assistant's context before the target decodes: it shares the target's "
+                "memory, whose cells llama.cpp resets when the assistant's context is made"
+            )
+        return cls._mtp_over(model, target, n_threads)
+
+    @classmethod
+    def _mtp_over(cls, model: Model, target: Context, n_threads: int | None) -> Context:
+        if not isinstance(target, Context):
+            raise TypeError(f"target must be a Context, not {type(target).__name__}")
+        target._handle._require_open()
         return cls(
-            target.model,
+            model,
             n_ctx=target.n_ctx,
             n_batch=target.n_batch,
             n_ubatch=target.n_ubatch,

@@ -29,7 +29,8 @@ class Speculative(_Owner):
     ``spec_type`` is llama-server's ``--spec-type``: ``draft-dflash`` or ``draft-dspark`` (one
     implementation serves both, and DFlash2 is a ``draft-dflash`` draft with a selector), or the
     siblings that keep a memory of the conversation too: ``draft-eagle3`` (a draft context made with
-    Context.draft) and ``draft-mtp`` (Context.mtp, over the target's own MTP head). Without it, the
+    Context.draft) and ``draft-mtp`` (Context.mtp, over the target's own MTP head, or Context.assistant,
+    over an assistant model that reads the target's memory). Without it, the
     type is what llama-server detects from the draft file (:func:`detect_spec_type`).
     Create it before the target decodes anything: its constructor turns on layer-input
     extraction on the target and non-causal attention on the draft. ``process*_ok`` return what

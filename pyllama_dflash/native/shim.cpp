@@ -247,9 +247,12 @@ pyllama_dflash_spec * pyllama_dflash_spec_init(
                             " is outside the target's " + std::to_string(n_layer_tgt) + " layers");
             }
         }
-        if (mtp && model_dft != model_tgt) {
-            return fail("spec_init: draft-mtp drafts with the target's own MTP head: the draft context must be "
-                        "an MTP context over the target's model");
+        // draft-mtp drafts with the target's own MTP head, or with an assistant model that reads the
+        // target's memory (Gemma 4's: llama.cpp keeps ctx_other for it)
+        if (mtp && model_dft != model_tgt && other != ctx_tgt) {
+            return fail("spec_init: draft-mtp drafts with the target's own MTP head or an assistant over the "
+                        "target's memory: the draft context must be an MTP context over the target's model, "
+                        "or over an assistant model with the target as ctx_other");
         }
         if ((uint32_t) p.n_seq > llama_n_seq_max(ctx_tgt) || (uint32_t) p.n_seq > llama_n_seq_max(ctx_dft)) {
             return fail("spec_init: n_seq " + std::to_string(p.n_seq) + " exceeds n_seq_max of target (" +
