@@ -24,7 +24,10 @@ first that notices:
 6. EAGLE3's llama-server checks on the mutant's own llama-server (SIBLING_KILLERS), for what survived the
    rest: a slot restore, context checkpoints and a cached prefix reach libcommon's EAGLE3 state through
    llama-server only;
-7. optionally, a fixed-seed fuzz.
+7. for a fix that feeds the MTP heads an image (0009), their oracle (oracles.mtp_heads: a chain of heads
+   and an assistant after an image, on tiny Step 3.5 and Gemma 4 models); for a mutant of a model's graph
+   (MODEL_FILES), right after C1;
+8. optionally, a fixed-seed fuzz.
 
 A mutant of the lines the fix adds to llama-server (``tools/server/server-context.cpp``, patches 0005 and
 0007, and ``tools/server/server-task.cpp``, 0007's prompt-cache entries) is tried with the llama-server
@@ -58,6 +61,7 @@ from ..errors import BuildError
 from ..llamabuild import BuildOptions, build, variant
 from ..llamabuild.patchset import BASELINE, DEFINITION_ROLE, TWIN_ROLE, Series
 from ..llamabuild.variants import Variant
+from ..oracles import mtp_heads
 from ..oracles.drift import judge
 from ..oracles.references import REFERENCE, definition_config, reference_config
 from ..paths import REPO_DIR
@@ -81,9 +85,12 @@ KILLED, SURVIVED, STILLBORN, EQUIVALENT = "killed", "survived", "stillborn", "eq
 SERVER_FILES = ("tools/server/server-context.cpp", "tools/server/server-task.cpp")
 # the batch's state rows (0009): common_batch in libcommon, the batch and the graph's input in libllama
 BATCH_STATE_FILES = ("common/common.cpp", "src/llama-batch.cpp", "src/llama-graph.cpp")
+# model graphs the series changes (0009: step35's MTP head reads an image's rows), judged by the MTP heads'
+# oracle (oracles.mtp_heads), which C1's in-memory qwen35 and the matrix never run
+MODEL_FILES = ("src/models/step35.cpp",)
 # the files whose added lines are mutated: libcommon's drafters (patches 0001, 0003, 0004, 0007, 0008, 0009),
 # llama-server's, and 0009's batch state rows; by default those of them the fix changes
-MUTATED_FILES = ("common/speculative.cpp", *SERVER_FILES, *BATCH_STATE_FILES)
+MUTATED_FILES = ("common/speculative.cpp", *SERVER_FILES, *BATCH_STATE_FILES, *MODEL_FILES)
 # the server checks that hold 0005's and 0007's promises: what kills a mutant of their lines
 SERVER_KILLERS = (
     "slot_restore",
@@ -225,9 +232,11 @@ def try_mutant(
     work: Path,
     unmutated_eagle3: Callable[[], dict[str, dict]],
     fuzz_examples: int = 0,
+    mtp_heads: bool = False,
 ) -> Outcome:
     """Build the mutant and try the harness on it, cheapest stage first (the module's docstring),
-    stopping at the first stage that kills it."""
+    stopping at the first stage that kills it; ``mtp_heads``: the fix feeds the MTP heads an image, and
+    their oracle runs last."""
     out = Outcome(mutant.id, mutant.describe())
     manifest = _build(out, mutant, series_dir)
     if manifest is None:
@@ -241,6 +250,8 @@ def try_mutant(
         # the test takes a tenth of a second; a mutant that loops forever is killed here, in a minute
         if trial.killed(ctest_row.ROW, ctest_row.run_ctest(manifest, timeout=60)):
             return out
+        if mutant.path in MODEL_FILES and _mtp_heads_kill(out):
+            return out
         if _matrix_kills(trial, refs, models, config, parallel, work / mutant.id):
             return out
         if _family_kills(trial, models, config, parallel, work / mutant.id / "family"):
@@ -250,6 +261,8 @@ def try_mutant(
         if _rules_kill(trial, series_dir):
             return out
         if _eagle3_server_kills(out, series_dir, models, work / mutant.id / "eagle3-server"):
+            return out
+        if mtp_heads and _mtp_heads_kill(out):
             return out
         if fuzz_examples:
             _fuzz_stage(out, models, fuzz_examples, work / "fuzz")
@@ -361,6 +374,16 @@ def _eagle3_server_kills(out: Outcome, series_dir: Path, models: ModelSet, work:
     eagle3 = tuple((s, name) for s, name in SIBLING_KILLERS if s == "eagle3")
     _server_stage(out, manifest, models, series_dir, work, siblings=eagle3, family=False)
     return out.status == KILLED
+
+
+def _mtp_heads_kill(out: Outcome) -> bool:
+    """The MTP heads' oracle (a chain and an assistant after an image): right after C1 for a mutant of a
+    model's graph, last of all for libcommon's, whose MTP lines reach those heads too."""
+    failure = mtp_heads.first_failure(mtp_heads.run(VARIANT))
+    out.rows["mtp heads"] = PASS if failure is None else "FAIL"
+    if failure is not None:
+        out.status, out.killed_by, out.detail = KILLED, "mtp heads", failure
+    return failure is not None
 
 
 def _rules_kill(trial: _Trial, series_dir: Path) -> bool:

@@ -22,7 +22,17 @@ from ..llamabuild.patchset import DEFINITION_ROLE
 from ..slotloop import DEFAULT_CONFIG
 from ..slotloop.models import ModelSet
 from .plan import Plan
-from .runner import EQUIVALENT, KILLED, SURVIVED, Outcome, references, try_mutant, unmutated_eagle3_runs, write_series
+from .runner import (
+    EQUIVALENT,
+    KILLED,
+    MODEL_FILES,
+    SURVIVED,
+    Outcome,
+    references,
+    try_mutant,
+    unmutated_eagle3_runs,
+    write_series,
+)
 
 
 def try_all(p: Plan, models: ModelSet, equivalents: dict[str, dict], *, jobs: int, fuzz_examples: int) -> list[Outcome]:
@@ -46,6 +56,7 @@ def try_all(p: Plan, models: ModelSet, equivalents: dict[str, dict], *, jobs: in
                 work=work,
                 unmutated_eagle3=unmutated_eagle3,
                 fuzz_examples=fuzz_examples,
+                mtp_heads=any(f in p.own for f in MODEL_FILES),
             )
             if o.status == SURVIVED and m.id in equivalents:
                 o.status, o.detail = EQUIVALENT, equivalents[m.id]["reason"]
