@@ -97,7 +97,8 @@ def test_the_project_series_names_zero_fill_first():
     # definition) changes both, the header libcommon's callers read, and the prompt cache's entries (which
     # carry the drafter's state with it); 0008 (each draft as trained)
     # changes libcommon and its header only: llama-server asks the drafter which positions it keeps; 0009 (MTP
-    # fed the image) changes libllama's batches and graph input, libcommon's batch and MTP, and brings its test
+    # fed the image) changes libllama's batches and graph input, step35's MTP graph, libcommon's batch and MTP,
+    # and brings its test
     assert [(p.variant, p.touched) for p in series.own][:1] == [(CARRIED, ["common/speculative.cpp"])]
     assert [p.touched for p in series.own] == [["common/speculative.cpp"]] * 3 + [
         ["tools/server/server-context.cpp"],
@@ -117,6 +118,7 @@ def test_the_project_series_names_zero_fill_first():
             "src/llama-batch.h",
             "src/llama-graph.cpp",
             "src/llama-kv-cache-dsv4.cpp",
+            "src/models/step35.cpp",
             "tests/CMakeLists.txt",
             "tests/test-speculative-mtp-image.cpp",
         ],
