@@ -28,19 +28,14 @@ from pyllama_dflash.slotloop.models import sibling_models
 _CHILD = r"""
 import contextlib, json, sys
 import numpy as np
-from pyllama_dflash import api, load, tiny
+from pyllama_dflash import api, load
+from pyllama_dflash.oracles.mtp_heads import token_embeddings
 from pyllama_dflash.slotloop.models import ModelSet
 
 variant, models = sys.argv[1], ModelSet.from_json(json.loads(sys.argv[2]))
 load(variant)
 out = {}
 rng = np.random.default_rng(7)
-
-
-def token_embeddings(path):
-    reader = tiny.gguf_module().GGUFReader(path)
-    t = next(t for t in reader.tensors if t.name == "token_embd.weight")
-    return np.asarray(t.data, dtype=np.float32).reshape(-1, int(t.shape[0]))
 
 
 def text_pos(p0, n):

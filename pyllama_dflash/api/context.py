@@ -133,6 +133,7 @@ class Context(_Owner):
         n_ctx of the target, no recurrent-state snapshots, one output per sequence."""
         if not isinstance(target, Context):
             raise TypeError(f"target must be a Context, not {type(target).__name__}")
+        target._handle._require_open()
         if not target.model.load_mtp:
             raise ContextError(
                 f"{target.model.path} was loaded without its MTP head: load it with Model(path, load_mtp=True)"
@@ -141,10 +142,12 @@ class Context(_Owner):
 
     @classmethod
     def assistant(cls, model: Model, target: Context, n_threads: int | None = None) -> Context:
-        """The draft context of draft-mtp over an assistant that reads the target's memory (Gemma 4's), as
-        libcommon makes it from a -md file: :meth:`mtp`'s context, over the assistant. Make it before the
-        target decodes anything: its memory takes over the target's cells, and llama.cpp resets them."""
-        if isinstance(target, Context) and target.n_decode_calls:
+        """:meth:`mtp`'s context over an assistant that reads the target's memory (Gemma 4's), as libcommon
+        makes it from a -md file. Make it before the target decodes: llama.cpp resets the target's cells."""
+        if not isinstance(target, Context):
+            raise TypeError(f"target must be a Context, not {type(target).__name__}")
+        target._handle._require_open()
+        if target.n_decode_calls:
             raise ContextError(
                 f"{model.path}: make the assistant's context before the target decodes: it shares the target's "
                 "memory, whose cells llama.cpp resets when the assistant's context is made"
@@ -153,9 +156,6 @@ class Context(_Owner):
 
     @classmethod
     def _mtp_over(cls, model: Model, target: Context, n_threads: int | None) -> Context:
-        if not isinstance(target, Context):
-            raise TypeError(f"target must be a Context, not {type(target).__name__}")
-        target._handle._require_open()
         return cls(
             model,
             n_ctx=target.n_ctx,

@@ -262,7 +262,7 @@ def try_mutant(
             return out
         if _eagle3_server_kills(out, series_dir, models, work / mutant.id / "eagle3-server"):
             return out
-        if mtp_heads and _mtp_heads_kill(out):
+        if mtp_heads and mutant.path not in MODEL_FILES and _mtp_heads_kill(out):  # a graph's ran after C1
             return out
         if fuzz_examples:
             _fuzz_stage(out, models, fuzz_examples, work / "fuzz")

@@ -22,6 +22,10 @@ import math
 import subprocess
 import sys
 
+import numpy as np
+
+from ..tiny import gguf_module
+
 # "<head>, text after: <bool>": each head right after the image, and with text after it
 CASES = tuple(f"{head}, text after: {after}" for head in ("chained", "assistant") for after in (False, True))
 
@@ -55,24 +59,24 @@ def first_failure(found: dict) -> str | None:
     return None
 
 
-def _conversation(api, tm, head, scale: float, image: bool, text_after: bool) -> dict:
-    """Text, then four tokens or an image of their embeddings (Gemma scales a token's by sqrt(n_embd)),
-    then text or nothing; then a draft at the next position."""
-    import numpy as np
+def token_embeddings(path) -> np.ndarray:
+    """A model's token embedding table as its GGUF file holds it, ``[n_vocab, n_embd]``."""
+    table = next(t for t in gguf_module().GGUFReader(path).tensors if t.name == "token_embd.weight")
+    return np.asarray(table.data, dtype=np.float32).reshape(-1, int(table.shape[0]))
 
-    from ..tiny import gguf_module
 
+def _conversation(api, tm, embd: np.ndarray, head, image: bool, text_after: bool) -> dict:
+    """Text, then four tokens or an image of their rows of ``embd`` (their input embeddings), then text or
+    nothing; then a draft at the next position."""
     target = api.Context(tm, n_ctx=128, n_batch=64, n_ubatch=64)
     draft = head(target)
     spec = api.Speculative(target, draft, n_max=3, spec_type="draft-mtp", backend_sampling=False)
     words = lambda text: [int(t) for t in tm.tokenize(text, add_special=False)]
     first, middle, last = words("tree blue moon rock fish lamp "), words("star wind snow rain"), words("sun cat")
     p1, p2 = len(first), len(first) + len(middle)
-    table = next(t for t in gguf_module().GGUFReader(tm.path).tensors if t.name == "token_embd.weight")
-    embd = np.asarray(table.data, dtype=np.float32).reshape(-1, int(table.shape[0]))
     passes = [api.Batch.tokens(first, pos0=0)]
     if image:
-        rows = np.ascontiguousarray(embd[middle] * scale)
+        rows = np.ascontiguousarray(embd[middle])
         passes.append(api.Batch.embeddings(rows, np.arange(p1, p2, dtype=np.int32)[None], logits="last"))
     else:
         passes.append(api.Batch.tokens(middle, pos0=p1))
@@ -96,19 +100,20 @@ def main(variant: str) -> None:
     folder = cache_root() / "tiny" / "seed0"
     chained = step35.write(folder)
     target_file, assistant_file = gemma4.write_pair(folder)
+    forms = ("image", "tokens")
     out: dict[str, dict] = {}
-    for text_after in (False, True):
-        with api.Model(chained, load_mtp=True) as tm:
-            out[f"chained, text after: {text_after}"] = {
-                form: _conversation(api, tm, api.Context.mtp, 1.0, form == "image", text_after)
-                for form in ("image", "tokens")
+    with api.Model(chained, load_mtp=True) as tm:
+        embd = token_embeddings(chained)
+        for after in (False, True):
+            out[f"chained, text after: {after}"] = {
+                form: _conversation(api, tm, embd, api.Context.mtp, form == "image", after) for form in forms
             }
-        with api.Model(target_file) as tm, api.Model(assistant_file) as am:
-            out[f"assistant, text after: {text_after}"] = {
-                form: _conversation(
-                    api, tm, lambda t: api.Context.assistant(am, t), math.sqrt(tm.n_embd), form == "image", text_after
-                )
-                for form in ("image", "tokens")
+    with api.Model(target_file) as tm, api.Model(assistant_file) as am:
+        embd = token_embeddings(target_file) * math.sqrt(tm.n_embd)  # Gemma scales a token's by sqrt(n_embd)
+        assistant = lambda t: api.Context.assistant(am, t)
+        for after in (False, True):
+            out[f"assistant, text after: {after}"] = {
+                form: _conversation(api, tm, embd, assistant, form == "image", after) for form in forms
             }
     print(json.dumps(out))
 
