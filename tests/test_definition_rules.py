@@ -8,7 +8,8 @@ batches in a child process per variant (the variants share sonames):
   is what llama-server trims and restores the draft by;
 - EAGLE3 drafts after llama-server's call orders as after the same target passes without them.
 
-pyllama_dflash.mutate runs this file on each mutant of a fix judged against the definition.
+pyllama_dflash.mutate runs this file on each mutant of a fix judged against the definition, and of a fix
+that serves drafts as trained (0008, 0009: then with drafts marked as trained with image rows).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 
 import pytest
 
-from conftest import DEFINED
+from conftest import DEFINED, RULED_BY_DEFINITION
 from pyllama_dflash.slotloop.models import ModelSet, sibling_models, tiny_models
 
 # how far apart the draft's last logits may be from those of a fresh draft fed the same history in one
@@ -262,36 +263,40 @@ def _run_child(variant: str, model_set: ModelSet) -> dict:
 
 
 @pytest.fixture(scope="module")
-def runs(variants, model_set) -> dict[str, dict]:
-    return {variant: _run_child(variant, model_set) for variant in ("baseline", DEFINED)}
+def runs(variants, model_set, tmp_path_factory) -> dict[str, dict]:
+    # an as-trained fix serves a DFlash draft by the definition only when the draft is marked as trained
+    # with image rows (the baseline reads no mark)
+    if DEFINED is None:
+        model_set = tiny_models(tmp_path_factory.mktemp("marked"), image_rows=True)
+    return {variant: _run_child(variant, model_set) for variant in ("baseline", RULED_BY_DEFINITION)}
 
 
 def test_libcommon_says_which_drafts_keep_positions_of_their_own(runs):
-    assert runs[DEFINED]["own_positions"] is True
-    assert runs[DEFINED]["eagle3_own_positions"] is True  # 0007: EAGLE3 too, over the text rows only
+    assert runs[RULED_BY_DEFINITION]["own_positions"] is True
+    assert runs[RULED_BY_DEFINITION]["eagle3_own_positions"] is True  # 0007: EAGLE3 too, over the text rows only
     assert runs["baseline"]["own_positions"] is False  # no such query there: the target's positions
     assert runs["baseline"]["eagle3_own_positions"] is False
     # MTP drafts in the target's own context, at the target's positions, on every libcommon
-    assert runs[DEFINED]["mtp_own_positions"] is False and runs["baseline"]["mtp_own_positions"] is False
+    assert runs[RULED_BY_DEFINITION]["mtp_own_positions"] is False and runs["baseline"]["mtp_own_positions"] is False
 
 
 def test_libcommon_says_which_drafts_count_the_text_rows_only(runs):
     """The session's rule for EAGLE3 (an image's rows out of its context) is libcommon's answer."""
-    assert runs[DEFINED]["eagle3_own_positions_text"] is True
-    assert runs[DEFINED]["own_positions_text"] is False  # the DFlash family: every row
+    assert runs[RULED_BY_DEFINITION]["eagle3_own_positions_text"] is True
+    assert runs[RULED_BY_DEFINITION]["own_positions_text"] is False  # the DFlash family: every row
     assert runs["baseline"]["eagle3_own_positions_text"] is False
 
 
 def test_a_jump_goes_in_at_the_drafts_own_next_positions(runs):
     """Nine rows at target positions 0..3 and 8..12 sit at draft positions 0..8; baseline refuses the jump."""
-    assert runs[DEFINED]["jump"] is True and runs[DEFINED]["jump_pos_max"] == 8
+    assert runs[RULED_BY_DEFINITION]["jump"] is True and runs[RULED_BY_DEFINITION]["jump_pos_max"] == 8
     assert runs["baseline"]["jump"] is False
 
 
 def test_an_images_pinned_rows_go_in_one_draft_position_each(runs):
     """The definition injects the four rows after the nine; baseline skips a pinned batch (its draft, which
     refused the jump, stays empty)."""
-    assert runs[DEFINED]["pinned"] is True and runs[DEFINED]["pinned_pos_max"] == 12
+    assert runs[RULED_BY_DEFINITION]["pinned"] is True and runs[RULED_BY_DEFINITION]["pinned_pos_max"] == 12
     assert runs["baseline"]["pinned"] is True and runs["baseline"]["pinned_pos_max"] == -1
 
 
@@ -299,7 +304,7 @@ def test_the_slot_loop_sees_a_gap_inside_the_drafts_memory(runs):
     """Session's check of a draft with positions of its own reads every position the draft holds: a gap
     cut inside (2..3) fails it, though the memory still spans 0..N-1. Baseline's draft keeps the target's
     positions, so nothing is checked there."""
-    r, n = runs[DEFINED], runs[DEFINED]["rows_n"]
+    r, n = runs[RULED_BY_DEFINITION], runs[RULED_BY_DEFINITION]["rows_n"]
     assert r["rows_before_gap"] == [], r
     held = f"0..1, 4..{n - 1}" if n > 5 else f"0..1, {n - 1}"
     assert r["rows_after_gap"] == [f"the draft's memory of seq 0 holds positions {held}, not its {n} rows' 0..{n - 1}"]
@@ -307,7 +312,7 @@ def test_the_slot_loop_sees_a_gap_inside_the_drafts_memory(runs):
 
 
 def test_positions_that_go_back_are_refused_before_anything_is_injected(runs):
-    r = runs[DEFINED]
+    r = runs[RULED_BY_DEFINITION]
     assert r["back"] is False and r["back_pos_max"] == 12, r
     assert any("positions go back" in line for line in r["back_log"]), r["back_log"]
 
@@ -331,7 +336,7 @@ def test_eagle3_drafts_after_each_call_order_as_after_the_same_passes_alone(runs
 
     Each call order is made with the one token that makes a mutant of 0007's pairing bookkeeping skip
     or misdo the re-pairing (docs/regression.md)."""
-    r = runs[DEFINED]["eagle3_call_orders"][case]
+    r = runs[RULED_BY_DEFINITION]["eagle3_call_orders"][case]
     assert len(r["drafted"]) == 3, r  # the draft drafts (n_max), so its logits are the last step's
     assert r["drafted"] == r["same_passes"]["drafted"] and r["same_passes"]["apart"] == 0.0, r
 
@@ -343,7 +348,7 @@ def test_eagle3_drafts_after_a_cut_back_into_the_last_batch_as_after_one_pass(ru
     apart with AVX-512, 6.7e-6 with AVX2 (--cpu avx2) and 0 on the x86-64 baseline (--cpu portable),
     15 times under the bound; the twelve mutants this case kills move the logits by 2.8 or more
     (docs/regression.md)."""
-    r = runs[DEFINED]["eagle3_call_orders"]["cut_back_into_the_last_batch"]
+    r = runs[RULED_BY_DEFINITION]["eagle3_call_orders"]["cut_back_into_the_last_batch"]
     assert len(r["drafted"]) == 3, r
     assert r["drafted"] == r["one_pass"]["drafted"] and r["one_pass"]["apart"] < ONE_PASS_APART, r
 
@@ -351,7 +356,7 @@ def test_eagle3_drafts_after_a_cut_back_into_the_last_batch_as_after_one_pass(ru
 def test_eagle3_takes_batches_that_fill_its_n_batch_with_the_bridged_row(runs):
     """A batch of 31 rows after another fills the draft's n_batch of 32 with the row the bridge writes
     again, and one of 32 overflows it by that row: both go in (in pieces of n_batch), every row kept."""
-    r = runs[DEFINED]["eagle3_call_orders"]["batches_at_n_batch"]
+    r = runs[RULED_BY_DEFINITION]["eagle3_call_orders"]["batches_at_n_batch"]
     assert r["took"] == [True, True, True] and r["pos_max"] == r["rows"] - 1, r
 
 

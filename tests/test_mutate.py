@@ -13,11 +13,25 @@ import pytest
 from conftest import AS_TRAINED, DEFINED, FEEDS_MTP, FIX, REPO
 from pyllama_dflash.env import MUTATION_TEST_ENV
 from pyllama_dflash.llamabuild.manifest import variants_root
-from pyllama_dflash.llamabuild.patchset import apply_series, load_series, tree_reader
+from pyllama_dflash.llamabuild.patchset import (
+    AS_TRAINED_ROLE,
+    DEFINITION_ROLE,
+    TWIN_ROLE,
+    apply_series,
+    load_series,
+    tree_reader,
+)
 from pyllama_dflash.mutate.__main__ import parser
 from pyllama_dflash.mutate.operators import line_mutations, mutants
+from pyllama_dflash.mutate.plan import MUTATED_ROLES
 from pyllama_dflash.mutate.report import markdown
-from pyllama_dflash.mutate.runner import EQUIVALENT_FILE, MUTATED_FILES, load_equivalents, unmutated_eagle3_runs
+from pyllama_dflash.mutate.runner import (
+    EQUIVALENT_FILE,
+    MUTATED_FILES,
+    RULES_TESTS,
+    load_equivalents,
+    unmutated_eagle3_runs,
+)
 from pyllama_dflash.oracles.drift import judge
 from pyllama_dflash.process.shard import Shard
 from pyllama_dflash.scenarios.catalog import SIBLING_SCENARIOS
@@ -81,6 +95,15 @@ def test_an_equivalent_mutant_needs_its_reason(tmp_path):
     bad.write_text(json.dumps({"bound-12345678": {"mutant": "x"}}))
     with pytest.raises(ValueError, match="needs a reason; missing for bound-12345678"):
         load_equivalents(bad)
+
+
+def test_a_fix_that_serves_drafts_as_trained_meets_the_rules_of_both_semantics():
+    """An as-trained fix (0008, 0009) is the twin's for unmarked DFlash drafts and the definition's for
+    marked ones, EAGLE3 and MTP, so its mutants meet both files of rules. With the twin's alone, slice 1
+    of the whole series' run left five survivors (docs/regression.md, "The whole series")."""
+    assert set(RULES_TESTS) == set(MUTATED_ROLES)
+    assert RULES_TESTS[AS_TRAINED_ROLE] == RULES_TESTS[TWIN_ROLE] + RULES_TESTS[DEFINITION_ROLE]
+    assert all(rules.is_file() for files in RULES_TESTS.values() for rules in files)
 
 
 @pytest.mark.build

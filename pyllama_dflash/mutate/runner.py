@@ -59,7 +59,7 @@ from ..engine.matrix import Job, case_name, prove_ties, run_cases, run_matrix
 from ..env import PATCHES_ENV
 from ..errors import BuildError
 from ..llamabuild import BuildOptions, build, variant
-from ..llamabuild.patchset import BASELINE, DEFINITION_ROLE, TWIN_ROLE, Series
+from ..llamabuild.patchset import AS_TRAINED_ROLE, BASELINE, DEFINITION_ROLE, TWIN_ROLE, Series
 from ..llamabuild.variants import Variant
 from ..oracles import mtp_heads
 from ..oracles.drift import judge
@@ -74,10 +74,15 @@ from .operators import Mutant
 
 VARIANT = "mutant"  # every mutant builds as this variant of its own series, one after another
 EQUIVALENT_FILE = Path(__file__).with_name("equivalent.json")
-# the rules no scenario reaches, per role of the fix (in a checkout; an installed package has no tests)
+# the rules no scenario reaches, per role of the fix (in a checkout; an installed package has no tests): a
+# fix that serves drafts as trained keeps both, the twin's for unmarked DFlash drafts and the definition's
+# for marked ones, EAGLE3 and MTP
+_TWIN_RULES = REPO_DIR / "tests" / "test_patch_rules.py"
+_DEFINITION_RULES = REPO_DIR / "tests" / "test_definition_rules.py"
 RULES_TESTS = {
-    TWIN_ROLE: REPO_DIR / "tests" / "test_patch_rules.py",
-    DEFINITION_ROLE: REPO_DIR / "tests" / "test_definition_rules.py",
+    TWIN_ROLE: (_TWIN_RULES,),
+    DEFINITION_ROLE: (_DEFINITION_RULES,),
+    AS_TRAINED_ROLE: (_TWIN_RULES, _DEFINITION_RULES),
 }
 
 KILLED, SURVIVED, STILLBORN, EQUIVALENT = "killed", "survived", "stillborn", "equivalent"
@@ -388,8 +393,8 @@ def _mtp_heads_kill(out: Outcome) -> bool:
 
 def _rules_kill(trial: _Trial, series_dir: Path) -> bool:
     """Stage 5: the fix's rules that no scenario reaches, when the checkout has their tests."""
-    rules_tests = RULES_TESTS[trial.mutant_variant.judged_as(False).role]
-    if not rules_tests.is_file():
+    rules_tests = [t for t in RULES_TESTS[trial.mutant_variant.role] if t.is_file()]
+    if not rules_tests:
         return False
     rules = _rules(series_dir, rules_tests)
     out = trial.out
@@ -456,11 +461,11 @@ def family_cases(models: ModelSet) -> list[tuple[ModelSet, list[str]]]:
     ]
 
 
-def _rules(series_dir: Path, tests: Path) -> str | None:
+def _rules(series_dir: Path, tests: list[Path]) -> str | None:
     """Run the rules tests with the mutant as the fix; None when they pass, else the first failure.
     The one test about full's documented tie is not a rule of any fix and is left out."""
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", str(tests), "-k", "not tie"],
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *map(str, tests), "-k", "not tie"],
         cwd=REPO_DIR,
         env={**os.environ, PATCHES_ENV: str(series_dir)},
         capture_output=True,
