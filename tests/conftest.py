@@ -30,10 +30,6 @@ DEFINED = next((v for v in VARIANTS[1:] if _SERIES.role(v) == DEFINITION_ROLE), 
 AS_TRAINED = next((v for v in VARIANTS[1:] if _SERIES.role(v) == AS_TRAINED_ROLE), None)
 # every variant of role as-trained: 0008's, and 0009's on top of it, which serves DFlash drafts alike
 SERVED_AS_TRAINED = tuple(v for v in VARIANTS[1:] if _SERIES.role(v) == AS_TRAINED_ROLE)
-# the variant the definition's rules (test_definition_rules.py) judge: DEFINED, or in a series that has
-# none, its as-trained fix (a mutant's of 0008 or 0009, pyllama_dflash.mutate), which serves drafts marked
-# as trained with image rows, and every EAGLE3 and MTP draft, by the definition
-RULED_BY_DEFINITION = DEFINED or AS_TRAINED
 # the first variant that feeds MTP an image's rows (0009; every later one does too), None if none does
 FEEDS_MTP = next((v for v in VARIANTS if any("mtp-feed-image-rows" in p.name for p in _SERIES.prefix(v))), None)
 

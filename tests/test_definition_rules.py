@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from conftest import DEFINED, RULED_BY_DEFINITION
+from conftest import DEFINED, SERVED_AS_TRAINED
 from pyllama_dflash.slotloop.models import ModelSet, sibling_models, tiny_models
 
 # how far apart the draft's last logits may be from those of a fresh draft fed the same history in one
@@ -262,66 +262,80 @@ def _run_child(variant: str, model_set: ModelSet) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+# the fixes these rules judge: the definition's, and each that serves drafts as trained (0008, 0009), which
+# serves drafts marked as trained with image rows, and every EAGLE3 and MTP draft, by the definition; in a
+# mutant's series (pyllama_dflash.mutate), its one fix of either role
+RULED = tuple(v for v in (DEFINED, *SERVED_AS_TRAINED) if v)
+
+
 @pytest.fixture(scope="module")
 def runs(variants, model_set, tmp_path_factory) -> dict[str, dict]:
-    # an as-trained fix serves a DFlash draft by the definition only when the draft is marked as trained
-    # with image rows (the baseline reads no mark)
-    if DEFINED is None:
-        model_set = tiny_models(tmp_path_factory.mktemp("marked"), image_rows=True)
-    return {variant: _run_child(variant, model_set) for variant in ("baseline", RULED_BY_DEFINITION)}
+    # an as-trained fix serves a DFlash draft by the definition only when the draft is marked (the
+    # definition's fix and the baseline read no mark)
+    marked = tiny_models(tmp_path_factory.mktemp("marked"), image_rows=True) if SERVED_AS_TRAINED else None
+    out = {"baseline": _run_child("baseline", model_set)}
+    for variant in RULED:
+        out[variant] = _run_child(variant, marked if variant in SERVED_AS_TRAINED else model_set)
+    return out
 
 
-def test_libcommon_says_which_drafts_keep_positions_of_their_own(runs):
-    assert runs[RULED_BY_DEFINITION]["own_positions"] is True
-    assert runs[RULED_BY_DEFINITION]["eagle3_own_positions"] is True  # 0007: EAGLE3 too, over the text rows only
+@pytest.fixture(scope="module", params=RULED)
+def ruled(request, runs) -> dict:
+    """What the child measured on one fix these rules judge."""
+    return runs[request.param]
+
+
+def test_libcommon_says_which_drafts_keep_positions_of_their_own(runs, ruled):
+    assert ruled["own_positions"] is True
+    assert ruled["eagle3_own_positions"] is True  # 0007: EAGLE3 too, over the text rows only
     assert runs["baseline"]["own_positions"] is False  # no such query there: the target's positions
     assert runs["baseline"]["eagle3_own_positions"] is False
     # MTP drafts in the target's own context, at the target's positions, on every libcommon
-    assert runs[RULED_BY_DEFINITION]["mtp_own_positions"] is False and runs["baseline"]["mtp_own_positions"] is False
+    assert ruled["mtp_own_positions"] is False and runs["baseline"]["mtp_own_positions"] is False
 
 
-def test_libcommon_says_which_drafts_count_the_text_rows_only(runs):
+def test_libcommon_says_which_drafts_count_the_text_rows_only(runs, ruled):
     """The session's rule for EAGLE3 (an image's rows out of its context) is libcommon's answer."""
-    assert runs[RULED_BY_DEFINITION]["eagle3_own_positions_text"] is True
-    assert runs[RULED_BY_DEFINITION]["own_positions_text"] is False  # the DFlash family: every row
+    assert ruled["eagle3_own_positions_text"] is True
+    assert ruled["own_positions_text"] is False  # the DFlash family: every row
     assert runs["baseline"]["eagle3_own_positions_text"] is False
 
 
-def test_a_jump_goes_in_at_the_drafts_own_next_positions(runs):
+def test_a_jump_goes_in_at_the_drafts_own_next_positions(runs, ruled):
     """Nine rows at target positions 0..3 and 8..12 sit at draft positions 0..8; baseline refuses the jump."""
-    assert runs[RULED_BY_DEFINITION]["jump"] is True and runs[RULED_BY_DEFINITION]["jump_pos_max"] == 8
+    assert ruled["jump"] is True and ruled["jump_pos_max"] == 8
     assert runs["baseline"]["jump"] is False
 
 
-def test_an_images_pinned_rows_go_in_one_draft_position_each(runs):
+def test_an_images_pinned_rows_go_in_one_draft_position_each(runs, ruled):
     """The definition injects the four rows after the nine; baseline skips a pinned batch (its draft, which
     refused the jump, stays empty)."""
-    assert runs[RULED_BY_DEFINITION]["pinned"] is True and runs[RULED_BY_DEFINITION]["pinned_pos_max"] == 12
+    assert ruled["pinned"] is True and ruled["pinned_pos_max"] == 12
     assert runs["baseline"]["pinned"] is True and runs["baseline"]["pinned_pos_max"] == -1
 
 
-def test_the_slot_loop_sees_a_gap_inside_the_drafts_memory(runs):
+def test_the_slot_loop_sees_a_gap_inside_the_drafts_memory(runs, ruled):
     """Session's check of a draft with positions of its own reads every position the draft holds: a gap
     cut inside (2..3) fails it, though the memory still spans 0..N-1. Baseline's draft keeps the target's
     positions, so nothing is checked there."""
-    r, n = runs[RULED_BY_DEFINITION], runs[RULED_BY_DEFINITION]["rows_n"]
-    assert r["rows_before_gap"] == [], r
+    n = ruled["rows_n"]
+    assert ruled["rows_before_gap"] == [], ruled
     held = f"0..1, 4..{n - 1}" if n > 5 else f"0..1, {n - 1}"
-    assert r["rows_after_gap"] == [f"the draft's memory of seq 0 holds positions {held}, not its {n} rows' 0..{n - 1}"]
+    message = f"the draft's memory of seq 0 holds positions {held}, not its {n} rows' 0..{n - 1}"
+    assert ruled["rows_after_gap"] == [message]
     assert runs["baseline"]["rows_after_gap"] == []
 
 
-def test_positions_that_go_back_are_refused_before_anything_is_injected(runs):
-    r = runs[RULED_BY_DEFINITION]
-    assert r["back"] is False and r["back_pos_max"] == 12, r
-    assert any("positions go back" in line for line in r["back_log"]), r["back_log"]
+def test_positions_that_go_back_are_refused_before_anything_is_injected(ruled):
+    assert ruled["back"] is False and ruled["back_pos_max"] == 12, ruled
+    assert any("positions go back" in line for line in ruled["back_log"]), ruled["back_log"]
 
 
 @pytest.mark.parametrize(
     "case",
     ["accepted_then_no_draft", "cancelled_draft", "checkpoint_with_pending_row", "slot_restored_without_state"],
 )
-def test_eagle3_drafts_after_each_call_order_as_after_the_same_passes_alone(runs, case):
+def test_eagle3_drafts_after_each_call_order_as_after_the_same_passes_alone(ruled, case):
     """EAGLE3 under 0007 holds every text row's pair (the next token, its g). After each of four call
     orders llama-server can make, its next draft is, to the bit, the one a fresh draft makes after the
     same target passes without the call order's other calls: the target's features of every row are
@@ -336,27 +350,27 @@ def test_eagle3_drafts_after_each_call_order_as_after_the_same_passes_alone(runs
 
     Each call order is made with the one token that makes a mutant of 0007's pairing bookkeeping skip
     or misdo the re-pairing (docs/regression.md)."""
-    r = runs[RULED_BY_DEFINITION]["eagle3_call_orders"][case]
+    r = ruled["eagle3_call_orders"][case]
     assert len(r["drafted"]) == 3, r  # the draft drafts (n_max), so its logits are the last step's
     assert r["drafted"] == r["same_passes"]["drafted"] and r["same_passes"]["apart"] == 0.0, r
 
 
-def test_eagle3_drafts_after_a_cut_back_into_the_last_batch_as_after_one_pass(runs):
+def test_eagle3_drafts_after_a_cut_back_into_the_last_batch_as_after_one_pass(ruled):
     """A cut back to the first row of the last process()'s, then the conversation going on with that
     batch's last token: the row before the cut pairs with it. The call order is nothing but the target's
     passes, so its reference is one pass over the same history, to ONE_PASS_APART: the fix is 3.8e-6
     apart with AVX-512, 6.7e-6 with AVX2 (--cpu avx2) and 0 on the x86-64 baseline (--cpu portable),
     15 times under the bound; the twelve mutants this case kills move the logits by 2.8 or more
     (docs/regression.md)."""
-    r = runs[RULED_BY_DEFINITION]["eagle3_call_orders"]["cut_back_into_the_last_batch"]
+    r = ruled["eagle3_call_orders"]["cut_back_into_the_last_batch"]
     assert len(r["drafted"]) == 3, r
     assert r["drafted"] == r["one_pass"]["drafted"] and r["one_pass"]["apart"] < ONE_PASS_APART, r
 
 
-def test_eagle3_takes_batches_that_fill_its_n_batch_with_the_bridged_row(runs):
+def test_eagle3_takes_batches_that_fill_its_n_batch_with_the_bridged_row(ruled):
     """A batch of 31 rows after another fills the draft's n_batch of 32 with the row the bridge writes
     again, and one of 32 overflows it by that row: both go in (in pieces of n_batch), every row kept."""
-    r = runs[RULED_BY_DEFINITION]["eagle3_call_orders"]["batches_at_n_batch"]
+    r = ruled["eagle3_call_orders"]["batches_at_n_batch"]
     assert r["took"] == [True, True, True] and r["pos_max"] == r["rows"] - 1, r
 
 
