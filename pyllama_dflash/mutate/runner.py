@@ -20,7 +20,8 @@ first that notices:
    (stage 6);
 5. the fix's rules that no scenario reaches through mtmd (tests/test_patch_rules.py: a jump
    inside one batch, positions that go back; tests/test_definition_rules.py for a fix judged
-   against the draft's definition), run on the mutant as the series' fix;
+   against the draft's definition; both for a fix that serves drafts as trained), run on the mutant as
+   the series' fix;
 6. EAGLE3's llama-server checks on the mutant's own llama-server (SIBLING_KILLERS), for what survived the
    rest: a slot restore, context checkpoints and a cached prefix reach libcommon's EAGLE3 state through
    llama-server only;
