@@ -375,10 +375,12 @@ def test_a_slot_restored_with_an_image_continues_exactly_and_drafts_as_defined(c
 
 
 def test_a_speculative_checkpoint_after_an_image_is_restored_exactly(checks):
-    """spec_checkpoint_image: an n-gram drafter's long drafts, rejected, are taken back through spec_ckpt."""
+    """spec_checkpoint_image: an n-gram drafter's long drafts, rejected, are taken back through spec_ckpt; the
+    target's memory then holds what the target's alone does (its saved slot is as large)."""
     for v in PATCHED:
         r = checks[v]["spec_checkpoint_image"]
         assert r["checkpoints_restored"] > 0 and r["same_tokens_as_no_draft"] is True, f"{v}: {_explain(r)}"
+        assert r["target_slot_bytes"] == r["target_slot_bytes_no_draft"], f"{v}: {_explain(r)}"
     assert checks[DEFINED]["spec_checkpoint_image"]["definition"]["same"] is True
 
 

@@ -42,6 +42,8 @@ class Expect:
     same_drafts: bool | None = None
     draft_part: bool | None = None
     empty_after_restore: bool = False
+    # the target's memory holds as many rows as without the draft: its slot file is as large
+    same_target_rows: bool = False
 
     def describe(self) -> str:
         """The ``"expected"`` text of a result."""
@@ -63,6 +65,8 @@ class Expect:
             text += "; drafts " + ("equal to" if self.same_drafts else "other than") + " the reference's"
         if self.draft_part is not None:
             text += "; the slot file has " + ("a" if self.draft_part else "no") + " draft part"
+        if self.same_target_rows:
+            text += "; the target's memory as large as without the draft"
         return text
 
     def met_by(self, seen: Seen) -> bool:
@@ -88,6 +92,7 @@ class Expect:
             and (self.same_drafts is None or seen.same_drafts == self.same_drafts)
             and (self.draft_part is None or seen.draft_part == self.draft_part)
             and (not self.empty_after_restore or seen.empty_after_restore is True)
+            and (seen.same_target_rows or not self.same_target_rows)
         )
 
 
@@ -104,6 +109,7 @@ class Seen:
     same_drafts: bool | None = None
     draft_part: bool | None = None
     empty_after_restore: bool | None = None
+    same_target_rows: bool = False
     holds: bool = True  # the check's own condition, needed on every variant (the setup answered, ...)
 
 

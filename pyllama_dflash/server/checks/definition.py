@@ -391,8 +391,9 @@ NGRAM_DRAFT = 8  # the n-gram drafter's draft: longer than the target's rollback
 @check(
     "spec_checkpoint_image",
     baseline=Expect(500, "any"),
-    twin=Expect(200, "every", same_tokens=True),  # the rounds are measured (agree), not judged, without 0007
-    definition=Expect(200, "every", same_tokens=True, same_drafts=True),
+    # the rounds are measured (agree), not judged, without 0007
+    twin=Expect(200, "every", same_tokens=True, same_target_rows=True),
+    definition=Expect(200, "every", same_tokens=True, same_drafts=True, same_target_rows=True),
 )
 def spec_checkpoint_image(ctx) -> Result:
     """``--spec-type ngram-simple,<the drafter>``: an n-gram drafter ahead of the DFlash draft, whose drafts
@@ -402,23 +403,27 @@ def spec_checkpoint_image(ctx) -> Result:
     position differ there. The prompt holds half the vocabulary after the image: an output id found there
     makes the n-gram drafter propose the eight ids that follow it, any other leaves the round to the
     draft. The output must equal the target's alone; the checkpoint must have been restored at least once
-    (else the check is blind); and every round the draft drafted is judged as in drafts_vs_definition."""
-    e = ctx.expect("spec_checkpoint_image")
-    name = "spec_checkpoint_image"
+    (else the check is blind); and every round the draft drafted is judged as in drafts_vs_definition.
+
+    The target's memory must then hold one row per position, as the target's alone does: the slot saved
+    after the request is as large as the no-draft server's. The checkpoint restores only the target's
+    recurrent state; its attention rows of the rejected draft leave with the trim alone. Without the trim
+    the replayed rows sit beside them at the same positions (``apply_ubatch`` frees no cell for another of
+    the same position), which a tiny target's greedy output need not show."""
+    e = ctx.expect(name := "spec_checkpoint_image")
     spec = f"ngram-simple,{getattr(ctx.models, 'spec_type', None) or 'draft-dflash'}"
     ngram = ("--spec-ngram-simple-size-n", "1", "--spec-ngram-simple-size-m", str(NGRAM_DRAFT))
     ids = list(range(8, 128))
     random.Random(1).shuffle(ids)
+    prompt = ImagePrompt("<|im_start|>user\nDescribe", ctx.image(0), tuple(ids[: len(ids) // 2]))
     try:
-        with ctx.server(
-            name, verbosity=DEBUG_VERBOSITY, n_parallel=1, cache_ram_mib=0, spec_type=spec, extra_args=ngram
-        ) as srv:
-            prompt = ImagePrompt("<|im_start|>user\nDescribe", ctx.image(0), tuple(ids[: len(ids) // 2]))
+        with slot_server(ctx, name, verbosity=DEBUG_VERBOSITY, spec_type=spec, extra_args=ngram) as srv:
             r = _complete(srv, prompt, n_predict=2 * bodies.N_PREDICT, cache_prompt=False)
+            rows = _saved_size(srv)
             facts = server_facts(srv)
-        no_draft = without_draft(
-            ctx, name, lambda plain: _complete(plain, prompt, n_predict=2 * bodies.N_PREDICT, cache_prompt=False)
-        )
+        with slot_server(ctx, name, draft=False) as plain:
+            no_draft = _complete(plain, prompt, n_predict=2 * bodies.N_PREDICT, cache_prompt=False)
+            rows_no_draft = _saved_size(plain)
     except NotComparable as err:
         return Result(None, False, e.describe(), {"error": str(err)})
     log = srv.log_path.read_text(errors="replace")
@@ -431,6 +436,7 @@ def spec_checkpoint_image(ctx) -> Result:
         [r],
         same_tokens=same,
         same_drafts=_same_drafts(ctx, e, verdict),
+        same_target_rows=rows is not None and rows == rows_no_draft,
         holds=(restored > 0 or not r.ok) and (verdict is None or verdict["comparable"]),
     )
     return judged(
@@ -439,7 +445,17 @@ def spec_checkpoint_image(ctx) -> Result:
         r.status,
         same_tokens_as_no_draft=same if r.ok and no_draft.ok else None,
         checkpoints_restored=restored,
+        target_slot_bytes=rows,
+        target_slot_bytes_no_draft=rows_no_draft,
         definition=verdict,
         draft=r.draft_stats,
         **facts,
     )
+
+
+def _saved_size(srv) -> int | None:
+    """The size of the target's part of the slot ``srv`` saves now (None where the save fails): with the
+    same tokens, as large as another server's where its memory holds the same rows."""
+    if not srv.slot_save("after.bin").ok:
+        return None
+    return (srv.options.slot_save_path / "after.bin").stat().st_size
