@@ -24,7 +24,7 @@ from pyllama_dflash.llamabuild.patchset import (
 from pyllama_dflash.mutate.__main__ import parser
 from pyllama_dflash.mutate.operators import line_mutations, mutants
 from pyllama_dflash.mutate.plan import MUTATED_ROLES
-from pyllama_dflash.mutate.report import markdown
+from pyllama_dflash.mutate.report import markdown, merge, scored
 from pyllama_dflash.mutate.runner import (
     EQUIVALENT_FILE,
     MUTATED_FILES,
@@ -33,7 +33,7 @@ from pyllama_dflash.mutate.runner import (
     unmutated_eagle3_runs,
 )
 from pyllama_dflash.oracles.drift import judge
-from pyllama_dflash.process.shard import Shard
+from pyllama_dflash.process.shard import Shard, parse_shard
 from pyllama_dflash.scenarios.catalog import SIBLING_SCENARIOS
 from pyllama_dflash.slotloop import DEFAULT_CONFIG
 from pyllama_dflash.slotloop.models import tiny_models
@@ -223,6 +223,39 @@ def test_the_merged_shards_score_as_the_whole_run(variants, tmp_path):
     (tmp_path / "other.json").write_text(json.dumps(other))
     mixed = _mutate("--merge", slices[0], str(tmp_path / "other.json"), env=env)
     assert mixed.returncode == 2 and "ran on different patches" in mixed.stderr, mixed.stderr
+
+
+def _report(outcomes: list[tuple[str, str]], shard: str | None, only: list[str] | None = None) -> dict:
+    """A report of ``(id, status)`` outcomes as mutate --json writes it: a slice of the run of a and b, or an
+    --only run."""
+    selection = {"every": 1, "limit": None, "only": only, "mutants": only or ["a", "b"], "series_sha256": "5" * 64}
+    rows = [
+        {"id": i, "status": st, "killed_by": "check" if st == "killed" else None, "mutant": f"f.cpp:1 {i}"}
+        for i, st in outcomes
+    ]
+    return scored(
+        rows, files=["f.cpp"], variant=FIX, selection=selection, shard=shard and parse_shard(shard), wall_s=10.0
+    ) | {
+        "date": "2026-12-05",
+        "machine": {"cpus": 2, "machine": "x86_64", "python": "3.11.7", "simd": "AVX2", "load": [0.1, 0.1, 0.1]},
+        "llama_cpp": {"release": "b11434", "commit": "0123456789", "backend": "cpu"},
+    }
+
+
+def test_a_rerun_of_a_survivor_replaces_its_outcome_in_the_merge():
+    """A survivor tried again with --only after a check was added: its outcome is the rerun's, said so."""
+    slices = [_report([("a", "killed")], "1/2"), _report([("b", "survived")], "2/2")]
+    rerun = _report([("b", "killed")], None, only=["b"])
+    merged = merge([*slices, rerun])
+    assert merged["counts"] == {"killed": 2} and merged["score"] == 1.0 and merged["wall_s"] == 30.0
+    assert merged["reruns"] == [{"mutants": ["b"], "wall_s": 10.0, "date": "2026-12-05"}]
+    assert "`b` tried again with `--only`" in markdown(merged)
+    assert merge(slices)["counts"] == {"killed": 1, "survived": 1}
+    with pytest.raises(ValueError, match="rerun mutant c is not one the slices tried"):
+        merge([*slices, _report([("c", "killed")], None, only=["c"])])
+    with pytest.raises(ValueError, match="different patches"):
+        other = _report([("b", "killed")], None, only=["b"])
+        merge([*slices, other | {"selection": other["selection"] | {"series_sha256": "0" * 64}}])
 
 
 @pytest.mark.slow

@@ -13,7 +13,9 @@ a matrix run (about 20 s here); a llama-server mutant a relink of the server and
 
 ``--shard I/N`` tries slice I of N of the mutants (each mutant's slice follows from its id alone), one
 slice per runner; ``--merge A.json B.json ... [--json OUT]`` adds the slices' ``--json`` reports into
-the whole run's score (report.py), and refuses slices that miss a mutant or come from other runs.
+the whole run's score (report.py), and refuses slices that miss a mutant or come from other runs. An
+``--only`` report among them, on the same patches, is a rerun of those mutants (a survivor tried again
+after a check was added): its outcomes replace the slices'.
 """
 
 from __future__ import annotations
@@ -99,7 +101,8 @@ def _output_flags(ap: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="JSON",
         help="build and try nothing: add these --json reports of the slices of one run (--shard 1/N ... N/N) "
-        "into its score, print it as a run does, and exit as the whole run would",
+        "into its score, print it as a run does, and exit as the whole run would; an --only report of some "
+        "of its mutants, on the same patches, is a rerun: its outcomes replace theirs",
     )
 
 

@@ -6,7 +6,10 @@ The report: ``files``, ``variant``, ``selection`` (what was asked: ``every``, ``
 the run judged them in), ``shard`` (``"I/N"``, or None
 for a whole run), ``score``, ``counts``, ``killed_by``, ``outcomes`` (one per mutant tried, runner.Outcome
 as JSON), ``wall_s``; a merged report adds ``shards``, each slice's ``shard``, ``mutants`` tried and
-``wall_s`` (the merged ``wall_s`` is their sum: runner-seconds, not the time the slices took side by side).
+``wall_s`` (the merged ``wall_s`` is their sum: runner-seconds, not the time the slices took side by side),
+and ``reruns``, each ``--only`` report of some of the run's mutants tried again on the same patches (after
+a check was added for a survivor): its ``mutants``, ``wall_s`` and ``date``; their outcomes replace the
+slices'.
 """
 
 from __future__ import annotations
@@ -66,16 +69,22 @@ def exit_code(report: dict, *, slice_of_run: bool = False) -> int:
 
 def merge(reports: list[dict]) -> dict:
     """The slices' reports as one run's: the same variant, files and selection in each, every slice 1..N once,
-    and together every mutant selected tried exactly once. ValueError says what does not fit."""
+    and together every mutant selected tried exactly once. A rerun (a whole ``--only`` report, not a slice)
+    of mutants the slices tried, on the same patches, replaces their outcomes. ValueError says what does not
+    fit."""
+    reruns = [r for r in reports if _is_rerun(r)] if not all(map(_is_rerun, reports)) else []
+    reports = [r for r in reports if not any(r is x for x in reruns)]
     if not reports:
         raise ValueError("no reports to merge")
     first = reports[0]
-    series = {r["selection"].get("series_sha256") for r in reports}
+    series = {r["selection"].get("series_sha256") for r in reports + reruns}
     if len(series) != 1:
         raise ValueError(f"the slices ran on different patches (series sha256 {', '.join(sorted(map(str, series)))})")
     for key in ("variant", "files", "selection"):
         if len({json.dumps(r.get(key), sort_keys=True) for r in reports}) != 1:
             raise ValueError(f"the reports are not slices of one run: their {key!r} differ")
+        if key != "selection" and any(r.get(key) != first.get(key) for r in reruns):
+            raise ValueError(f"a rerun is not of this run's mutants: its {key!r} differs")
     check_slices([shard_from_json(r.get("shard")) for r in reports], "mutation")
     by_id: dict[str, dict] = {}
     for r in reports:
@@ -88,6 +97,7 @@ def merge(reports: list[dict]) -> dict:
     problems = [f"{len(x)} {what} ({_few(x)})" for what, x in (("not tried", missing), ("not selected", extra)) if x]
     if problems:
         raise ValueError(f"the reports do not hold the run's mutants: {'; '.join(problems)}")
+    _replace_rerun(by_id, reruns)
     order = sorted(reports, key=lambda r: shard_from_json(r.get("shard")) or Shard(1, 1))
     out = scored(
         [by_id[m] for m in wanted],
@@ -95,17 +105,39 @@ def merge(reports: list[dict]) -> dict:
         variant=first["variant"],
         selection=first["selection"],
         shard=None,
-        wall_s=sum(r.get("wall_s", 0.0) for r in reports),
+        wall_s=sum(r.get("wall_s", 0.0) for r in reports + reruns),
     )
     out["shards"] = [
         {"shard": r.get("shard"), "mutants": len(r["outcomes"]), "wall_s": r.get("wall_s"), "date": r.get("date")}
         for r in order
     ]
+    if reruns:
+        out["reruns"] = [
+            {"mutants": [o["id"] for o in r["outcomes"]], "wall_s": r.get("wall_s"), "date": r.get("date")}
+            for r in reruns
+        ]
     dates = sorted({r["date"] for r in reports if r.get("date")})
     provenance = {key: first[key] for key in PROVENANCE if key in first}
     if len(dates) > 1:  # slices of one run measured on several days
         provenance["date"] = f"{dates[0]} to {dates[-1]}"
     return provenance | out
+
+
+def _is_rerun(report: dict) -> bool:
+    return report.get("shard") is None and bool(report["selection"].get("only"))
+
+
+def _replace_rerun(by_id: dict[str, dict], reruns: list[dict]) -> None:
+    """The reruns' outcomes in place of the slices' (each mutant rerun once, and tried by a slice)."""
+    seen: set[str] = set()
+    for r in reruns:
+        for o in r["outcomes"]:
+            if o["id"] not in by_id:
+                raise ValueError(f"rerun mutant {o['id']} is not one the slices tried")
+            if o["id"] in seen:
+                raise ValueError(f"mutant {o['id']} is rerun twice")
+            seen.add(o["id"])
+            by_id[o["id"]] = o
 
 
 def _few(ids: list[str]) -> str:
@@ -142,6 +174,8 @@ def markdown(report: dict) -> str:
     counts, n = report["counts"], len(report["outcomes"])
     scored_n = counts.get(KILLED, 0) + counts.get(SURVIVED, 0)
     slices = f", {len(report['shards'])} slices merged" if report.get("shards") else ""
+    rerun = [m for r in report.get("reruns", []) for m in r["mutants"]]
+    slices += f" ({', '.join(f'`{m}`' for m in rerun)} tried again with `--only`: that run's outcome)" if rerun else ""
     out = [
         heading(report),
         "",
