@@ -27,8 +27,13 @@ from pyllama_dflash.mutate.plan import MUTATED_ROLES
 from pyllama_dflash.mutate.report import markdown, merge, scored
 from pyllama_dflash.mutate.runner import (
     EQUIVALENT_FILE,
+    KILLED,
     MUTATED_FILES,
     RULES_TESTS,
+    SERVER_KILLERS,
+    SIBLING_KILLERS,
+    Outcome,
+    _server_stage,
     load_equivalents,
     unmutated_eagle3_runs,
 )
@@ -104,6 +109,35 @@ def test_a_fix_that_serves_drafts_as_trained_meets_the_rules_of_both_semantics()
     assert set(RULES_TESTS) == set(MUTATED_ROLES)
     assert RULES_TESTS[AS_TRAINED_ROLE] == RULES_TESTS[TWIN_ROLE] + RULES_TESTS[DEFINITION_ROLE]
     assert all(rules.is_file() for files in RULES_TESTS.values() for rules in files)
+
+
+def test_a_fix_that_serves_drafts_as_trained_meets_the_server_checks_with_marked_drafts_last(monkeypatch, tmp_path):
+    """On an as-trained fix an unmarked DFlash draft keeps the target's positions, so 0007's branches for a
+    draft with positions of its own are reached through llama-server only with a marked one: the family's
+    checks run again with marked drafts, after every other (slice 5 of the whole series' run left
+    offset-1c16dfdd, a refusal's row count, standing without them). The server checks are recorded here,
+    not run: which checks run on which models, in which order, is what is tested."""
+    import pyllama_dflash.server as server
+
+    calls: list[tuple[str, bool, str]] = []
+
+    def record(manifest, models, *, checks, **_):
+        (name,) = checks
+        calls.append((name, models.image_rows, models.drafter))
+        return {name: {"ok": not (models.image_rows and name == "restore_draft_runs_past")}}
+
+    monkeypatch.setattr(server, "run_server_checks", record)
+    models = tiny_models()
+    family = [(n, False, "dflash") for n in SERVER_KILLERS]
+    siblings = [(n, False, s) for s, n in SIBLING_KILLERS]
+    out = Outcome("m", "f.cpp:1 m")
+    _server_stage(out, None, models, tmp_path, tmp_path)
+    assert calls == family + siblings and out.status != KILLED
+    calls.clear()
+    _server_stage(out, None, models, tmp_path, tmp_path, marked=True)
+    upto = SERVER_KILLERS.index("restore_draft_runs_past") + 1
+    assert calls == family + siblings + [(n, True, "dflash") for n in SERVER_KILLERS[:upto]]
+    assert (out.status, out.killed_by) == (KILLED, "restore_draft_runs_past marked")
 
 
 @pytest.mark.build

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import AS_TRAINED, DEFINED, FIX, VARIANTS
+from conftest import AS_TRAINED, DEFINED, FIX, SERVED_AS_TRAINED, VARIANTS
 from pyllama_dflash import tiny
 from pyllama_dflash.llamabuild import variant as variant_of
 from pyllama_dflash.server import (
@@ -77,14 +77,16 @@ def checks(variants, models, model_set, tmp_path_factory) -> dict[str, dict[str,
 
 @pytest.fixture(scope="session")
 def checks_as_trained(variants, models, tmp_path_factory) -> dict[str, dict[str, dict]]:
-    """Every check with the drafts marked as trained with image rows, on the variant that serves each
-    draft as trained (judged there as the definition is) and on the definition itself."""
+    """Every check with the drafts marked as trained with image rows, on every variant that serves each
+    draft as trained (judged there as the definition is: 0008's, and 0009's, whose mutants mutate judges
+    so too) and on the definition itself."""
     assert AS_TRAINED, "the series has no as-trained variant"
     work = tmp_path_factory.mktemp("server-checks-image-rows")
     keyed = tiny.write_models(work / "models", image_rows=True)
     twin = tiny.write_models(work / "models", image_rows=True, draft_mrope=True).draft
     reference = (variants["baseline"], replace(keyed, draft=twin))
-    return {v: run_server_checks(variants[v], keyed, work_dir=work, reference=reference) for v in (AS_TRAINED, DEFINED)}
+    served = (*SERVED_AS_TRAINED, DEFINED)
+    return {v: run_server_checks(variants[v], keyed, work_dir=work, reference=reference) for v in served}
 
 
 def _explain(result: dict) -> str:
@@ -401,13 +403,15 @@ def test_an_idle_slot_saved_to_the_prompt_cache_comes_back_and_drafts_as_defined
 @pytest.mark.parametrize("check", CHECKS)
 def test_a_draft_trained_with_image_rows_is_served_as_the_definition_serves_it(checks_as_trained, check):
     """0008 gives a draft with the image-rows key every row at positions of its own: through llama-server it
-    meets the definition's expectations, and answers, drafts and saves what the definition does."""
-    r, d = checks_as_trained[AS_TRAINED][check], checks_as_trained[DEFINED][check]
-    assert r["ok"], f"{check} on {AS_TRAINED} with image rows: expected {r.get('expected')}\n{_explain(r)}"
-    assert r["expected"] == d["expected"] and r["status"] == d["status"], (_explain(r), _explain(d))
-    for key in ("same_drafts", "same_tokens_as_no_draft", "definition", "n_saved", "restore_error"):
-        if key in d:
-            assert r.get(key) == d[key], f"{check}: {key} differs from {DEFINED}'s\n{_explain(r)}\n{_explain(d)}"
+    meets the definition's expectations, and answers, drafts and saves what the definition does (0009 too)."""
+    d = checks_as_trained[DEFINED][check]
+    for v in SERVED_AS_TRAINED:
+        r = checks_as_trained[v][check]
+        assert r["ok"], f"{check} on {v} with image rows: expected {r.get('expected')}\n{_explain(r)}"
+        assert r["expected"] == d["expected"] and r["status"] == d["status"], (_explain(r), _explain(d))
+        for key in ("same_drafts", "same_tokens_as_no_draft", "definition", "n_saved", "restore_error"):
+            if key in d:
+                assert r.get(key) == d[key], f"{check}: {key} on {v} differs from {DEFINED}'s\n{_explain(r)}"
 
 
 def test_a_draft_trained_on_text_is_served_as_the_fix_serves_it(checks):

@@ -33,8 +33,9 @@ first that notices:
 A mutant of the lines the fix adds to llama-server (``tools/server/server-context.cpp``, patches 0005 and
 0007, and ``tools/server/server-task.cpp``, 0007's prompt-cache entries) is tried with the llama-server
 checks of slot files and of image conversations instead (SERVER_KILLERS, on the mutant's own server; then
-SIBLING_KILLERS, the MTP and EAGLE3 drafters', on their models): the C++ test and the matrix never run
-that code.
+SIBLING_KILLERS, the MTP and EAGLE3 drafters', on their models; then, for a fix that serves drafts as
+trained, SERVER_KILLERS again with DFlash drafts marked as trained with image rows, which alone reach its
+branches for a DFlash draft with positions of its own): the C++ test and the matrix never run that code.
 
 A mutant is *killed* when a row's status is not what the fix's expectations allow
 (scenarios.catalog.expectations: a variant the table does not name is held to the fix's bar),
@@ -251,7 +252,8 @@ def try_mutant(
     trial = _Trial(out, variant(VARIANT, series_dir))
     try:
         if mutant.path in SERVER_FILES:
-            _server_stage(out, manifest, models, series_dir, work / mutant.id)
+            as_trained = trial.mutant_variant.role == AS_TRAINED_ROLE
+            _server_stage(out, manifest, models, series_dir, work / mutant.id, marked=as_trained)
             return out
         # the test takes a tenth of a second; a mutant that loops forever is killed here, in a minute
         if trial.killed(ctest_row.ROW, ctest_row.run_ctest(manifest, timeout=60)):
@@ -432,20 +434,27 @@ def _server_stage(
     *,
     siblings: tuple[tuple[str, str], ...] = SIBLING_KILLERS,
     family: bool = True,
+    marked: bool = False,
 ) -> None:
     """0005's and 0007's mutants: the slot and image checks on the mutant's llama-server (``family``), then
-    the sibling drafters' (``siblings``), in order, stopping at the first that notices. A check that errs
-    (a server that died, say) notices too."""
+    the sibling drafters' (``siblings``), then for a fix that serves drafts as trained (``marked``) the
+    family's again with drafts marked as trained with image rows (``<check> marked``: 0007's branches for a
+    DFlash draft with positions of its own), in order, stopping at the first that notices. A check that
+    errs (a server that died, say) notices too."""
     from ..server import run_server_checks
 
-    killers = [(name, models) for name in SERVER_KILLERS] if family else []
+    killers = [(name, name, models) for name in SERVER_KILLERS] if family else []
     if not getattr(models, "real", False):
-        killers += [(name, sibling_models(s, models.target.parent)) for s, name in siblings]
-    for name, m in killers:
-        r = run_server_checks(manifest, m, checks=[name], work_dir=work, patches_dir=series_dir)[name]
-        out.rows[name] = "PASS" if r["ok"] else "FAIL"
+        killers += [(name, name, sibling_models(s, models.target.parent)) for s, name in siblings]
+        if family and marked:
+            as_trained = tiny_models(models.target.parent, image_rows=True)
+            killers += [(f"{name} marked", name, as_trained) for name in SERVER_KILLERS]
+    for row, name, m in killers:
+        folder = work if row == name else work / "marked"
+        r = run_server_checks(manifest, m, checks=[name], work_dir=folder, patches_dir=series_dir)[name]
+        out.rows[row] = "PASS" if r["ok"] else "FAIL"
         if not r["ok"]:
-            out.status, out.killed_by = KILLED, name
+            out.status, out.killed_by = KILLED, row
             out.detail = f"{r.get('error') or r.get('status')} (expected {r.get('expected')})"
             return
 
