@@ -76,8 +76,8 @@ TRAINING_IMAGE_PX = (IMAGE_ROWS_PX[64], IMAGE_ROWS_PX[256])  # 1024 rows: see dr
 
 def training_turns(seed: int, with_images: bool) -> list[Turn]:
     """A training conversation shaped as the bench's: its four turns (a restore that restores the draft
-    changes nothing the draft sees, so the fourth turn follows the third), each image turn keeping an
-    image of 64 or 256 rows at even odds (text after no image is in distribution too), or none."""
+    changes nothing the draft sees, so the fourth turn follows the third), each image turn keeping its
+    image with probability 0.5 (text after no image is in distribution too), of 64 or 256 rows at even odds."""
     rng = np.random.default_rng([seed, 11])
     turns = turns_for(seed)[:4]
     out = []

@@ -80,6 +80,9 @@ def _pair(args: argparse.Namespace) -> tuple:
     return tiny_models(target=args.target), TinyConfig()
 
 
+IMAGE_TURN = "image kept with probability 0.5, of 64 or 256 rows at even odds"
+
+
 def _train(args: argparse.Namespace) -> int:
     from ..llamabuild import BuildOptions, build
 
@@ -121,7 +124,7 @@ def _train(args: argparse.Namespace) -> int:
             "train_seeds": [0, n_train],
             "held_out_seeds": [n_train, n_total],
             "shape": "acceptance.script.training_turns: the bench's four turns, each image turn with an "
-            + ("image of 64 or 256 rows at even odds" if args.trained_on == "images" else "no image"),
+            + (IMAGE_TURN if args.trained_on == "images" else "no image"),
         },
         "recipe": dataclasses.asdict(recipe),
         "train_seconds": summary["seconds"],
