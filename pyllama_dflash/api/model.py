@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -96,13 +97,22 @@ class Model(_Owner):
         return np.frombuffer(ffi.buffer(out, n * 4), dtype=np.int32).copy()
 
     def token_to_piece(self, token: int, special: bool = True) -> str:
+        return self.token_bytes(token, special).decode(errors="replace")
+
+    def token_bytes(self, token: int, special: bool = True) -> bytes:
+        """The bytes llama.cpp prints for one token: part of a character where a byte token holds one."""
         self._handle._require_open()
         if not 0 <= token < self.n_vocab:
             raise ValueError(f"token {token} outside the vocab of {self.n_vocab}")
         ffi = self._rt.ffi
         buf = ffi.new("char[]", 256)
         n = self._rt.lib.llama_token_to_piece(self._handle.vocab, token, buf, len(buf), 0, special)
-        return ffi.unpack(buf, max(n, 0)).decode(errors="replace")
+        return ffi.unpack(buf, max(n, 0))
+
+    def detokenize(self, tokens: Sequence[int] | np.ndarray, special: bool = True) -> str:
+        """The text of ``tokens``: their pieces' bytes joined, then decoded (a character split across
+        byte tokens comes back whole)."""
+        return b"".join(self.token_bytes(int(t), special) for t in tokens).decode(errors="replace")
 
     def __repr__(self) -> str:
         return f"Model({str(self.path)!r}, arch={self.arch!r}, n_embd={self.n_embd}, n_layer={self.n_layer})"
