@@ -339,6 +339,12 @@ def parser() -> argparse.ArgumentParser:
         help="the speed section's draft: one trained for the bench pair (train --pair bench --out DIR); "
         "default: the bench pair's untrained one",
     )
+    ap.add_argument(
+        "--batch-target",
+        type=Path,
+        metavar="GGUF",
+        help="the batch section's target (default: the bench pair's), e.g. the trained target padded by `vlm pad`",
+    )
     ap.add_argument("--json", type=Path, default=cache_root() / "bench" / "bench.json")
     ap.add_argument("--markdown", type=Path, help="also write the Markdown table here")
     ap.add_argument(
@@ -392,6 +398,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.conversations is not None and args.conversations < 1:
         ap.error(f"--conversations {args.conversations}: at least one conversation per column")
     conversations = args.conversations or ACCEPTANCE_CONVERSATIONS
+    if args.batch_target is not None and not args.batch_target.is_file():
+        ap.error(f"--batch-target {args.batch_target}: no such file")
 
     if warning := busy_warning():
         print(f"bench: warning: {warning}", file=sys.stderr, flush=True)
@@ -405,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         "portable": lambda: bench_portable(args.rounds),
         "fill": lambda: bench_fill(args.repeats),
         "bindings": bench_bindings,
-        "batch": lambda: bench_batch(args.rounds),
+        "batch": lambda: bench_batch(args.rounds, args.batch_target),
         "round": lambda: bench_round(args.rounds),
         "speed": lambda: bench_speed(args.conversations or SPEED_CONVERSATIONS, args.bench_pair_draft, one_size),
         "acceptance": lambda: bench_acceptance(conversations, args.target, args.trained_on, one_size),

@@ -31,11 +31,12 @@ def _llc_bytes() -> int | None:
     return max(sizes)[1] if sizes else None
 
 
-def bench_batch(rounds: int) -> dict:
-    """The bench pair's target on baseline (the decode is the same on every variant): a k-token batch
-    over one token, per round of the interleaved child, then the median with a bootstrap interval."""
-    pair = bench_pair_models()
-    res = measure("baseline", BatchCost(str(pair.target), rounds=rounds))
+def bench_batch(rounds: int, target: Path | None = None) -> dict:
+    """The bench pair's target (or ``target``) on baseline (the decode is the same on every variant): a
+    k-token batch over one token, per round of the interleaved child, then the median with a bootstrap
+    interval."""
+    path = Path(target) if target is not None else bench_pair_models().target
+    res = measure("baseline", BatchCost(str(path), rounds=rounds))
     seconds = res["seconds"]
     one = seconds["1"]
     ratios = {}
@@ -44,7 +45,8 @@ def bench_batch(rounds: int) -> dict:
             pairs = [t / o for t, o in zip(times, one, strict=True)]
             ratios[k] = {"median": stats.summary(pairs)["median"], "ci95": list(median_interval(pairs))}
     return {
-        "target": pair.target.name,
+        "target": path.name,
+        **({"label": f"target `{path.name}`"} if target is not None else {}),
         "weight_bytes": res["weight_bytes"],
         "llc_bytes": _llc_bytes(),
         "rounds": rounds,

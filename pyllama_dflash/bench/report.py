@@ -55,13 +55,14 @@ def _batch_rows(r: dict) -> list[tuple[str, str]]:
         if b["llc_bytes"]
         else ""
     )
+    name = b.get("label", "bench pair target")  # the bench pair's, unless --batch-target named another
     rows = [
-        (f"bench pair target (`{b['target']}`): weights{llc}", f"{mb:.0f} MiB"),
-        ("bench pair target: one token's decode", _s(b["one_token_s"]["median"])),
+        (f"{name} (`{b['target']}`): weights{llc}" if "label" not in b else f"{name}: weights{llc}", f"{mb:.0f} MiB"),
+        (f"{name}: one token's decode", _s(b["one_token_s"]["median"])),
     ]
     for k, x in b["ratio"].items():
         aim = " (aim ≤ 1.5)" if k == "4" else ""
-        rows.append((f"bench pair target: decode of {k} tokens / one token{aim}, {b['rounds']} rounds", _ci(x)))
+        rows.append((f"{name}: decode of {k} tokens / one token{aim}, {b['rounds']} rounds", _ci(x)))
     return rows
 
 
