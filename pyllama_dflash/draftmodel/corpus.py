@@ -68,11 +68,17 @@ class Collector:
     """The target, its projector and a driver that turns on the feature extraction (libcommon
     extracts the draft's target layers once a speculative driver exists)."""
 
-    def __init__(self, models: ModelSet, draft_path=None) -> None:
+    def __init__(self, models: ModelSet, draft_path=None, n_ctx: int = N_CTX, stop: int | None = None) -> None:
+        """``stop``: a token that ends a reply early once generated (and decoded), as a chat's end of
+        turn does; None generates every turn's ``n_generate`` rows."""
         self.models = models
+        self.stop = stop
+        # what a chat template writes between a reply's end of turn and the next user turn (ChatML: a
+        # newline); the tiny corpus writes nothing there
+        self.between_turns = ""
         self.target_model = api.Model(models.target)
         self.draft_model = api.Model(draft_path or models.draft)
-        self.target = api.Context(self.target_model, n_ctx=N_CTX, n_batch=N_BATCH, n_ubatch=N_BATCH)
+        self.target = api.Context(self.target_model, n_ctx=n_ctx, n_batch=N_BATCH, n_ubatch=N_BATCH)
         self.draft = api.Context.draft(self.draft_model, self.target)
         self.spec = api.Speculative(self.target, self.draft, n_max=1)
         self.projector = api.Projector(models.mmproj, self.target_model)
@@ -98,7 +104,8 @@ class Collector:
             # the reply's last sampled token is never decoded: the next turn's text follows the rows the
             # target holds, as the harness's slot loop (pyllama_dflash.slotloop) drives a conversation
             starts.append(len(tokens))
-            with self.projector.tokenize(user_text(turn, self.projector.marker), list(turn.images)) as chunks:
+            text = (self.between_turns if starts[:-1] else "") + user_text(turn, self.projector.marker)
+            with self.projector.tokenize(text, list(turn.images)) as chunks:
                 for chunk in chunks:
                     if chunk.type == "text":
                         toks = [int(t) for t in chunk.tokens]
@@ -114,6 +121,8 @@ class Collector:
                 n_past = self._text([next_token], n_past, feats)
                 tokens.append(next_token)
                 generated.append(True)
+                if next_token == self.stop:
+                    break
                 next_token = self.target.argmax(-1)
         return Conversation(
             np.concatenate(feats).astype(np.float32),

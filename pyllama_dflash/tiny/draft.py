@@ -17,7 +17,7 @@ with a reduced vocabulary, which ships its own output head (see drafters.py for 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,10 @@ def build_draft(
     swa: int | None = None,
     form: Drafter = DFLASH,
     image_rows: bool = False,
+    vocab: Callable[[Any], None] | None = None,
 ) -> None:
+    """``vocab`` writes the tokenizer keys (default: the tiny models' ``test`` vocabulary); a draft's
+    vocabulary must be its target's."""
     cfg.validate()
     w.add_name(f"pyllama-dflash tiny {form.name} draft")
     add_text_hparams(w, cfg, cfg.draft_n_layer)
@@ -66,7 +69,10 @@ def build_draft(
     w.add_block_size(cfg.block_size)
     w.add_causal_attention(form.causal)
     _add_form_keys(w, form, image_rows)
-    add_test_vocab(w, cfg, chat_template=False)
+    if vocab is None:
+        add_test_vocab(w, cfg, chat_template=False)
+    else:
+        vocab(w)
 
     rng = Weights(seed, STREAM)
     E, F = cfg.n_embd, cfg.n_ff
@@ -189,19 +195,25 @@ def write_draft(
     gguf: Any = None,
     trained: Mapping[str, np.ndarray] | None = None,
     image_rows: bool = False,
+    vocab: tuple[str, Callable[[Any], None]] | None = None,
 ) -> bool:
     """Write the draft GGUF; returns False if an up-to-date file was already there. ``trained``
     replaces the drawn tensors of those names (every one must exist in the draft); ``image_rows``
-    marks the draft as trained with image rows (IMAGE_ROWS_KEY)."""
+    marks the draft as trained with image rows (IMAGE_ROWS_KEY); ``vocab`` is ``(name, writer)`` of a
+    vocabulary other than the ``test`` one (the name goes into the fingerprint)."""
     cfg = cfg or TinyConfig()
     extra = {"trained": _digest(trained)} if trained else {}
     if image_rows:
         extra["image_rows"] = True
+    if vocab is not None:
+        extra["vocab"] = vocab[0]
     fp = fingerprint("draft", cfg, seed, mrope=mrope, swa=swa, **form.options(), **extra)
 
     def build(w: Any, g: Any) -> None:
         sub = _Trained(w, trained or {})
-        build_draft(sub, cfg, seed, mrope=mrope, swa=swa, form=form, image_rows=image_rows)
+        build_draft(
+            sub, cfg, seed, mrope=mrope, swa=swa, form=form, image_rows=image_rows, vocab=vocab[1] if vocab else None
+        )
         unknown = set(trained or {}) - sub.used
         if unknown:
             raise ValueError(f"trained tensors the draft does not have: {', '.join(sorted(unknown))}")
