@@ -44,6 +44,10 @@ TOOLS: dict[str, tuple[str, str]] = {
         "pyllama_dflash.draftmodel.__main__",
         "train a tiny target's DFlash draft and commit it to tests/data/trained (the train extra: JAX)",
     ),
+    "vlm": (
+        "pyllama_dflash.vlm.__main__",
+        "build the trained vision-language target, its padded twin and its drafts (the train extra: JAX)",
+    ),
     "develop": ("pyllama_dflash.develop.__main__", "a git work tree of the pinned source, one commit per patch"),
     "write-back": (
         "pyllama_dflash.develop.writeback.__main__",

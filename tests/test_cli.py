@@ -25,7 +25,20 @@ from pyllama_dflash.repro.__main__ import parser as repro_parser
 
 SCRIPT = Path(sys.executable).parent / "pyllama-dflash"
 COMMAND = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-m", "pyllama_dflash.cli"]
-SUBCOMMANDS = ("build", "repro", "fuzz", "mutate", "bench", "tiny", "soak", "upgrade", "train", "develop", "write-back")
+SUBCOMMANDS = (
+    "build",
+    "repro",
+    "fuzz",
+    "mutate",
+    "bench",
+    "tiny",
+    "soak",
+    "upgrade",
+    "train",
+    "vlm",
+    "develop",
+    "write-back",
+)
 SHARED_IN_REPRO_AND_FUZZ = ("--variants", "--must-pass", "--backend", "--jobs", "--timeout", "--cpu", "--patches")
 
 
@@ -169,6 +182,7 @@ def _missing_file_args(name: str, missing: Path) -> tuple[list[str], dict[str, s
         "upgrade": [str(missing)],
         "write-back": ["--dir", str(missing)],
         "tiny": [str(missing.parent / "out"), "--gguf-tree", str(missing)],
+        "vlm": ["judge", "--target", str(missing)],
     }
     if name in by_flag:
         return by_flag[name], {}
@@ -226,6 +240,7 @@ def _interruptible(name: str, tmp_path: Path, cache: Path) -> tuple[list[str], d
         "tiny": [str(tmp_path / "out")],
         "develop": ["full", "--dir", str(tmp_path / "tree")],
         "train": ["--out", str(tmp_path / "trained")],
+        "vlm": ["target", "--smoke", "--out", str(tmp_path / "vlm")],
     }
     return [name, *waits[name]], {CACHE_ENV: str(cache)}
 

@@ -1,0 +1,287 @@
+"""pyllama-dflash vlm: the trained vision-language target, stage by stage (the ``train`` extra: JAX).
+
+    pyllama-dflash vlm vocab --out F         # the character vocabulary, listed (nothing to train)
+    pyllama-dflash vlm corpus --out DIR      # the training pool: conversations, their images through mtmd
+    pyllama-dflash vlm target --out DIR      # training on the pool (made first if --corpus names none)
+    pyllama-dflash vlm judge [--target F]    # llama.cpp's logits against the reference; captions
+    pyllama-dflash vlm pad --out F [--form wide|deep]   # the padded target, its logits against the core's
+    pyllama-dflash vlm drafts --out DIR      # the text- and image-trained DFlash drafts
+
+``--smoke`` runs a stage at toy size in seconds (what CI runs). Each stage writes a JSON record
+beside what it made: the command, its inputs, the time it took and the sha256 of every output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from .. import command
+from ..errors import GGUFError, UsageError
+from ..files import atomic_write_json, sha256_file
+from ..paths import REPO_DIR
+from .config import CORE, TOY, CoreConfig
+from .imagerows import write_projector
+from .pipeline import PoolSpec, build_pool, train_core
+from .poolfile import load_pool, save_pool
+from .train import Recipe
+from .weights import init_params, read_target, write_target
+
+COMMITTED = REPO_DIR / "tests" / "data" / "vlm"
+TARGET_FILE = "vlm-target.gguf"
+MMPROJ_FILE = "vlm-mmproj.gguf"
+RECORD_FILE = "vlm-target.json"
+POOL_FILE = "vlm-pool.npz"
+SMOKE_POOL = PoolSpec(prose=24, caption=24, mixed=8, docstring_files=20)
+SMOKE_RECIPE = Recipe(steps=3, batch=4, length=256, warmup=1)
+
+
+def _log(msg: str) -> None:
+    print(f"[vlm {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _machine() -> dict:
+    import os
+
+    return {
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "load_at_start": round(os.getloadavg()[0], 2),
+    }
+
+
+def _existing(path: str | Path, what: str) -> Path:
+    p = Path(path)
+    if not p.is_file():
+        raise GGUFError(p, f"no such file (the {what})")
+    return p
+
+
+def _load_baseline() -> dict:
+    """The images are encoded, and the target judged, on baseline's build (made here if missing); returns
+    the provenance a record carries (figures.provenance)."""
+    from pyllama_dflash import load
+    from pyllama_dflash.figures import provenance
+    from pyllama_dflash.llamabuild import BuildOptions, build
+
+    build(["baseline"], BuildOptions(quiet=True))
+    return provenance(load("baseline"))
+
+
+def _plan(args: argparse.Namespace) -> tuple[CoreConfig, PoolSpec, Recipe]:
+    """The target's size, its pool and its recipe: the defaults, or the smoke's, changed by the flags."""
+    cfg = TOY if args.smoke else CORE
+    spec = SMOKE_POOL if args.smoke else PoolSpec()
+    recipe = SMOKE_RECIPE if args.smoke else Recipe()
+    if args.steps:
+        recipe = replace(recipe, steps=args.steps)
+    if args.lr:
+        recipe = replace(recipe, lr=args.lr, lr_final=min(recipe.lr_final, args.lr / 10))
+    if args.mix:
+        try:
+            prose, caption, mixed = (int(x) for x in args.mix.split(","))
+        except ValueError:
+            raise UsageError(f"--mix {args.mix!r}: three counts, prose,caption,mixed") from None
+        spec = replace(spec, prose=prose, caption=caption, mixed=mixed)
+    return cfg, spec, recipe
+
+
+def _pool(args: argparse.Namespace, cfg: CoreConfig, spec: PoolSpec, target: Path, mmproj: Path) -> tuple:
+    """The pool ``--corpus`` names (checked to be this size's), else one drawn and encoded here."""
+    if not args.corpus:
+        return (*build_pool(spec, target, mmproj, log=_log), spec)
+    pool, rows_of, meta = load_pool(_existing(Path(args.corpus) / POOL_FILE, "training pool"))
+    if meta["config"] != json.loads(json.dumps(cfg.as_dict())):
+        size = "the toy size" if not args.smoke else "the core's size"
+        raise UsageError(f"--corpus {args.corpus}: its pool was made at {size}, not this run's")
+    _log(f"read the pool of {len(pool)} conversations from {args.corpus}")
+    spec = PoolSpec(**{k: tuple(map(tuple, v)) if isinstance(v, list) else v for k, v in meta["pool"].items()})
+    return pool, rows_of, spec
+
+
+def _start(args: argparse.Namespace, cfg: CoreConfig) -> dict | None:
+    if not args.init:
+        return None
+    init_cfg, init = read_target(_existing(args.init, "target to start from"))
+    if init_cfg != cfg:
+        raise UsageError(f"--init {args.init}: a target of another shape than this run's")
+    _log(f"starting from {args.init}")
+    return init
+
+
+def cmd_target(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg, spec, recipe = _plan(args)
+    target, mmproj = out / TARGET_FILE, out / MMPROJ_FILE
+    machine = _machine()
+    started = time.monotonic()
+    write_projector(mmproj, cfg)
+    record_provenance = _load_baseline()
+    write_target(target, cfg, init_params(cfg, recipe.seed), name="pyllama-dflash vlm target (untrained)")
+    pool, rows_of, spec = _pool(args, cfg, spec, target, mmproj)
+    pool_seconds = round(time.monotonic() - started, 1)
+
+    def checkpoint(params: dict, step: int) -> None:
+        write_target(target, cfg, params, name=f"pyllama-dflash vlm target (step {step})")
+        _log(f"checkpoint at step {step}: {target}")
+
+    init = _start(args, cfg)
+    params, record = train_core(cfg, pool, rows_of, recipe, log=_log, checkpoint=checkpoint, init=init)
+    write_target(target, cfg, params, name="pyllama-dflash vlm target")
+    record.update(
+        {
+            "command": args.command_line,
+            "started_from": Path(args.init).name if args.init else None,
+            "config": cfg.as_dict(),
+            "pool": asdict(spec),
+            "pool_seconds": pool_seconds,
+            **record_provenance,
+            "machine_at_start": machine,
+            "files": {p.name: sha256_file(p) for p in (target, mmproj)},
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+    )
+    atomic_write_json(out / RECORD_FILE, record)
+    _log(f"wrote {target} ({json.dumps(record['files'])})")
+    return 0
+
+
+def cmd_vocab(args: argparse.Namespace) -> int:
+    from .vocab import VOCAB
+
+    listing = [
+        {"id": i, "token": t, "type": ty} for i, (t, ty) in enumerate(zip(VOCAB.tokens, VOCAB.token_types, strict=True))
+    ]
+    atomic_write_json(
+        Path(args.out), {"n_vocab": VOCAB.n_vocab, "tokenizer": "llama (SPM), characters", "tokens": listing}
+    )
+    _log(f"wrote {args.out}: {VOCAB.n_vocab} tokens")
+    return 0
+
+
+def cmd_corpus(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = TOY if args.smoke else CORE
+    spec = SMOKE_POOL if args.smoke else PoolSpec()
+    started = time.monotonic()
+    mmproj, scratch = out / MMPROJ_FILE, out / "vlm-target-untrained.gguf"
+    write_projector(mmproj, cfg)
+    _load_baseline()
+    write_target(scratch, cfg, init_params(cfg, 0), name="pyllama-dflash vlm target (untrained: its width for mtmd)")
+    pool, rows_of = build_pool(spec, scratch, mmproj, log=_log)
+    meta = {"pool": asdict(spec), "config": cfg.as_dict(), "seconds": round(time.monotonic() - started, 1)}
+    save_pool(out / POOL_FILE, pool, rows_of, meta)
+    scratch.unlink()
+    _log(f"wrote {out / POOL_FILE}: {len(pool)} conversations, {len(rows_of)} images ({meta['seconds']} s)")
+    return 0
+
+
+def cmd_judge(args: argparse.Namespace) -> int:
+    from .judge import judge
+
+    target = _existing(args.target, "target")
+    mmproj = _existing(args.mmproj or target.with_name(MMPROJ_FILE), "projector")
+    prov = _load_baseline()
+    report = judge(target, mmproj, n_images=args.images, n_conversations=args.conversations, log=_log)
+    report |= {"kind": "judge", "images": args.images, "conversations": args.conversations, **prov}
+    if args.json:
+        atomic_write_json(Path(args.json), report)
+    print(json.dumps({k: v for k, v in report.items() if k != "samples"}, indent=1))
+    return 0
+
+
+def cmd_pad(args: argparse.Namespace) -> int:
+    from .padded import PaddingForm, pad_and_check
+
+    core = _existing(args.core, "core target")
+    mmproj = _existing(args.mmproj or core.with_name(MMPROJ_FILE), "projector")
+    prov = _load_baseline()
+    record = pad_and_check(core, mmproj, Path(args.out), PaddingForm(args.form), args.min_mib << 20, log=_log)
+    record |= {"kind": "padded", **prov}
+    atomic_write_json(Path(args.out).with_suffix(".json"), record)
+    if args.json:
+        atomic_write_json(Path(args.json), record)
+    print(json.dumps(record, indent=1))
+    return 0
+
+
+def cmd_drafts(args: argparse.Namespace) -> int:
+    from .drafts import TrainedOn, make_draft
+
+    target = _existing(args.target, "target")
+    mmproj = _existing(args.mmproj or target.with_name(MMPROJ_FILE), "projector")
+    prov = _load_baseline()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    made = []
+    for kind in [TrainedOn(k) for k in args.trained_on.split(",")]:
+        record = make_draft(target, mmproj, out, kind, smoke=args.smoke, steps=args.steps, log=_log)
+        _log(f"{kind.value}-trained draft: held-out mean accepted {record['held_out_mean_accepted']} of 3")
+        made.append(record)
+    if args.json:
+        atomic_write_json(Path(args.json), {"kind": "drafts", "drafts": made, **prov})
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pyllama-dflash vlm", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="stage", required=True)
+    t = sub.add_parser("target", help="train the target core; write its GGUF, projector and record")
+    t.add_argument("--out", required=True, help="folder for the GGUFs and the record")
+    t.add_argument("--steps", type=int, default=0, help="training steps (default: the recipe's)")
+    t.add_argument("--smoke", action="store_true", help="toy sizes: a few conversations and steps")
+    t.add_argument("--corpus", default=None, help="a folder `vlm corpus` wrote (default: make the pool here)")
+    t.add_argument("--init", default=None, help="a target GGUF to start from (default: fresh weights)")
+    t.add_argument("--lr", type=float, default=0.0, help="the peak learning rate (default: the recipe's)")
+    t.add_argument(
+        "--mix",
+        default=None,
+        help="conversations of each kind, prose,caption,mixed (default: the pool's 4000,3000,1500)",
+    )
+    t.set_defaults(func=cmd_target)
+    v = sub.add_parser("vocab", help="list the character vocabulary (ids, tokens, types) as JSON")
+    v.add_argument("--out", required=True, help="the JSON file to write")
+    v.set_defaults(func=cmd_vocab)
+    c = sub.add_parser("corpus", help="draw the training pool and encode its images through mtmd")
+    c.add_argument("--out", required=True, help="folder for the pool and the projector")
+    c.add_argument("--smoke", action="store_true", help="toy sizes: a few conversations")
+    c.set_defaults(func=cmd_corpus)
+    j = sub.add_parser("judge", help="llama.cpp's logits against the reference forward, and the captions")
+    j.add_argument("--target", default=str(COMMITTED / TARGET_FILE), help="the target GGUF (default: the committed)")
+    j.add_argument("--mmproj", default=None, help="its projector (default: vlm-mmproj.gguf beside it)")
+    j.add_argument("--images", type=int, default=90, help="held-out images to caption")
+    j.add_argument("--conversations", type=int, default=6, help="held-out conversations for the logits")
+    j.add_argument("--json", default=None, help="write the report here")
+    j.set_defaults(func=cmd_judge)
+    p = sub.add_parser("pad", help="the padded target: the core's function, weights 8x the last-level cache")
+    p.add_argument("--core", default=str(COMMITTED / TARGET_FILE), help="the core target GGUF")
+    p.add_argument("--mmproj", default=None, help="its projector (default: vlm-mmproj.gguf beside it)")
+    p.add_argument("--out", required=True, help="the padded GGUF to write (its record beside it, .json)")
+    p.add_argument("--form", choices=["wide", "deep"], default="wide", help="wider FFNs, or identity layers")
+    p.add_argument("--min-mib", type=int, default=256, help="the least MiB of weights (default 256: 8 x 32 MiB)")
+    p.add_argument("--json", default=None, help="also write the record here (docs/figures/vlm-padded-FORM.json)")
+    p.set_defaults(func=cmd_pad)
+    d = sub.add_parser("drafts", help="train DFlash drafts for the target with the project's draft pipeline")
+    d.add_argument("--target", default=str(COMMITTED / TARGET_FILE), help="the target GGUF")
+    d.add_argument("--mmproj", default=None, help="its projector (default: vlm-mmproj.gguf beside it)")
+    d.add_argument("--out", required=True, help="folder for the drafts and their records")
+    d.add_argument("--trained-on", default="text,images", help="which drafts: text, images or both")
+    d.add_argument("--steps", type=int, default=0, help="training steps (default: the recipe's)")
+    d.add_argument("--smoke", action="store_true", help="toy sizes: a few conversations and steps")
+    d.add_argument("--json", default=None, help="write both records here (docs/figures/vlm-drafts.json)")
+    d.set_defaults(func=cmd_drafts)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    args.command_line = "pyllama-dflash vlm " + " ".join(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(command.run(main))

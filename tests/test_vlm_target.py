@@ -1,0 +1,169 @@
+"""The trained target on llama.cpp: its logits against the reference forward, its rows where mtmd
+puts them, its captions of images it never saw, its padding, and every stage's smoke at toy size."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pyllama_dflash import api
+from pyllama_dflash.files import sha256_file
+from pyllama_dflash.vlm.config import TOY
+from pyllama_dflash.vlm.corpus import Image, caption_turn, draw_conversation, prose_turn, render
+from pyllama_dflash.vlm.evaluate import llama_logits, nmse, reference_logits
+from pyllama_dflash.vlm.imagerows import encode_images, write_projector
+from pyllama_dflash.vlm.judge import captions, held_out_images
+from pyllama_dflash.vlm.padded import PaddingForm, pad_to, weight_bytes
+from pyllama_dflash.vlm.pipeline import HELD_OUT_IMAGE_SEEDS
+from pyllama_dflash.vlm.prose import Paragraph
+from pyllama_dflash.vlm.scenes import Scene
+from pyllama_dflash.vlm.train import pack
+from pyllama_dflash.vlm.weights import init_params, read_target, trained_names, write_target
+
+COMMITTED = Path(__file__).parent / "data" / "vlm"
+PARAGRAPHS = [
+    Paragraph(f"topic {k}", f"Sentence number {k} says something. Then another one follows it.") for k in range(8)
+]
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory) -> tuple[Path, Path]:
+    """A toy-sized target of random weights (the reference must match whatever the weights) and its projector."""
+    d = tmp_path_factory.mktemp("vlm-toy")
+    write_target(d / "toy.gguf", TOY, init_params(TOY, 3), name="toy")
+    write_projector(d / "mmproj.gguf", TOY)
+    return d / "toy.gguf", d / "mmproj.gguf"
+
+
+def _conversation(target: Path, mmproj: Path, rows: int, seed: int = 0):
+    conv = draw_conversation("mixed", np.random.default_rng(seed), PARAGRAPHS, rows, HELD_OUT_IMAGE_SEEDS)
+    encoded = encode_images(target, mmproj, [t.image for t in conv if t.image is not None])
+    rendered = render(conv, {key[3]: (nx, ny) for key, (_r, nx, ny) in encoded.items()})
+    return rendered, {key: r for key, (r, _nx, _ny) in encoded.items()}
+
+
+@pytest.mark.parametrize("rows", [9, 64])
+def test_the_reference_forward_gives_llama_cpps_logits_on_text_and_image_rows(lib_dir, toy, rows):
+    target, mmproj = toy
+    cfg, params = read_target(target)
+    rendered, rows_of = _conversation(target, mmproj, rows)
+    got, want = llama_logits(target, rendered, rows_of), reference_logits(cfg, params, rendered, rows_of)
+    image = rendered.tokens < 0
+    assert image.sum() == 2 * rows
+    assert nmse(got[~image], want[~image]) <= 1e-4
+    assert nmse(got[image], want[image]) <= 1e-4
+    # and it can fail: the same logits one position off are far apart
+    assert nmse(got[1:], want[:-1]) > 1e-2
+
+
+def test_the_committed_target_gives_its_reference_logits(lib_dir):
+    target, mmproj = COMMITTED / "vlm-target.gguf", COMMITTED / "vlm-mmproj.gguf"
+    cfg, params = read_target(target)
+    rendered, rows_of = _conversation(target, mmproj, 64, seed=1)
+    got, want = llama_logits(target, rendered, rows_of), reference_logits(cfg, params, rendered, rows_of)
+    image = rendered.tokens < 0
+    assert nmse(got[~image], want[~image]) <= 1e-4 and nmse(got[image], want[image]) <= 1e-4
+
+
+def test_rendered_rows_sit_where_mtmd_puts_them(lib_dir, toy):
+    target, mmproj = toy
+    image = Image(Scene("red", "circle", "top"), 224, 5)
+    rendered = render([prose_turn(PARAGRAPHS[0]), caption_turn(image)], {224: (8, 8)})
+    first = rendered.image_rows[0][0]
+    with api.Model(target) as model, api.Projector(mmproj, model) as proj:
+        with proj.tokenize(proj.marker, [image.pixels()]) as chunks:
+            (chunk,) = [c for c in chunks if c.type == "image"]
+            d = chunk.decoder_positions(int(rendered.pos[0, first]))
+            assert (chunk.nx, chunk.ny, chunk.n_pos) == (8, 8, 8)
+    # mtmd's columns are (t, x, y, z); a batch's rows are t, y, x, z
+    mtmd_rows = np.stack([d[:, 0], d[:, 2], d[:, 1], d[:, 3]])
+    assert np.array_equal(rendered.pos[:, first : first + 64], mtmd_rows)
+    assert rendered.pos[0, first + 64] == rendered.pos[0, first] + 8  # text resumes max(nx, ny) on
+
+
+def test_the_committed_target_names_what_held_out_images_show(lib_dir):
+    target, mmproj = COMMITTED / "vlm-target.gguf", COMMITTED / "vlm-mmproj.gguf"
+    assert all(im.seed not in range(8) for im in held_out_images(30, 64))  # the pool's seeds are 0..7
+    scores = captions(target, mmproj, 30)
+    for rows, s in scores.items():
+        assert s["colour"] >= 0.9, (rows, s)
+        assert s["shape"] >= 0.8, (rows, s)
+        assert s["changed_with_the_image"] >= 0.9, (rows, s)
+
+
+@pytest.mark.parametrize("form", list(PaddingForm))
+def test_padding_keeps_the_function_and_adds_the_weights(lib_dir, toy, tmp_path, form):
+    target, mmproj = toy
+    cfg, params = read_target(target)
+    core = {k: params[k] for k in trained_names(cfg)}
+    padded_cfg, padded = pad_to(form, cfg, core, 4 * weight_bytes(cfg))
+    assert weight_bytes(padded_cfg) >= 4 * weight_bytes(cfg)
+    write_target(tmp_path / "padded.gguf", padded_cfg, padded, name="padded")
+    rendered, rows_of = _conversation(target, mmproj, 9)
+    assert (
+        nmse(llama_logits(tmp_path / "padded.gguf", rendered, rows_of), llama_logits(target, rendered, rows_of)) <= 1e-6
+    )
+
+
+def test_packing_keeps_each_conversation_to_itself():
+    convs = [render([prose_turn(p)]) for p in PARAGRAPHS]
+    packed = pack(convs, {}, 256)
+    assert packed.tokens.shape[0] < len(convs)  # several to a row
+    for seg in packed.segment:
+        for s in set(seg.tolist()) - {-1}:
+            at = np.flatnonzero(seg == s)
+            assert np.array_equal(np.diff(at), np.ones(len(at) - 1))  # one contiguous run
+    assert packed.weight.sum() == sum(c.weight.sum() - c.weight[-1] for c in convs)
+
+
+def test_the_weights_come_back_from_their_gguf(tmp_path):
+    params = init_params(TOY, 1)
+    write_target(tmp_path / "t.gguf", TOY, params, name="t")
+    cfg, back = read_target(tmp_path / "t.gguf")
+    assert cfg == TOY
+    assert all(np.array_equal(params[k], back[k]) for k in params)
+    assert not back["blk.0.ssm_out.weight"].any()  # the gated delta net adds nothing
+
+
+def _run(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pyllama_dflash.cli", "vlm", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.slow
+def test_every_stage_runs_at_toy_size(variants, tmp_path):
+    """The vocabulary, the pool (through mtmd), the target (JAX training, GGUF), its judge, its padding and
+    its drafts."""
+    proc = _run("vocab", "--out", str(tmp_path / "vocab.json"))
+    assert proc.returncode == 0 and json.loads((tmp_path / "vocab.json").read_text())["n_vocab"] == 264
+    proc = _run("corpus", "--smoke", "--out", str(tmp_path / "pool"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _run("target", "--smoke", "--out", str(tmp_path), "--corpus", str(tmp_path / "pool"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads((tmp_path / "vlm-target.json").read_text())
+    assert record["files"]["vlm-target.gguf"] == sha256_file(tmp_path / "vlm-target.gguf")
+    assert [h["step"] for h in record["history"]] == [1, 2, 3]
+    target = tmp_path / "vlm-target.gguf"
+    proc = _run("judge", "--target", str(target), "--images", "2", "--conversations", "3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["differential"]["text_nmse_max"] <= 1e-4 and report["differential"]["image_nmse_max"] <= 1e-4
+    proc = _run("pad", "--core", str(target), "--out", str(tmp_path / "padded.gguf"), "--min-mib", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((tmp_path / "padded.json").read_text())["logits_nmse_against_core"] <= 1e-6
+    bench = [sys.executable, "-m", "pyllama_dflash.cli", "bench", "--only", "batch", "--rounds", "2"]
+    bench += ["--batch-target", str(tmp_path / "padded.gguf"), "--json", str(tmp_path / "batch.json")]
+    proc = subprocess.run(bench, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "target `padded.gguf`: decode of 4 tokens / one token" in proc.stdout
+    proc = _run("drafts", "--smoke", "--target", str(target), "--out", str(tmp_path / "drafts"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for kind in ("text", "images"):
+        rec = json.loads((tmp_path / "drafts" / f"vlm-dflash-{kind}.json").read_text())
+        assert rec["sha256"] == sha256_file(tmp_path / "drafts" / rec["file"])
