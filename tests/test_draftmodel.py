@@ -203,3 +203,38 @@ def test_the_draft_ffn_gate_keeps_a_finite_gradient_far_below_zero():
     far = jnp.asarray([-89.0, -100.0, -1e4], dtype=jnp.float32)
     assert not np.isfinite(np.asarray(jax.grad(lambda g: jnp.sum(g / (1 + jnp.exp(-g))))(far))).all()
     assert np.isfinite(np.asarray(jax.grad(lambda g: jnp.sum(silu(jnp, g)))(far))).all()
+
+
+def _per_round_by_definition(w, conv: Conversation, first: int, n_max: int) -> list[int]:
+    """Each round drafted from a context of the rows before its anchor alone (forward.block_logits)."""
+    out, a, n = [], first, len(conv.tokens)
+    while a + n_max < n:
+        draft = forward.drafted(w, forward.block_logits(w, conv.features[:a], _block(w, conv.tokens[a], n_max)))
+        k = 0
+        while k < n_max and draft[k] == conv.tokens[a + 1 + k]:
+            k += 1
+        out.append(k)
+        a += k + 1
+    return out
+
+
+def _block(w, anchor: int, n_max: int) -> np.ndarray:
+    return np.array([anchor] + [w.hp.mask_id] * n_max)
+
+
+def test_the_one_pass_evaluation_drafts_what_a_context_of_each_round_drafts():
+    """evaluate.accepted_per_round computes the context's K and V once; each round must draft what a
+    context of the rows before its anchor alone drafts, on replies the draft misses and on one it hits."""
+    from pyllama_dflash.draftmodel import evaluate
+
+    w = load_draft(tiny_models().draft, tiny_models().target).float64()
+    rng = np.random.default_rng(9)
+    feats = rng.normal(size=(30, 128)).astype(np.float32)
+    generated = np.arange(30) >= 6
+    random_reply = Conversation(feats, rng.integers(8, 120, size=30), generated)
+    hit = random_reply.tokens.copy()
+    for i in range(6, 29):  # each next token the draft's own first guess: every round accepts
+        hit[i + 1] = forward.drafted(w, forward.block_logits(w, feats[:i], _block(w, hit[i], 3)))[0]
+    for conv in (random_reply, Conversation(feats, hit, generated)):
+        assert evaluate.accepted_per_round(w, conv, 3) == _per_round_by_definition(w, conv, 6, 3)
+    assert sum(evaluate.accepted_per_round(w, Conversation(feats, hit, generated), 3)) > 0

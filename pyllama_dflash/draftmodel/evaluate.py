@@ -31,13 +31,26 @@ def replies(conv: Conversation) -> list[tuple[int, int]]:
 
 
 def accepted_per_round(w: DraftWeights, conv: Conversation, n_max: int) -> list[int]:
-    """Accepted draft tokens of each full drafting round of the conversation's replies."""
+    """Accepted draft tokens of each full drafting round of the conversation's replies. The context's K
+    and V are computed once for the whole conversation: a row's depend on that row alone, so each round
+    sees exactly what a context of the rows before its anchor gives (the later rows are masked out)."""
+    p = {k: v.astype(np.float64, copy=False) if v.dtype.kind == "f" else v for k, v in w.params.items()}
+    n = len(conv.tokens)
+    ctx = forward.context_kv(np, p, w.hp, conv.features.astype(np.float64), np.arange(n))
+    tok_embd = w.tok_embd.astype(np.float64, copy=False)
+    output = w.output.astype(np.float64, copy=False)
     out = []
     for first, end in replies(conv):
         a = first
         while a + n_max < end:
             block = np.array([conv.tokens[a]] + [w.hp.mask_id] * n_max)
-            draft = forward.drafted(w, forward.block_logits(w, conv.features[:a], block))
+            hidden = forward.block_hidden(
+                np, p, w.hp, tok_embd, ctx, np.arange(n) < a, block, np.arange(a, a + n_max + 1)
+            )
+            logits = forward.scatter_vocab(forward.head_logits(np, hidden, output), w.d2t, w.n_vocab, -np.inf)
+            if "markov_w1.weight" in p:
+                logits = forward.markov_bias(p, w.hp, logits, block, w.d2t)
+            draft = forward.drafted(w, logits)
             truth = conv.tokens[a + 1 : a + 1 + n_max].tolist()
             k = 0
             while k < n_max and draft[k] == truth[k]:
