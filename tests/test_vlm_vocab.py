@@ -15,7 +15,10 @@ from hypothesis import strategies as st
 
 from pyllama_dflash import api
 from pyllama_dflash.server.server_process import ServerOptions, serve
+from pyllama_dflash.tiny.image import png_bytes
 from pyllama_dflash.vlm.config import TOY
+from pyllama_dflash.vlm.corpus import CAPTION_QUESTION
+from pyllama_dflash.vlm.judge import held_out_images
 from pyllama_dflash.vlm.roundtrip import library_text_round_trip, server_chat_round_trip, server_text_round_trip
 from pyllama_dflash.vlm.vocab import IM_END, SPECIALS, VOCAB
 from pyllama_dflash.vlm.weights import init_params, write_target
@@ -84,18 +87,32 @@ class _Served:
     draft: Path | None = None
 
 
-QUESTIONS = ("Tell me about assert.", "Tell me about lambda.", "Tell me about the with statement.")
+def _bench_chats(n: int) -> list[list]:
+    """Conversations of the bench's shape (text, an image, text, a second image), held-out topics and images."""
+    images = held_out_images(4 * n, 64)
+    topics = ("assert", "lambda", "the with statement", "classes", "exceptions", "modules")
+    return [
+        [
+            f"Tell me about {topics[(2 * k) % len(topics)]}.",
+            (CAPTION_QUESTION, png_bytes(images[4 * k].pixels())),
+            f"Tell me about {topics[(2 * k + 1) % len(topics)]}.",
+            (CAPTION_QUESTION, png_bytes(images[4 * k + 3].pixels())),
+        ]
+        for k in range(n)
+    ]
 
 
 @pytest.mark.server
-def test_a_chat_through_llama_server_re_tokenizes_every_reply_to_its_tokens(variants):
-    with serve("baseline", _Served(COMMITTED / "vlm-target.gguf"), ServerOptions(draft=False, n_ctx=4096)) as srv:
+def test_the_bench_chats_through_llama_server_re_tokenize_every_reply_to_its_tokens(variants):
+    served = _Served(COMMITTED / "vlm-target.gguf", COMMITTED / "vlm-mmproj.gguf")
+    with serve("baseline", served, ServerOptions(draft=False, n_ctx=4096)) as srv:
         assert server_text_round_trip(srv, TEXTS) == []
-        assert server_chat_round_trip(srv, QUESTIONS, im_end=IM_END, n_predict=64) == []
+        for chat in _bench_chats(3):
+            assert server_chat_round_trip(srv, chat, im_end=IM_END, n_predict=96) == []
 
 
 @pytest.mark.server
 def test_the_test_vocabulary_fails_the_same_checks_through_llama_server(variants, models):
-    with serve("baseline", _Served(models.target), ServerOptions(draft=False, n_ctx=1024)) as srv:
+    with serve("baseline", _Served(models.target, models.mmproj), ServerOptions(draft=False, n_ctx=1024)) as srv:
         assert len(server_text_round_trip(srv, TEXTS)) == len(TEXTS)
-        assert server_chat_round_trip(srv, QUESTIONS, im_end=5, n_predict=24) != []
+        assert server_chat_round_trip(srv, _bench_chats(1)[0], im_end=5, n_predict=24) != []

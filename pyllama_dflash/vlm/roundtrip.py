@@ -10,6 +10,7 @@ Each returns its mismatches (empty: the round trip holds), so a test can also sh
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,19 +47,26 @@ def server_text_round_trip(client: Any, texts: Sequence[str]) -> list[Mismatch]:
     return out
 
 
+Question = str | tuple[str, bytes]  # a text, or a text and an image (PNG bytes) before it
+
+
 def server_chat_round_trip(
-    client: Any, questions: Sequence[str], *, im_end: int, n_predict: int = 48
+    client: Any, questions: Sequence[Question], *, im_end: int, n_predict: int = 48
 ) -> list[Mismatch]:
     """A chat of ``questions``, greedy, through ``/apply-template``, ``/completion`` and ``/tokenize``:
-    each turn's prompt must hold the previous prompt, the reply's generated tokens and ``<|im_end|>``."""
+    each turn's prompt must hold the previous prompt, the reply's generated tokens and ``<|im_end|>``.
+    An image is sent as llama-server's chat sends it (its media marker in the rendered prompt, its bytes
+    beside); ``/tokenize`` reads a marker as text, alike in both prompts compared."""
     out: list[Mismatch] = []
-    messages: list[dict] = [{"role": "user", "content": questions[0]}]
+    images: list[bytes] = []
+    messages = [_user(questions[0], images)]
     prompt = _rendered(client, messages)
     for turn, follow_up in enumerate([*questions[1:], "Thank you."], start=1):
-        r = _ok(client.completion(prompt, n_predict=n_predict), "POST /completion")
-        generated = [int(t) for t in r.tokens if int(t) != im_end]
-        messages += [{"role": "assistant", "content": r.content}, {"role": "user", "content": follow_up}]
+        body = {"prompt_string": prompt, "multimodal_data": [base64.b64encode(b).decode() for b in images]}
+        reply = _ok(client.completion(body if images else prompt, n_predict=n_predict), "POST /completion")
+        generated = [int(t) for t in reply.tokens if int(t) != im_end]
         before = client.tokenize(prompt, add_special=False, parse_special=True)
+        messages += [{"role": "assistant", "content": reply.content}, _user(follow_up, images)]
         prompt = _rendered(client, messages)
         after = client.tokenize(prompt, add_special=False, parse_special=True)
         want = before + generated + [im_end]
@@ -66,8 +74,20 @@ def server_chat_round_trip(
             first = next((i for i, (a, b) in enumerate(zip(after, want, strict=False)) if a != b), len(after))
             row = first - len(before)
             detail = f"turn {turn}: {len(generated)} generated tokens re-tokenize otherwise from reply row {row}"
-            out.append(Mismatch("chat", r.content, detail))
+            out.append(Mismatch("chat", reply.content, detail))
     return out
+
+
+def _user(question: Question, images: list[bytes]) -> dict:
+    if isinstance(question, str):
+        return {"role": "user", "content": question}
+    text, png = question
+    images.append(png)
+    url = "data:image/png;base64," + base64.b64encode(png).decode()
+    return {
+        "role": "user",
+        "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": text}],
+    }
 
 
 def _rendered(client: Any, messages: list[dict], generation: bool = True) -> str:
