@@ -148,7 +148,7 @@ def test_every_stage_runs_at_toy_size(variants, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads((tmp_path / "vlm-target.json").read_text())
     assert record["files"]["vlm-target.gguf"] == sha256_file(tmp_path / "vlm-target.gguf")
-    assert [h["step"] for h in record["history"]] == [1, 2, 3]
+    assert [h["step"] for h in record["phases"][0]["history"]] == [1, 2, 3]
     target = tmp_path / "vlm-target.gguf"
     proc = _run("judge", "--target", str(target), "--images", "2", "--conversations", "3")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -27,9 +27,8 @@ from ..files import atomic_write_json, sha256_file
 from ..paths import REPO_DIR
 from .config import CORE, TOY, CoreConfig
 from .imagerows import write_projector
-from .pipeline import PoolSpec, build_pool, train_core
+from .pipeline import PHASES, SMOKE_PHASES, SMOKE_POOL, Phase, PoolSpec, build_pool, train_core
 from .poolfile import load_pool, save_pool
-from .train import Recipe
 from .weights import init_params, read_target, write_target
 
 COMMITTED = REPO_DIR / "tests" / "data" / "vlm"
@@ -37,8 +36,6 @@ TARGET_FILE = "vlm-target.gguf"
 MMPROJ_FILE = "vlm-mmproj.gguf"
 RECORD_FILE = "vlm-target.json"
 POOL_FILE = "vlm-pool.npz"
-SMOKE_POOL = PoolSpec(prose=24, caption=24, mixed=8, docstring_files=20)
-SMOKE_RECIPE = Recipe(steps=3, batch=4, length=256, warmup=1)
 
 
 def _log(msg: str) -> None:
@@ -73,11 +70,13 @@ def _load_baseline() -> dict:
     return provenance(load("baseline"))
 
 
-def _plan(args: argparse.Namespace) -> tuple[CoreConfig, PoolSpec, Recipe]:
-    """The target's size, its pool and its recipe: the defaults, or the smoke's, changed by the flags."""
+def _phases(args: argparse.Namespace) -> tuple[CoreConfig, tuple[Phase, ...]]:
+    """The target's size and its phases: the two default ones (or the smoke's), or one the flags describe."""
     cfg = TOY if args.smoke else CORE
-    spec = SMOKE_POOL if args.smoke else PoolSpec()
-    recipe = SMOKE_RECIPE if args.smoke else Recipe()
+    phases = SMOKE_PHASES if args.smoke else PHASES
+    if not (args.steps or args.lr or args.mix or args.init or args.corpus):
+        return cfg, phases
+    spec, recipe = phases[0].pool, phases[0].recipe
     if args.steps:
         recipe = replace(recipe, steps=args.steps)
     if args.lr:
@@ -88,7 +87,7 @@ def _plan(args: argparse.Namespace) -> tuple[CoreConfig, PoolSpec, Recipe]:
         except ValueError:
             raise UsageError(f"--mix {args.mix!r}: three counts, prose,caption,mixed") from None
         spec = replace(spec, prose=prose, caption=caption, mixed=mixed)
-    return cfg, spec, recipe
+    return cfg, (Phase("as asked", spec, recipe),)
 
 
 def _pool(args: argparse.Namespace, cfg: CoreConfig, spec: PoolSpec, target: Path, mmproj: Path) -> tuple:
@@ -105,6 +104,7 @@ def _pool(args: argparse.Namespace, cfg: CoreConfig, spec: PoolSpec, target: Pat
 
 
 def _start(args: argparse.Namespace, cfg: CoreConfig) -> dict | None:
+    """The weights ``--init`` names (checked to be this size's), or None: fresh ones."""
     if not args.init:
         return None
     init_cfg, init = read_target(_existing(args.init, "target to start from"))
@@ -117,36 +117,37 @@ def _start(args: argparse.Namespace, cfg: CoreConfig) -> dict | None:
 def cmd_target(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cfg, spec, recipe = _plan(args)
+    cfg, phases = _phases(args)
     target, mmproj = out / TARGET_FILE, out / MMPROJ_FILE
     machine = _machine()
-    started = time.monotonic()
     write_projector(mmproj, cfg)
     record_provenance = _load_baseline()
-    write_target(target, cfg, init_params(cfg, recipe.seed), name="pyllama-dflash vlm target (untrained)")
-    pool, rows_of, spec = _pool(args, cfg, spec, target, mmproj)
-    pool_seconds = round(time.monotonic() - started, 1)
+    params = _start(args, cfg)
+    write_target(target, cfg, params or init_params(cfg, 0), name="pyllama-dflash vlm target (untrained)")
+    done = []
+    for phase in phases:
+        _log(f"phase {phase.name}: {phase.recipe.steps} steps")
+        started = time.monotonic()
+        pool, rows_of, spec = _pool(args, cfg, phase.pool, target, mmproj)
+        pool_seconds = round(time.monotonic() - started, 1)
 
-    def checkpoint(params: dict, step: int) -> None:
-        write_target(target, cfg, params, name=f"pyllama-dflash vlm target (step {step})")
-        _log(f"checkpoint at step {step}: {target}")
+        def checkpoint(p: dict, step: int, name: str = phase.name) -> None:
+            write_target(target, cfg, p, name=f"pyllama-dflash vlm target ({name}, step {step})")
+            _log(f"checkpoint at step {step}: {target}")
 
-    init = _start(args, cfg)
-    params, record = train_core(cfg, pool, rows_of, recipe, log=_log, checkpoint=checkpoint, init=init)
+        params, record = train_core(cfg, pool, rows_of, phase.recipe, log=_log, checkpoint=checkpoint, init=params)
+        done.append({"phase": phase.name, "pool": asdict(spec), "pool_seconds": pool_seconds, **record})
     write_target(target, cfg, params, name="pyllama-dflash vlm target")
-    record.update(
-        {
-            "command": args.command_line,
-            "started_from": Path(args.init).name if args.init else None,
-            "config": cfg.as_dict(),
-            "pool": asdict(spec),
-            "pool_seconds": pool_seconds,
-            **record_provenance,
-            "machine_at_start": machine,
-            "files": {p.name: sha256_file(p) for p in (target, mmproj)},
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        }
-    )
+    record = {
+        "command": args.command_line,
+        "started_from": Path(args.init).name if args.init else None,
+        "config": cfg.as_dict(),
+        "phases": done,
+        **record_provenance,
+        "machine_at_start": machine,
+        "files": {p.name: sha256_file(p) for p in (target, mmproj)},
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
     atomic_write_json(out / RECORD_FILE, record)
     _log(f"wrote {target} ({json.dumps(record['files'])})")
     return 0

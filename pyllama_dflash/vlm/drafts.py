@@ -135,11 +135,12 @@ class DraftPlan:
     stop_at_end: bool = True  # a reply ends at <|im_end|> (a toy target may write it first: the smoke does not)
 
 
-# a text conversation of seven whole replies reaches about 3,000 rows: past what the bench's conversation
-# with two 1024-row images reaches when every row is in the draft's context
+# the target's prose replies run about 200 characters, so a text conversation of twelve turns reaches about
+# 3,000 rows: past what the bench's conversation with two 1024-row images reaches when every row is in the
+# draft's context (about 2,700)
 PLANS = {
-    TrainedOn.TEXT: DraftPlan(train=40, held_out=16, prose_turns=7, steps=600),
-    TrainedOn.IMAGES: DraftPlan(train=64, held_out=16, prose_turns=0, steps=600),
+    TrainedOn.TEXT: DraftPlan(train=40, held_out=16, prose_turns=12, steps=250, seqs_per_step=6),
+    TrainedOn.IMAGES: DraftPlan(train=64, held_out=16, prose_turns=0, steps=250, seqs_per_step=6),
 }
 SMOKE_PLAN = DraftPlan(train=3, held_out=2, prose_turns=2, steps=2, seqs_per_step=2, reply_limit=24, stop_at_end=False)
 

@@ -63,7 +63,7 @@ def captions(target: Path, mmproj: Path, n_images: int) -> dict:
         out[str(rows)] = caption_scores(results) | {
             "images": len(images),
             "changed_with_the_image": sum(changed) / max(len(changed), 1),
-            "samples": [{"caption": r.image.scene.caption(), "reply": r.reply} for r in results[:6]],
+            "samples": [{"caption": r.image.scene.caption(), "reply": r.reply} for r in results[::17][:6]],
         }
     return out
 
@@ -77,7 +77,7 @@ def judge(
     report["captions"] = captions(target, mmproj, n_images)
     for rows, c in report["captions"].items():
         log(f"captions at {rows} rows: colour {c['colour']:.2f}, shape {c['shape']:.2f}, place {c['place']:.2f}")
-    held = [p for p in all_paragraphs(limit_files=0) if p.held_out][:4]
+    held = list({p.subject: p for p in all_paragraphs(limit_files=0) if p.held_out}.values())[:4]  # four topics
     report["replies"] = [
         {"subject": p.subject, "reply": greedy_reply(target, f"Tell me about {p.subject}.")} for p in held
     ]
