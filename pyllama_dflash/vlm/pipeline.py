@@ -96,7 +96,7 @@ class Phase:
 
 
 # Why two: after the first phase the target names the colour of a held-out image (97-100%) but its shape
-# and place near chance (50-60%, 30 images of each size; the record of 2026-12-06); a second phase heavy
+# and place near chance (50-60%, 30 images of each size: `between_phases` in its record); a second phase heavy
 # in captions, at a lower peak rate, teaches both without unlearning the prose.
 PHASES = (
     Phase("language", PoolSpec(), Recipe()),
