@@ -41,7 +41,7 @@ def toy_target(tmp_path_factory) -> Path:
     return path
 
 
-@given(st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=80))
+@given(st.text(alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\u2581"), max_size=80))
 def test_text_round_trips_through_the_python_tokenizer(text):
     assert VOCAB.decode(VOCAB.encode(text)) == text
 
@@ -62,7 +62,7 @@ def test_every_token_sequence_that_prints_utf8_re_tokenizes_to_itself(ids):
 def test_llama_cpp_tokenizes_as_the_python_tokenizer(lib_dir, toy_target):
     with api.Model(toy_target) as model:
         assert model.n_vocab == VOCAB.n_vocab
-        for text in TEXTS:
+        for text in (*TEXTS, "a\u2581b"):  # SPM reads a literal ▁ as the space it escapes to
             assert [int(t) for t in model.tokenize(text)] == VOCAB.encode(text), text
         chat = "<|im_start|>user\nhi<|im_end|>\n"
         assert [int(t) for t in model.tokenize(chat, parse_special=True)] == [

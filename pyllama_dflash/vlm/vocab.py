@@ -99,10 +99,11 @@ class CharVocab:
 
     def encode(self, text: str) -> list[int]:
         """Plain text (no special tokens parsed) to ids, as llama.cpp's SPM tokenizer does with
-        ``add_space_prefix`` and BOS off."""
+        ``add_space_prefix`` and BOS off. A literal ``▁`` is the space's token, as SPM reads it: the
+        one character that does not come back as itself."""
         out: list[int] = []
         for ch in text:
-            token = self._char_id.get(ch)
+            token = self._char_id.get(" " if ch == SPACE else ch)
             if token is not None:
                 out.append(token)
             else:
