@@ -18,7 +18,6 @@ import numpy as np
 from . import forward
 from .config import CoreConfig
 from .corpus import CAPTION_QUESTION, Image, Rendered
-from .scenes import COLOURS, PLACES, SHAPES
 from .vocab import IM_END, VOCAB
 
 
@@ -108,19 +107,25 @@ def greedy_captions(target: Path, mmproj: Path, images: Sequence[Image], max_tok
                             if ctx.process_rc(api.Batch.tokens(toks, pos0=n_past, logits="last")) != 0:
                                 raise RuntimeError(f"{target}: prompt decode failed")
                             n_past += len(toks)
-                reply: list[int] = []
-                for _ in range(max_tokens):
-                    tok = ctx.argmax(-1)
-                    if tok == IM_END:
-                        break
-                    reply.append(tok)
-                    if ctx.process_rc(api.Batch.tokens([tok], pos0=n_past, logits="last")) != 0:
-                        raise RuntimeError(f"{target}: decode failed")
-                    n_past += 1
-                results.append(CaptionResult(image, VOCAB.decode(reply)))
+                results.append(CaptionResult(image, _greedy(ctx, n_past, max_tokens, target)))
         finally:
             ctx.close()
     return results
+
+
+def _greedy(ctx, n_past: int, max_tokens: int, target: Path) -> str:
+    """The reply a context holding a prompt up to ``n_past`` writes greedily, up to its <|im_end|>."""
+    from pyllama_dflash import api
+
+    reply: list[int] = []
+    for pos in range(n_past, n_past + max_tokens):
+        tok = ctx.argmax(-1)
+        if tok == IM_END:
+            break
+        reply.append(tok)
+        if ctx.process_rc(api.Batch.tokens([tok], pos0=pos, logits="last")) != 0:
+            raise RuntimeError(f"{target}: decode failed")
+    return VOCAB.decode(reply)
 
 
 def caption_scores(results: Sequence[CaptionResult]) -> dict[str, float]:
@@ -128,9 +133,6 @@ def caption_scores(results: Sequence[CaptionResult]) -> dict[str, float]:
     return {a: sum(r.right(a) for r in results) / n for a in ("colour", "shape", "place")} | {
         "parsed": sum(r.parsed() is not None for r in results) / n
     }
-
-
-ATTRIBUTES = {"colour": tuple(COLOURS), "shape": SHAPES, "place": PLACES}
 
 
 def greedy_reply(target: Path, question: str, max_tokens: int = 240) -> str:
@@ -144,14 +146,6 @@ def greedy_reply(target: Path, question: str, max_tokens: int = 240) -> str:
             toks = [int(t) for t in model.tokenize(prompt, parse_special=True)]
             if ctx.process_rc(api.Batch.tokens(toks, logits="last")) != 0:
                 raise RuntimeError(f"{target}: prompt decode failed")
-            reply: list[int] = []
-            for n_past in range(len(toks), len(toks) + max_tokens):
-                tok = ctx.argmax(-1)
-                if tok == IM_END:
-                    break
-                reply.append(tok)
-                if ctx.process_rc(api.Batch.tokens([tok], pos0=n_past, logits="last")) != 0:
-                    raise RuntimeError(f"{target}: decode failed")
-            return VOCAB.decode(reply)
+            return _greedy(ctx, len(toks), max_tokens, target)
         finally:
             ctx.close()
