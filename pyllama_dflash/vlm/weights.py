@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..tiny._gguf import gguf_module
-from ..tiny._write import write_gguf
+from ..tiny._write import add_text_hparams, write_gguf
 from .config import CoreConfig
 from .vocab import VOCAB
 
@@ -113,17 +113,7 @@ def write_target(path: Path, cfg: CoreConfig, params: dict[str, np.ndarray], *, 
 
     def build(w: Any, _g: Any) -> None:
         w.add_name(name)
-        w.add_context_length(cfg.n_ctx)
-        w.add_embedding_length(cfg.n_embd)
-        w.add_block_count(cfg.n_layer)
-        w.add_feed_forward_length(cfg.n_ff)
-        w.add_head_count(cfg.n_head)
-        w.add_head_count_kv(cfg.n_head_kv)
-        w.add_key_length(cfg.head_dim)
-        w.add_value_length(cfg.head_dim)
-        w.add_layer_norm_rms_eps(cfg.rms_eps)
-        w.add_rope_dimension_count(cfg.head_dim)
-        w.add_rope_freq_base(cfg.rope_freq_base)
+        add_text_hparams(w, cfg, cfg.n_layer)  # the size keys, as the tiny generators write them
         w.add_rope_dimension_sections(list(cfg.rope_sections))
         w.add_ssm_conv_kernel(cfg.ssm_conv_kernel)
         w.add_ssm_inner_size(cfg.ssm_state_size * cfg.ssm_time_step_rank)
