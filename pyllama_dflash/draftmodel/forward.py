@@ -70,18 +70,23 @@ def context_kv(xp: Any, p: Params, hp: DraftHparams, feats: Any, pos: Any) -> li
     return out
 
 
-def _attend(xp: Any, hp: DraftHparams, q: Any, k: Any, v: Any, visible: Any) -> Any:
-    """Softmax attention of ``q [..., B, H, d]`` over ``k, v [..., n, Hkv, d]`` where ``visible
-    [..., B, n]`` (grouped-query: each KV head serves H / Hkv query heads)."""
+def _attend(xp: Any, hp: DraftHparams, q: Any, kv: list[tuple[Any, Any, Any]]) -> Any:
+    """Softmax attention of ``q [..., B, H, d]`` over several parts of keys and values at once, each
+    ``(k [..., n, Hkv, d], v, visible [..., B, n])``: one softmax over all their rows. A part's leading
+    axes need only broadcast against q's, so a context shared by many blocks is never copied per block;
+    grouped-query heads read their KV head in place (head h uses KV head h // (H / Hkv))."""
     group = hp.n_head // hp.n_head_kv
-    k = xp.repeat(k, group, axis=-2)
-    v = xp.repeat(v, group, axis=-2)
-    scores = xp.einsum("...qhd,...khd->...hqk", q, k) / np.sqrt(hp.head_dim)
-    scores = xp.where(visible[..., None, :, :], scores, -xp.inf)
-    scores = scores - xp.max(scores, axis=-1, keepdims=True)
-    w = xp.exp(scores)
-    w = w / xp.sum(w, axis=-1, keepdims=True)
-    return xp.einsum("...hqk,...khd->...qhd", w, v)
+    qg = q.reshape(*q.shape[:-2], hp.n_head_kv, group, hp.head_dim) / np.sqrt(hp.head_dim)
+    scores = [
+        xp.where(vis[..., None, None, :, :], xp.einsum("...qgrd,...kgd->...grqk", qg, k), -xp.inf) for k, _, vis in kv
+    ]
+    top = scores[0].max(axis=-1, keepdims=True)
+    for s in scores[1:]:
+        top = xp.maximum(top, s.max(axis=-1, keepdims=True))
+    weights = [xp.exp(s - top) for s in scores]
+    total = sum(w.sum(axis=-1, keepdims=True) for w in weights)
+    out = sum(xp.einsum("...grqk,...kgd->...qgrd", w / total, v) for w, (_, v, _) in zip(weights, kv, strict=True))
+    return out.reshape(q.shape)
 
 
 def block_hidden(
@@ -101,9 +106,7 @@ def block_hidden(
     n_block = tokens.shape[-1]
     x = tok_embd[tokens]
     inner = xp.tril(xp.ones((n_block, n_block), dtype=bool)) if hp.causal else xp.ones((n_block, n_block), dtype=bool)
-    ctx_vis = xp.broadcast_to(ctx_visible[..., None, :], (*ctx_visible.shape[:-1], n_block, ctx_visible.shape[-1]))
-    inner = xp.broadcast_to(inner, (*ctx_visible.shape[:-1], n_block, n_block))
-    visible = xp.concatenate([ctx_vis, inner], axis=-1)
+    ctx_vis = ctx_visible[..., None, :]
     for il in range(hp.n_layer):
         b = f"blk.{il}."
         h = rms_norm(xp, x, p[b + "attn_norm.weight"], hp.rms_eps)
@@ -113,9 +116,7 @@ def block_hidden(
         q = rope(xp, rms_norm(xp, q, p[b + "attn_q_norm.weight"], hp.rms_eps), pos, hp.rope_freq_base)
         k = rope(xp, rms_norm(xp, k, p[b + "attn_k_norm.weight"], hp.rms_eps), pos, hp.rope_freq_base)
         ck, cv = ctx[il]
-        ck = xp.broadcast_to(ck, (*k.shape[:-3], *ck.shape[-3:]))
-        cv = xp.broadcast_to(cv, (*v.shape[:-3], *cv.shape[-3:]))
-        a = _attend(xp, hp, q, xp.concatenate([ck, k], axis=-3), xp.concatenate([cv, v], axis=-3), visible)
+        a = _attend(xp, hp, q, [(ck, cv, ctx_vis), (k, v, inner)])
         x = x + a.reshape(*a.shape[:-2], -1) @ p[b + "attn_output.weight"].T
         h = rms_norm(xp, x, p[b + "ffn_norm.weight"], hp.rms_eps)
         gate = h @ p[b + "ffn_gate.weight"].T
