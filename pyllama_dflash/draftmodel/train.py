@@ -58,6 +58,10 @@ class Recipe:
     decay: float = 0.7  # slot k's loss weight: decay^(k-1)
     weight_decay: float = 1e-4
     seed: int = 0
+    # the context rows a block sees in training, the latest before its anchor (0: every row). A window keeps
+    # each row at its own position, so a long conversation is trained at every position it reaches while a
+    # step costs the window, not the conversation
+    context_rows: int = 0
 
 
 @dataclass
@@ -170,10 +174,18 @@ def _loss(jax: Any, jnp: Any, init: DraftWeights, data: Batches, recipe: Recipe)
     length = data.feats.shape[1]
     weights = jnp.asarray([recipe.decay**k for k in range(block - 1)], dtype=jnp.float32)
 
-    def loss_fn(p, conv_idx, anchor):
-        f = feats[conv_idx]  # [S, L, F]
-        ctx = forward.context_kv(jnp, p, hp, f, jnp.arange(length)[None, :])
+    def context(p, conv_idx, anchor):
+        """Each block's context K and V and which of its rows it sees."""
+        if recipe.context_rows:
+            rows = anchor[..., None] - recipe.context_rows + jnp.arange(recipe.context_rows)  # [S, A, W]
+            f = feats[conv_idx[:, None, None], jnp.maximum(rows, 0)]  # [S, A, W, F]
+            return forward.context_kv(jnp, p, hp, f, jnp.maximum(rows, 0)), rows >= 0
+        ctx = forward.context_kv(jnp, p, hp, feats[conv_idx], jnp.arange(length)[None, :])
         ctx = [(k[:, None], v[:, None]) for k, v in ctx]  # one context per sequence, shared by its anchors
+        return ctx, jnp.arange(length)[None, None, :] < anchor[..., None]
+
+    def loss_fn(p, conv_idx, anchor):
+        ctx, visible = context(p, conv_idx, anchor)
         offs = jnp.arange(block)
         rows = anchor[..., None] + offs  # [S, A, B]
         seq_tokens = tokens[conv_idx]  # [S, L + B]
@@ -182,7 +194,6 @@ def _loss(jax: Any, jnp: Any, init: DraftWeights, data: Batches, recipe: Recipe)
             [jnp.take_along_axis(seq_tokens[:, None, :], rows[..., :1], axis=-1), jnp.full(labels.shape, hp.mask_id)],
             axis=-1,
         )
-        visible = jnp.arange(length)[None, None, :] < anchor[..., None]
         hidden = forward.block_hidden(jnp, p, hp, tok_embd, ctx, visible, block_tokens, rows)
         logits = forward.head_logits(jnp, hidden[..., 1:, :], output)
         logp = jax.nn.log_softmax(logits, axis=-1)
