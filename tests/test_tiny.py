@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import struct
-import time
 import zlib
 from pathlib import Path
 
@@ -46,17 +45,14 @@ def _tensors(gguf, path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
     return {t.name: (tuple(int(x) for x in t.shape), t.tensor_type.name) for t in r.tensors}
 
 
-# --- determinism, size, speed ---------------------------------------------------------
+# --- determinism and size ---------------------------------------------------------
 
 
 def test_same_bytes_twice(gguf, tmp_path):
-    t0 = time.perf_counter()
     a = tiny.write_models(tmp_path / "a", seed=3)
-    elapsed = time.perf_counter() - t0
     b = tiny.write_models(tmp_path / "b", seed=3)
     for x, y in [(a.target, b.target), (a.draft, b.draft), (a.mmproj, b.mmproj)]:
         assert x.read_bytes() == y.read_bytes()
-    assert elapsed < 5.0  # well under a second in practice; slack for slow CI
 
 
 def test_seed_changes_weights(gguf, tmp_path):
