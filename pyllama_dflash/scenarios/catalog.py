@@ -328,7 +328,7 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
         "S14": (PASS,),
         "S15": (FAIL,),
         "S16": (FAIL,),
-        # C1 is the series' C++ test under ctest (repro/ctest.py): the legacy draft's calls fail
+        # C1 is the series' C++ test under ctest (engine/ctest_row.py): the legacy draft's calls fail
         "C1": (FAIL,),
     },
     # The zero-fill ends every FAIL that the hole caused, but its zero rows stay in the
@@ -386,7 +386,7 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
     },
 }
 
-CTEST_ROW = "C1"  # the series' C++ test under ctest (repro/ctest.py), a row of the matrix too
+CTEST_ROW = "C1"  # the series' C++ test under ctest (engine/ctest_row.py), a row of the matrix too
 
 
 # The same table for the other drafters of the family and the MoE target, where the tiny drafts
