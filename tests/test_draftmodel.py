@@ -148,6 +148,38 @@ def test_the_training_forward_is_the_reference_forward():
     assert _nmse(outs[1], outs[0]) < 1e-10
 
 
+def test_a_context_window_covering_every_row_trains_on_the_whole_context():
+    """Recipe.context_rows gathers each block's latest rows at their own positions: a window as long as the
+    conversation gives the whole-context loss, and a short one a different loss."""
+    pytest.importorskip("jax", reason="JAX is the train extra's (pip install -e '.[train]')")
+    import jax
+    import jax.numpy as jnp
+
+    from pyllama_dflash.draftmodel.train import Recipe, _loss, prepare
+
+    models = tiny_models()
+    w = load_draft(models.draft, models.target)
+    rng = np.random.default_rng(3)
+    n = 40
+    convs = [
+        Conversation(
+            rng.normal(size=(n, w.params["fc.weight"].shape[1])).astype(np.float32),
+            rng.integers(10, 100, size=n),
+            np.arange(n) >= 8,
+        )
+        for _ in range(2)
+    ]
+    data = prepare(convs, w.hp.block_size)
+    params = {k: jnp.asarray(v) for k, v in w.params.items()}
+    conv_idx, anchor = jnp.asarray([0, 1]), jnp.asarray([[9, 20, 30], [12, 25, 31]])
+
+    def loss(rows: int) -> float:
+        return float(_loss(jax, jnp, w, data, Recipe(context_rows=rows))(params, conv_idx, anchor)[0])
+
+    assert loss(n) == pytest.approx(loss(0), rel=1e-5)
+    assert loss(4) != pytest.approx(loss(0), rel=1e-3)
+
+
 def _conversation(replies_: list[list[int]]) -> Conversation:
     """A corpus conversation of generated replies, each after three prompt rows (an image row among them)."""
     tokens, generated = [], []
