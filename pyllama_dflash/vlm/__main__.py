@@ -6,6 +6,7 @@
     pyllama-dflash vlm judge [--target F]    # llama.cpp's logits against the reference; captions
     pyllama-dflash vlm pad --out F [--form wide|deep]   # the padded target, its logits against the core's
     pyllama-dflash vlm drafts --out DIR      # the text- and image-trained DFlash drafts
+    pyllama-dflash vlm speed --target F      # tokens/s with a draft over without, through llama-server
 
 ``--smoke`` runs a stage at toy size in seconds (what CI runs). Each stage writes a JSON record
 beside what it made: the command, its inputs, the time it took and the sha256 of every output.
@@ -214,7 +215,7 @@ def cmd_pad(args: argparse.Namespace) -> int:
 
 
 def cmd_drafts(args: argparse.Namespace) -> int:
-    from .drafts import TrainedOn, make_draft
+    from .drafts import TrainedOn, draft_file, make_draft
 
     target = _existing(args.target, "target")
     mmproj = _existing(args.mmproj or target.with_name(MMPROJ_FILE), "projector")
@@ -226,8 +227,46 @@ def cmd_drafts(args: argparse.Namespace) -> int:
         record = make_draft(target, mmproj, out, kind, smoke=args.smoke, steps=args.steps, log=_log)
         _log(f"{kind.value}-trained draft: held-out mean accepted {record['held_out_mean_accepted']} of 3")
         made.append(record)
-    if args.json:
+    if args.json:  # every draft recorded in --out, those of an earlier run included
+        records = [(out / draft_file(k)).with_suffix(".json") for k in TrainedOn]
+        made = [json.loads(r.read_text()) for r in records if r.exists()]
         atomic_write_json(Path(args.json), {"kind": "drafts", "drafts": made, **prov})
+    return 0
+
+
+def cmd_speed(args: argparse.Namespace) -> int:
+    from pyllama_dflash import load
+    from pyllama_dflash.figures import provenance
+    from pyllama_dflash.llamabuild import BuildOptions, build
+
+    from .drafts import TrainedOn
+    from .served_speed import PairFiles, measure
+
+    target = _existing(args.target, "target")
+    files = PairFiles(
+        target,
+        _existing(args.mmproj or COMMITTED / MMPROJ_FILE, "projector"),
+        _existing(args.draft or COMMITTED / "vlm-dflash-text.gguf", "draft"),
+    )
+    n_maxes = [int(n) for n in args.n_max.split(",")]
+    build([args.variant], BuildOptions(server=True, quiet=True))
+    prov = provenance(load(args.variant))
+    seeds = range(args.conversations)
+    started = time.monotonic()
+    report = measure(args.variant, files, TrainedOn(args.kind), seeds, n_maxes, args.rows, log=_log)
+    report |= {
+        "kind": "vlm-speed",
+        "conversations": args.conversations,
+        "files": {k: {"name": v.name, "sha256": sha256_file(v)} for k, v in asdict(files).items()},
+        "seconds": round(time.monotonic() - started, 1),
+        "command": f"pyllama-dflash vlm speed --target {args.target} --draft {files.draft} --variant {args.variant} "
+        f"--kind {args.kind} --conversations {args.conversations} --n-max {args.n_max}"
+        + (f" --rows {args.rows}" if args.rows else ""),
+        **prov,
+    }
+    if args.json:
+        atomic_write_json(Path(args.json), report)
+    print(json.dumps(report["table"], indent=1))
     return 0
 
 
@@ -278,6 +317,17 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--smoke", action="store_true", help="toy sizes: a few conversations and steps")
     d.add_argument("--json", default=None, help="write both records here (docs/figures/vlm-drafts.json)")
     d.set_defaults(func=cmd_drafts)
+    sp = sub.add_parser("speed", help="tokens/s with a draft over without, through llama-server, side by side")
+    sp.add_argument("--target", required=True, help="the target GGUF (the core, or its padded form: vlm pad)")
+    sp.add_argument("--mmproj", default=None, help="its projector (default: the committed vlm-mmproj.gguf)")
+    sp.add_argument("--draft", default=None, help="the draft (default: the committed vlm-dflash-text.gguf)")
+    sp.add_argument("--variant", default="as-trained", help="the build the servers run (default as-trained)")
+    sp.add_argument("--kind", choices=["text", "images"], default="text", help="prose chats, or the bench's shape")
+    sp.add_argument("--rows", type=int, choices=[64, 256, 1024], default=None, help="image size (default: drawn)")
+    sp.add_argument("--conversations", type=int, default=24, help="held-out conversations (default 24)")
+    sp.add_argument("--n-max", default="3,7", help="draft lengths, comma-separated (default 3,7)")
+    sp.add_argument("--json", default=None, help="write the record here")
+    sp.set_defaults(func=cmd_speed)
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     args.command_line = "pyllama-dflash vlm " + " ".join(argv)

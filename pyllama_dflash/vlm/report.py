@@ -71,8 +71,8 @@ def _drafts(r: dict) -> list[str]:
                 f"0..{d['positions_covered'][1]}",
                 str(d["recipe"]["steps"]),
                 f"{d['history'][-1]['loss']:.3f}",
-                f"{d['held_out_mean_accepted_by_n_max']['3']:.2f}",
-                f"{d['held_out_mean_accepted_by_n_max'][str(d['block_size'] - 1)]:.2f}",
+                _with_interval(d["held_out_accepted_by_n_max"]["3"]),
+                _with_interval(d["held_out_accepted_by_n_max"][str(d["block_size"] - 1)]),
             ]
         )
     return [
@@ -93,6 +93,11 @@ def _drafts(r: dict) -> list[str]:
             rows,
         ),
     ]
+
+
+def _with_interval(cell: dict) -> str:
+    lo, hi = cell["ci95"]
+    return f"{cell['mean']:.2f} [{lo:.2f}, {hi:.2f}]"
 
 
 def _pct(x: float) -> str:
