@@ -60,9 +60,9 @@ class Completion:
     timings: dict
 
 
-def _ask(srv: ServerProcess, messages: list[dict], n_predict: int) -> Completion:
+def ask(srv: ServerProcess, messages: list[dict], n_predict: int, ignore_eos: bool = True) -> Completion:
     """One chat completion through the ``openai`` client, as an operator's client sends it (greedy, the
-    reply's length fixed, the slot's prompt cache on)."""
+    slot's prompt cache on, the reply's length fixed unless ``ignore_eos`` is off)."""
     import openai
 
     client = openai_client(srv.base_url, timeout=300.0, api_key="bench")
@@ -73,7 +73,7 @@ def _ask(srv: ServerProcess, messages: list[dict], n_predict: int) -> Completion
             max_tokens=n_predict,
             temperature=0,
             seed=0,
-            extra_body={"ignore_eos": True, "cache_prompt": True},
+            extra_body={"ignore_eos": ignore_eos, "cache_prompt": True},
         )
     except openai.APIError as e:  # a status (500 after an image on b11434), or no answer at all (its cause)
         why = f"{getattr(e, 'status_code', None)} {str(e)[:300]}" + (f" ({e.__cause__!r})" if e.__cause__ else "")
@@ -95,13 +95,13 @@ def chat_turns(srv: ServerProcess, seed: int, images: bool = True, image_px: int
 
     def turn(t, phase: str) -> TurnResult:
         history.append(_user(t))
-        r = _ask(srv, history, t.n_generate)
+        r = ask(srv, history, t.n_generate)
         history.append({"role": "assistant", "content": r.content})
         tm = r.timings
         return TurnResult(
             seed,
             phase,
-            200,  # _ask raises on anything else
+            200,  # ask raises on anything else
             int(tm.get("draft_n", 0)),
             int(tm.get("draft_n_accepted", 0)),
             int(tm.get("predicted_n", 0)),
@@ -115,7 +115,7 @@ def chat_turns(srv: ServerProcess, seed: int, images: bool = True, image_px: int
     yield turn(turns[2], "after second image")
     for action in ("save", None, "restore"):
         if action is None:  # another conversation on the slot in between, not counted
-            _ask(srv, [_user(turns[4])], 8)
+            ask(srv, [_user(turns[4])], 8)
             continue
         r = srv.slot_action(action, SLOT_FILE)
         if not r.ok:

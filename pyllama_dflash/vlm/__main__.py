@@ -7,6 +7,7 @@
     pyllama-dflash vlm pad --out F [--form wide|deep]   # the padded target, its logits against the core's
     pyllama-dflash vlm drafts --out DIR      # the text- and image-trained DFlash drafts
     pyllama-dflash vlm speed --target F      # tokens/s with a draft over without, through llama-server
+    pyllama-dflash vlm pair A.json B.json    # two speed records' acceptance, paired over conversations
 
 ``--smoke`` runs a stage at toy size in seconds (what CI runs). Each stage writes a JSON record
 beside what it made: the command, its inputs, the time it took and the sha256 of every output.
@@ -58,6 +59,14 @@ def _existing(path: str | Path, what: str) -> Path:
     if not p.is_file():
         raise GGUFError(p, f"no such file (the {what})")
     return p
+
+
+def _shown(path: Path) -> str:
+    """A path as a record shows it: relative to the working folder where it lies inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def _load_baseline() -> dict:
@@ -259,15 +268,63 @@ def cmd_speed(args: argparse.Namespace) -> int:
         "conversations": args.conversations,
         "files": {k: {"name": v.name, "sha256": sha256_file(v)} for k, v in asdict(files).items()},
         "seconds": round(time.monotonic() - started, 1),
-        "command": f"pyllama-dflash vlm speed --target {args.target} --draft {files.draft} --variant {args.variant} "
-        f"--kind {args.kind} --conversations {args.conversations} --n-max {args.n_max}"
-        + (f" --rows {args.rows}" if args.rows else ""),
+        "command": f"pyllama-dflash vlm speed --target {_shown(target)} --draft {_shown(files.draft)} "
+        f"--variant {args.variant} --kind {args.kind} --conversations {args.conversations} --n-max {args.n_max}"
+        + (f" --rows {args.rows}" if args.rows else "")
+        + (f" --json {_shown(Path(args.json))}" if args.json else ""),
         **prov,
     }
     if args.json:
         atomic_write_json(Path(args.json), report)
     print(json.dumps(report["table"], indent=1))
     return 0
+
+
+def cmd_pair(args: argparse.Namespace) -> int:
+    from .served_speed import paired_acceptance
+
+    records = [json.loads(_existing(f, "speed record").read_text()) for f in (args.first, args.second)]
+    for f, r in zip((args.first, args.second), records, strict=True):
+        if r.get("kind") != "vlm-speed" or f"n_max {args.n_max}" not in r["turns"]:
+            raise UsageError(f"{f}: not a vlm speed record with n_max {args.n_max}")
+    if records[0]["files"]["draft"] != records[1]["files"]["draft"]:
+        raise UsageError(f"{args.first} and {args.second}: records of different drafts")
+    report = {
+        "kind": "vlm-paired",
+        "first": {"record": Path(args.first).name, "variant": records[0]["variant"]},
+        "second": {"record": Path(args.second).name, "variant": records[1]["variant"]},
+        "draft": records[0]["files"]["draft"]["name"],
+        "n_max": args.n_max,
+        **paired_acceptance(records[0], records[1], args.n_max),
+        "command": f"pyllama-dflash vlm pair {_shown(Path(args.first))} {_shown(Path(args.second))} "
+        f"--n-max {args.n_max}" + (f" --json {_shown(Path(args.json))}" if args.json else ""),
+        **{k: records[0][k] for k in ("date", "machine", "llama_cpp")},
+    }
+    if args.json:
+        atomic_write_json(Path(args.json), report)
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+def _add_serving_stages(sub: argparse._SubParsersAction) -> None:
+    """The stages that measure the pair through llama-server: ``speed`` and ``pair``."""
+    sp = sub.add_parser("speed", help="tokens/s with a draft over without, through llama-server, side by side")
+    sp.add_argument("--target", required=True, help="the target GGUF (the core, or its padded form: vlm pad)")
+    sp.add_argument("--mmproj", default=None, help="its projector (default: the committed vlm-mmproj.gguf)")
+    sp.add_argument("--draft", default=None, help="the draft (default: the committed vlm-dflash-text.gguf)")
+    sp.add_argument("--variant", default="as-trained", help="the build the servers run (default as-trained)")
+    sp.add_argument("--kind", choices=["text", "images"], default="text", help="prose chats, or the bench's shape")
+    sp.add_argument("--rows", type=int, choices=[64, 256, 1024], default=None, help="image size (default: drawn)")
+    sp.add_argument("--conversations", type=int, default=24, help="held-out conversations (default 24)")
+    sp.add_argument("--n-max", default="3,7", help="draft lengths, comma-separated (default 3,7)")
+    sp.add_argument("--json", default=None, help="write the record here")
+    sp.set_defaults(func=cmd_speed)
+    pa = sub.add_parser("pair", help="accepted tokens a round of one speed record minus another's, paired")
+    pa.add_argument("first", help="a vlm speed record (e.g. the draft under definition)")
+    pa.add_argument("second", help="another of the same draft and conversations (e.g. under slots)")
+    pa.add_argument("--n-max", type=int, default=7, help="the draft length both records ran (default 7)")
+    pa.add_argument("--json", default=None, help="write the record here (docs/figures/vlm-paired-*.json)")
+    pa.set_defaults(func=cmd_pair)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -317,17 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--smoke", action="store_true", help="toy sizes: a few conversations and steps")
     d.add_argument("--json", default=None, help="write both records here (docs/figures/vlm-drafts.json)")
     d.set_defaults(func=cmd_drafts)
-    sp = sub.add_parser("speed", help="tokens/s with a draft over without, through llama-server, side by side")
-    sp.add_argument("--target", required=True, help="the target GGUF (the core, or its padded form: vlm pad)")
-    sp.add_argument("--mmproj", default=None, help="its projector (default: the committed vlm-mmproj.gguf)")
-    sp.add_argument("--draft", default=None, help="the draft (default: the committed vlm-dflash-text.gguf)")
-    sp.add_argument("--variant", default="as-trained", help="the build the servers run (default as-trained)")
-    sp.add_argument("--kind", choices=["text", "images"], default="text", help="prose chats, or the bench's shape")
-    sp.add_argument("--rows", type=int, choices=[64, 256, 1024], default=None, help="image size (default: drawn)")
-    sp.add_argument("--conversations", type=int, default=24, help="held-out conversations (default 24)")
-    sp.add_argument("--n-max", default="3,7", help="draft lengths, comma-separated (default 3,7)")
-    sp.add_argument("--json", default=None, help="write the record here")
-    sp.set_defaults(func=cmd_speed)
+    _add_serving_stages(sub)
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     args.command_line = "pyllama-dflash vlm " + " ".join(argv)

@@ -1,7 +1,9 @@
 """The ``vlm`` records as Markdown (docs/trained-target.md carries the committed ones').
 
 A record's ``kind`` says which stage wrote it: ``judge`` (the differential and the captions), ``padded``
-(a padded target's logits and batch costs) or ``drafts`` (the drafts' corpora and held-out acceptance).
+(a padded target's logits and batch costs), ``drafts`` (the drafts' corpora and held-out acceptance) or
+``vlm-speed`` (tokens/s with a draft over without through llama-server) or ``vlm-paired`` (two of
+those records' acceptance, paired).
 """
 
 from __future__ import annotations
@@ -95,6 +97,71 @@ def _drafts(r: dict) -> list[str]:
     ]
 
 
+def _ratio(cell: dict | None) -> str:
+    if not cell:
+        return ""
+    lo, hi = cell["ci95"]
+    return f"{cell['ratio']:.2f} [{lo:.2f}, {hi:.2f}]"
+
+
+def _speed(r: dict) -> list[str]:
+    rows = []
+    for n_max, entry in r["table"].items():
+        for phase, cell in entry["phases"].items():
+            tok_s, a, c = cell["tok_s"], cell["accepted_per_round"], cell["implied_round_cost"]
+            rows.append(
+                [
+                    n_max,
+                    phase,
+                    f"{tok_s['without_draft_tok_s']:.1f}" if tok_s else "",
+                    f"{tok_s['with_draft_tok_s']:.1f}" if tok_s else "",
+                    _ratio(tok_s),
+                    _ratio(cell["ttft"]),
+                    "" if a is None else f"{a:.2f}",
+                    "" if c is None else f"{c:.2f}",
+                    "" if c is None else f"{cell['accepted_needed_for_1_5x']:.2f}",
+                ]
+            )
+    files = r["files"]
+    same = all(e["replies_equal_without_draft"] for e in r["table"].values())
+    return [
+        f"`{r['command']}`: target `{files['target']['name']}`, draft `{files['draft']['name']}`, variant "
+        f"`{r['variant']}`, {r['conversations']} held-out {r['conversation_kind']} conversations"
+        + (f" with images of {r['rows']} rows" if r.get("rows") else "")
+        + f"; every reply with the draft {'equal to' if same else 'NOT equal to'} the reply without it:",
+        "",
+        table(
+            [
+                "n_max",
+                "phase",
+                "tokens/s without",
+                "with",
+                "with / without",
+                "time to first token, with / without",
+                "accepted a round (a)",
+                "round cost implied (c)",
+                "a for 1.5x at that c",
+            ],
+            rows,
+        ),
+    ]
+
+
+def _paired(r: dict) -> list[str]:
+    rows = []
+    for phase, d in r["phases"].items():
+        lo, hi = d["ci95"]
+        cell = f"{d['difference']:+.2f} [{lo:+.2f}, {hi:+.2f}]"
+        rows.append([phase, f"**{cell}**" if d["told_apart"] else cell])
+    return [
+        f"`{r['command']}`: draft `{r['draft']}`, accepted tokens a round under `{r['first']['variant']}` minus "
+        f"under `{r['second']['variant']}` (n_max {r['n_max']}), paired over conversations; the replies were "
+        f"the same in {r['same_replies']} of {r['turns']} turns (bold: the interval excludes 0):",
+        "",
+        table(["phase", f"{r['first']['variant']} - {r['second']['variant']}"], rows),
+    ]
+
+
 def _with_interval(cell: dict) -> str:
     lo, hi = cell["ci95"]
     return f"{cell['mean']:.2f} [{lo:.2f}, {hi:.2f}]"
@@ -105,5 +172,7 @@ def _pct(x: float) -> str:
 
 
 def markdown(record: dict) -> str:
-    body = {"judge": _judge, "padded": _padded, "drafts": _drafts}[record["kind"]](record)
+    body = {"judge": _judge, "padded": _padded, "drafts": _drafts, "vlm-speed": _speed, "vlm-paired": _paired}[
+        record["kind"]
+    ](record)
     return "\n".join([heading(record), "", *body]) + "\n"
