@@ -9,6 +9,7 @@ those records' acceptance, paired).
 from __future__ import annotations
 
 from ..figures import heading, table
+from .served_speed import ratio_of_text
 
 
 def _judge(r: dict) -> list[str]:
@@ -124,6 +125,9 @@ def _speed(r: dict) -> list[str]:
             )
     files = r["files"]
     same = all(e["replies_equal_without_draft"] for e in r["table"].values())
+    after_image = [
+        f"{phase} {_ratio(cell)}" for n_max in r["table"] for phase, cell in ratio_of_text(r, int(n_max)).items()
+    ]
     return [
         f"`{r['command']}`: target `{files['target']['name']}`, draft `{files['draft']['name']}`, variant "
         f"`{r['variant']}`, {r['conversations']} held-out {r['conversation_kind']} conversations"
@@ -143,6 +147,16 @@ def _speed(r: dict) -> list[str]:
                 "a for 1.5x at that c",
             ],
             rows,
+        ),
+        *(
+            [
+                "",
+                "Each phase's tokens/s ratio over the text turns' ratio, the same conversations resampled for both: "
+                + "; ".join(after_image)
+                + ".",
+            ]
+            if after_image
+            else []
         ),
     ]
 

@@ -26,6 +26,7 @@ import numpy as np
 from ..acceptance.chat import ask
 from ..acceptance.served import prefill_ratio, throughput_ratio
 from ..acceptance.stats import paired_difference
+from ..bootstrap import percentile_interval, resample
 from ..server import ServerOptions, serve
 from ..server.bodies import image_part
 from ..tiny.image import png_bytes
@@ -162,3 +163,33 @@ def paired_acceptance(a: dict, b: dict, n_max: int) -> dict:
         "same_replies": sum(x["reply"] == y["reply"] for x, y in zip(ta, tb, strict=True)),
         "turns": len(ta),
     }
+
+
+def ratio_of_text(record: dict, n_max: int) -> dict[str, dict]:
+    """Per phase after an image: its tokens/s ratio (with the draft over without) over the text turns' ratio
+    of the same conversations, with a 95% interval from resampling the conversations for both at once."""
+    drafted, plain = record["turns"][f"n_max {n_max}"], record["turns"]["no draft"]
+    seeds = sorted({t["seed"] for t in plain})
+
+    def sums(turns: list[dict], phase: str) -> np.ndarray:  # [conversation, (tokens, ms)]
+        return np.array(
+            [
+                [
+                    sum(t[k] for t in turns if t["seed"] == s and t["phase"] == phase)
+                    for k in ("predicted_n", "predicted_ms")
+                ]
+                for s in seeds
+            ],
+            dtype=float,
+        )
+
+    def ratio(phase: str, idx: np.ndarray) -> np.ndarray:
+        a, b = sums(drafted, phase)[idx].sum(axis=-2), sums(plain, phase)[idx].sum(axis=-2)
+        return (a[..., 0] / a[..., 1]) / (b[..., 0] / b[..., 1])
+
+    idx, whole = resample(len(seeds)), np.arange(len(seeds))
+    out = {}
+    for phase in dict.fromkeys(t["phase"] for t in plain if t["phase"] != "text"):
+        lo, hi = percentile_interval(ratio(phase, idx) / ratio("text", idx))
+        out[phase] = {"ratio": float(ratio(phase, whole) / ratio("text", whole)), "ci95": [lo, hi]}
+    return out
