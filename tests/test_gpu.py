@@ -19,7 +19,6 @@ from pyllama_dflash.scenarios.catalog import SCENARIOS, expectations, meets
 from pyllama_dflash.scenarios.scenario_job import ScenarioJob
 from pyllama_dflash.slotloop.config import DEFAULT_CONFIG
 
-
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not nvidia_gpu_present(), reason="no NVIDIA device on this machine"),
