@@ -9,7 +9,6 @@ those records' acceptance, paired).
 from __future__ import annotations
 
 from ..figures import heading, table
-from .served_speed import ratio_of_text
 
 
 def _judge(r: dict) -> list[str]:
@@ -125,9 +124,7 @@ def _speed(r: dict) -> list[str]:
             )
     files = r["files"]
     same = all(e["replies_equal_without_draft"] for e in r["table"].values())
-    after_image = [
-        f"{phase} {_ratio(cell)}" for n_max in r["table"] for phase, cell in ratio_of_text(r, int(n_max)).items()
-    ]
+    after_image = [f"{phase} {_ratio(cell)}" for e in r["table"].values() for phase, cell in e["ratio_of_text"].items()]
     return [
         f"`{r['command']}`: target `{files['target']['name']}`, draft `{files['draft']['name']}`, variant "
         f"`{r['variant']}`, {r['conversations']} held-out {r['conversation_kind']} conversations"

@@ -97,7 +97,8 @@ def _acceptance(turns: list[dict], n_max: int) -> float | None:
 
 def summarise(runs: dict[str, list[dict]], seeds: Sequence[int], n_maxes: Sequence[int]) -> dict:
     """Per draft length and phase: the ratios with intervals, ``a``, the implied ``c`` and the acceptance
-    1.5x would need; and whether every reply with the draft was the reply without it."""
+    1.5x would need; each after-image phase's ratio over the text ratio; and whether every reply with the
+    draft was the reply without it."""
     plain = runs["no draft"]
     phases = list(dict.fromkeys(t["phase"] for t in plain))
     table = {}
@@ -117,7 +118,11 @@ def summarise(runs: dict[str, list[dict]], seeds: Sequence[int], n_maxes: Sequen
                 "accepted_needed_for_1_5x": None if c is None else 1.5 * c - 1,
             }
         same = all(t["reply"] == p["reply"] for t, p in zip(turns, plain, strict=True))
-        table[str(n_max)] = {"phases": cells, "replies_equal_without_draft": same}
+        table[str(n_max)] = {
+            "phases": cells,
+            "ratio_of_text": ratio_of_text(turns, plain, seeds),
+            "replies_equal_without_draft": same,
+        }
     return table
 
 
@@ -165,31 +170,25 @@ def paired_acceptance(a: dict, b: dict, n_max: int) -> dict:
     }
 
 
-def ratio_of_text(record: dict, n_max: int) -> dict[str, dict]:
+def ratio_of_text(turns: list[dict], plain: list[dict], seeds: Sequence[int]) -> dict[str, dict]:
     """Per phase after an image: its tokens/s ratio (with the draft over without) over the text turns' ratio
     of the same conversations, with a 95% interval from resampling the conversations for both at once."""
-    drafted, plain = record["turns"][f"n_max {n_max}"], record["turns"]["no draft"]
-    seeds = sorted({t["seed"] for t in plain})
 
-    def sums(turns: list[dict], phase: str) -> np.ndarray:  # [conversation, (tokens, ms)]
+    def sums(ts: list[dict], phase: str) -> np.ndarray:  # [conversation, (tokens, ms)]
+        keys = ("predicted_n", "predicted_ms")
         return np.array(
-            [
-                [
-                    sum(t[k] for t in turns if t["seed"] == s and t["phase"] == phase)
-                    for k in ("predicted_n", "predicted_ms")
-                ]
-                for s in seeds
-            ],
-            dtype=float,
+            [[sum(t[k] for t in ts if t["seed"] == s and t["phase"] == phase) for k in keys] for s in seeds], float
         )
 
-    def ratio(phase: str, idx: np.ndarray) -> np.ndarray:
-        a, b = sums(drafted, phase)[idx].sum(axis=-2), sums(plain, phase)[idx].sum(axis=-2)
+    def ratio(a: np.ndarray, b: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        a, b = a[idx].sum(axis=-2), b[idx].sum(axis=-2)
         return (a[..., 0] / a[..., 1]) / (b[..., 0] / b[..., 1])
 
     idx, whole = resample(len(seeds)), np.arange(len(seeds))
+    text = sums(turns, "text"), sums(plain, "text")
     out = {}
     for phase in dict.fromkeys(t["phase"] for t in plain if t["phase"] != "text"):
-        lo, hi = percentile_interval(ratio(phase, idx) / ratio("text", idx))
-        out[phase] = {"ratio": float(ratio(phase, whole) / ratio("text", whole)), "ci95": [lo, hi]}
+        this = sums(turns, phase), sums(plain, phase)
+        lo, hi = percentile_interval(ratio(*this, idx) / ratio(*text, idx))
+        out[phase] = {"ratio": float(ratio(*this, whole) / ratio(*text, whole)), "ci95": [lo, hi]}
     return out
