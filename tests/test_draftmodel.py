@@ -173,11 +173,53 @@ def test_a_context_window_covering_every_row_trains_on_the_whole_context():
     params = {k: jnp.asarray(v) for k, v in w.params.items()}
     conv_idx, anchor = jnp.asarray([0, 1]), jnp.asarray([[9, 20, 30], [12, 25, 31]])
 
+    length = jnp.full(anchor.shape, w.hp.block_size)
+
     def loss(rows: int) -> float:
-        return float(_loss(jax, jnp, w, data, Recipe(context_rows=rows))(params, conv_idx, anchor)[0])
+        return float(_loss(jax, jnp, w, data, Recipe(context_rows=rows))(params, conv_idx, anchor, length)[0])
 
     assert loss(n) == pytest.approx(loss(0), rel=1e-5)
     assert loss(4) != pytest.approx(loss(0), rel=1e-3)
+
+
+def test_a_shorter_block_trains_as_a_block_of_that_length_alone():
+    """Recipe.block_lengths: a block of length 3 inside the draft's longer block is scored as the numpy
+    reference scores a block of 3 rows alone (its later rows unseen, unscored), and differs from the full."""
+    pytest.importorskip("jax", reason="JAX is the train extra's (pip install -e '.[train]')")
+    import jax
+    import jax.numpy as jnp
+
+    from pyllama_dflash.draftmodel.train import Recipe, _block_lengths, _loss, prepare
+
+    models = tiny_models()
+    w = load_draft(models.draft, models.target)
+    rng = np.random.default_rng(4)
+    n, short = 30, 3
+    feats = rng.normal(size=(n, w.params["fc.weight"].shape[1])).astype(np.float32)
+    conv = Conversation(feats, rng.integers(10, 100, size=n), np.arange(n) >= 6)
+    data = prepare([conv], w.hp.block_size)
+    params = {k: jnp.asarray(v) for k, v in w.params.items()}
+    recipe = Recipe(decay=1.0)
+    anchor = 12
+
+    def trained_loss(length: int) -> float:
+        fn = _loss(jax, jnp, w, data, recipe)
+        return float(fn(params, jnp.asarray([0]), jnp.asarray([[anchor]]), jnp.asarray([[length]]))[0])
+
+    ctx = forward.context_kv(np, w.params, w.hp, feats[:anchor], np.arange(anchor))
+    block = np.array([conv.tokens[anchor]] + [w.hp.mask_id] * (short - 1))
+    hidden = forward.block_hidden(
+        np, w.params, w.hp, w.tok_embd, ctx, np.ones(anchor, bool), block, np.arange(anchor, anchor + short)
+    )
+    logits = forward.head_logits(np, hidden[1:], w.output).astype(np.float64)
+    logp = logits - logits.max(-1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+    labels = conv.tokens[anchor + 1 : anchor + short]
+    reference = float(-logp[np.arange(short - 1), labels].mean())
+    assert trained_loss(short) == pytest.approx(reference, rel=1e-4)
+    assert trained_loss(w.hp.block_size) != pytest.approx(reference, rel=1e-3)
+    with pytest.raises(ValueError, match="block_lengths"):
+        _block_lengths(Recipe(block_lengths=(w.hp.block_size + 1,)), w.hp.block_size)
 
 
 def _conversation(replies_: list[list[int]]) -> Conversation:

@@ -98,14 +98,18 @@ def block_hidden(
     ctx_visible: Any,
     tokens: Any,
     pos: Any,
+    inner: Any = None,
 ) -> Any:
     """The noise block's final hidden states ``[..., B, n_embd]``.
 
     ``ctx`` is context_kv's output with context axis n; ``ctx_visible [..., n]`` says which context rows
-    the block sees (all of them when drafting; the rows before the anchor in training)."""
+    the block sees (all of them when drafting; the rows before the anchor in training); ``inner [..., B, B]``
+    which block rows each block row sees (default: all, or those up to it for a causal draft)."""
     n_block = tokens.shape[-1]
     x = tok_embd[tokens]
-    inner = xp.tril(xp.ones((n_block, n_block), dtype=bool)) if hp.causal else xp.ones((n_block, n_block), dtype=bool)
+    if inner is None:
+        full = xp.ones((n_block, n_block), dtype=bool)
+        inner = xp.tril(full) if hp.causal else full
     ctx_vis = ctx_visible[..., None, :]
     for il in range(hp.n_layer):
         b = f"blk.{il}."

@@ -62,6 +62,11 @@ class Recipe:
     # each row at its own position, so a long conversation is trained at every position it reaches while a
     # step costs the window, not the conversation
     context_rows: int = 0
+    # the block lengths trained at, each block drawing one (empty: the draft's block size alone). b11434 decodes
+    # n_max + 1 rows a round and the block is bidirectional, so a draft served at a shorter n_max than it was
+    # trained for reads fewer masks than it learnt from: a draft trained on blocks of 8 alone keeps 2.54 of 7
+    # but 1.05 of 3. A shorter block is the longer one with its last rows absent (unseen, no loss)
+    block_lengths: tuple[int, ...] = ()
 
 
 @dataclass
@@ -123,6 +128,7 @@ def train(
     if init.d2t is not None or "markov_w1.weight" in init.params:
         raise ValueError("training covers the plain DFlash draft (and its causal form), not DSpark's heads")
     data = prepare(convs, hp.block_size)
+    lengths = _block_lengths(recipe, hp.block_size)
     params = {k: jnp.asarray(v) for k, v in init.params.items()}
     loss_fn = _loss(jax, jnp, init, data, recipe)
 
@@ -133,8 +139,8 @@ def train(
     opt_init, opt_update = _adam(jax, jnp, lr_at, recipe.weight_decay)
 
     @jax.jit
-    def step(p, state, conv_idx, anchor):
-        (loss, hit), grads = jax.value_and_grad(loss_fn, has_aux=True)(p, conv_idx, anchor)
+    def step(p, state, conv_idx, anchor, length):
+        (loss, hit), grads = jax.value_and_grad(loss_fn, has_aux=True)(p, conv_idx, anchor, length)
         p, state = opt_update(p, grads, state)
         return p, state, loss, hit
 
@@ -145,7 +151,8 @@ def train(
     for it in range(1, recipe.steps + 1):
         conv_idx = rng.choice(len(convs), size=recipe.seqs_per_step, replace=False)
         anchor = np.stack([rng.choice(data.anchors[c], size=recipe.anchors_per_seq) for c in conv_idx])
-        params, state, loss, hit = step(params, state, jnp.asarray(conv_idx), jnp.asarray(anchor))
+        length = rng.choice(lengths, size=anchor.shape)
+        params, state, loss, hit = step(params, state, jnp.asarray(conv_idx), jnp.asarray(anchor), jnp.asarray(length))
         if not np.isfinite(float(loss)):  # every later step stays NaN: stop before the draft is written
             last = history[-1] if history else None
             raise TrainingDiverged(
@@ -162,6 +169,14 @@ def train(
             log(f"{line} ({eta(it, recipe.steps, t0)})")
     out = {k: np.asarray(v, dtype=np.float32) for k, v in params.items()}
     return out, {"seconds": round(time.perf_counter() - t0, 1), "history": history}
+
+
+def _block_lengths(recipe: Recipe, block_size: int) -> np.ndarray:
+    lengths = recipe.block_lengths or (block_size,)
+    bad = [n for n in lengths if not 2 <= n <= block_size]
+    if bad:
+        raise ValueError(f"Recipe.block_lengths {list(lengths)}: each must be 2..{block_size} (the draft's block size)")
+    return np.asarray(lengths, dtype=np.int32)
 
 
 def _loss(jax: Any, jnp: Any, init: DraftWeights, data: Batches, recipe: Recipe) -> Callable:
@@ -184,9 +199,12 @@ def _loss(jax: Any, jnp: Any, init: DraftWeights, data: Batches, recipe: Recipe)
         ctx = [(k[:, None], v[:, None]) for k, v in ctx]  # one context per sequence, shared by its anchors
         return ctx, jnp.arange(length)[None, None, :] < anchor[..., None]
 
-    def loss_fn(p, conv_idx, anchor):
+    def loss_fn(p, conv_idx, anchor, length):
+        """``length [S, A]``: each block's length; its rows from there on are neither seen nor scored."""
         ctx, visible = context(p, conv_idx, anchor)
         offs = jnp.arange(block)
+        present = offs < length[..., None]  # [S, A, B]
+        inner = present[..., None, :] & (jnp.tril(jnp.ones((block, block), bool)) if hp.causal else True)
         rows = anchor[..., None] + offs  # [S, A, B]
         seq_tokens = tokens[conv_idx]  # [S, L + B]
         labels = jnp.take_along_axis(seq_tokens[:, None, :], rows[..., 1:], axis=-1)
@@ -194,11 +212,13 @@ def _loss(jax: Any, jnp: Any, init: DraftWeights, data: Batches, recipe: Recipe)
             [jnp.take_along_axis(seq_tokens[:, None, :], rows[..., :1], axis=-1), jnp.full(labels.shape, hp.mask_id)],
             axis=-1,
         )
-        hidden = forward.block_hidden(jnp, p, hp, tok_embd, ctx, visible, block_tokens, rows)
+        hidden = forward.block_hidden(jnp, p, hp, tok_embd, ctx, visible, block_tokens, rows, inner)
         logits = forward.head_logits(jnp, hidden[..., 1:, :], output)
         logp = jax.nn.log_softmax(logits, axis=-1)
         nll = -jnp.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]  # [S, A, B-1]
+        scored = weights * present[..., 1:]
         hit = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
-        return jnp.mean(nll * weights) / jnp.mean(weights), jnp.mean(hit, axis=(0, 1))
+        hits = jnp.sum(hit * present[..., 1:], axis=(0, 1)) / jnp.maximum(jnp.sum(present[..., 1:], axis=(0, 1)), 1)
+        return jnp.sum(nll * scored) / jnp.sum(scored), hits
 
     return loss_fn
