@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build the pinned llama.cpp with each variant of patches/series side by side.
 
-    python build.py --variant all        # baseline and every patched variant
+    python build.py --variants all        # baseline and every patched variant
     python build.py --list               # what is built
     python build.py --check              # dry-run the patch series
 

@@ -1,6 +1,6 @@
 """``pyllama-dflash``: one console command for the project's tools.
 
-    pyllama-dflash build --variant all     # = python build.py --variant all
+    pyllama-dflash build --variants all     # = python build.py --variants all
     pyllama-dflash repro                   # = python -m pyllama_dflash.repro
     pyllama-dflash fuzz --examples 200     # = python -m pyllama_dflash.fuzz --examples 200
     pyllama-dflash mutate --list           # = python -m pyllama_dflash.mutate --list

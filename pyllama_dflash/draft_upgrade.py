@@ -155,9 +155,9 @@ def inspect(draft: Path | str, target: Path | str | None = None) -> DraftInfo:
 
 
 def default_output(draft: Path | str) -> Path:
-    """Where upgrade() writes when given neither out nor in_place: ``NAME-mrope.gguf`` beside it."""
+    """Where upgrade() writes when given neither out nor in_place: the twin, ``NAME-twin.gguf`` beside it."""
     p = Path(draft)
-    return p.with_name(f"{p.stem}-mrope{p.suffix or '.gguf'}")
+    return p.with_name(f"{p.stem}-twin{p.suffix or '.gguf'}")
 
 
 def _same_file(a: Path, b: Path) -> bool:

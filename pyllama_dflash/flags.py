@@ -43,11 +43,19 @@ class RetiredFlag(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         print(f"{parser.prog}: {option_string} is now {self.new}; the old name still works", file=sys.stderr)
+        taken = getattr(namespace, self.dest, None)
+        if isinstance(values, list) and isinstance(taken, list):  # a list flag's old spelling, given again
+            values = [*taken, *values]
         setattr(namespace, self.dest, values)
 
 
 SHARED: dict[str, _Shared] = {
-    "variants": _Shared(("--variants",), "comma-separated variants", unset="every variant of patches/series"),
+    "variants": _Shared(
+        ("--variants",),
+        "comma-separated variants (baseline, names of patches/series, or all)",
+        unset="every variant of patches/series",
+        kwargs={"type": lambda text: [v.strip() for v in text.split(",") if v.strip()], "metavar": "LIST"},
+    ),
     "must_pass": _Shared(
         ("--must-pass",),
         "the variant whose verdict decides the exit code: it must pass every scenario in repro, every schedule in fuzz",

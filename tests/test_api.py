@@ -13,6 +13,7 @@ import pytest
 
 from pyllama_dflash import api, tiny
 from pyllama_dflash.api import kv_cells
+from pyllama_dflash.slotloop.models import DRAFT_KINDS
 from pyllama_dflash.tiny import gemma4, image
 
 # fixtures (lib_dir, models, target_model, draft_model, target, draft, spec, projector): conftest.py
@@ -311,7 +312,7 @@ def test_an_unknown_spec_type_is_refused_by_name(draft: api.Context, target: api
         api.Speculative(target, draft, spec_type="draft-nothing")
 
 
-@pytest.mark.parametrize("kind", ["plain", "mrope", "swa"])
+@pytest.mark.parametrize("kind", DRAFT_KINDS)
 def test_a_drafts_positions_are_read_from_its_cell_records_gaps_included(lib_dir, model_set, kind) -> None:
     """kv_cells.held() reads b11434's state records: a gap inside the draft's memory shows, which its
     first and last positions cannot (the M-RoPE draft's cells carry the 2-D extension, the sliding-window

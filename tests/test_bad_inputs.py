@@ -311,7 +311,7 @@ def test_an_unknown_variant_everywhere(tmp_path: Path) -> None:
     known = ", ".join(VARIANTS)
     assert str(info.value) == f"unknown variant 'x' (this series has: {known})"
 
-    proc = _run([PY, str(REPO / "build.py"), "--variant", "x"])
+    proc = _run([PY, str(REPO / "build.py"), "--variants", "x"])
     assert proc.returncode == 2
     assert f"build.py: error: unknown variant 'x' (this series has: {known})" in proc.stderr
     assert "resolving the llama.cpp source" not in proc.stderr  # refused before any source work
@@ -331,7 +331,7 @@ def test_a_variant_that_is_not_built(variants, pristine: Path, tmp_path: Path, m
     with pytest.raises(VariantNotBuilt) as info:
         pyllama_dflash.load("full")
     assert str(info.value) == (
-        f"variant 'full' is not built{asked} in {empty}/variants; run: python build.py --variant full{flag}"
+        f"variant 'full' is not built{asked} in {empty}/variants; run: python build.py --variants full{flag}"
         " (--cpu portable: a build that runs on any x86-64 CPU)"
     )
 
@@ -342,7 +342,7 @@ def test_a_variant_that_is_not_built(variants, pristine: Path, tmp_path: Path, m
     )
     assert proc.returncode == 2
     assert (
-        f"repro: error: variant 'full' is not built{asked} in {empty}/variants; run: python build.py --variant full"
+        f"repro: error: variant 'full' is not built{asked} in {empty}/variants; run: python build.py --variants full"
         in proc.stderr
     )
     assert list(empty.iterdir()) == []
@@ -351,7 +351,7 @@ def test_a_variant_that_is_not_built(variants, pristine: Path, tmp_path: Path, m
 def test_llama_dir_that_is_not_llama_cpp(tmp_path: Path) -> None:
     (tmp_path / "tree").mkdir()
     (tmp_path / "tree" / "README.md").write_text("not llama.cpp\n")
-    proc = _run([PY, str(REPO / "build.py"), "--variant", "baseline", "--llama-dir", str(tmp_path / "tree")])
+    proc = _run([PY, str(REPO / "build.py"), "--variants", "baseline", "--llama-dir", str(tmp_path / "tree")])
     assert proc.returncode == 2
     assert (
         f"build.py: error: --llama-dir {tmp_path / 'tree'}: not a llama.cpp source tree (missing CMakeLists.txt, "
@@ -422,9 +422,9 @@ def test_bad_inputs_write_nothing_outside_the_cache(
     env.update(HOME=str(home), TMPDIR=str(tmp), PYTHONPATH=str(checkout), LLAMA_CPP_DIR=str(pristine))
     real_cache = {CACHE_ENV: str(cache_root())}  # named explicitly: the builds live there
     runs = [
-        ([str(checkout / "build.py"), "--variant", "x"], {}, "unknown variant 'x'"),
+        ([str(checkout / "build.py"), "--variants", "x"], {}, "unknown variant 'x'"),
         (
-            [str(checkout / "build.py"), "--variant", "baseline", "--llama-dir", str(cwd)],
+            [str(checkout / "build.py"), "--variants", "baseline", "--llama-dir", str(cwd)],
             {},
             "not a llama.cpp source tree",
         ),
@@ -501,8 +501,14 @@ def test_sizes_llama_cpp_asserts_on_are_refused_up_front(lib_dir, target_model):
 @pytest.mark.parametrize(
     "args, named",
     [
-        (["--only", "speed", "--image-rows", "64,256"], "--image-rows 64,256: the speed section takes one image size"),
-        (["--only", "speed", "--image-rows", "100"], "--image-rows '100': a comma-separated choice of 64, 256, 1024"),
+        (
+            ["--only", "speed", "--rows-per-image", "64,256"],
+            "--rows-per-image 64,256: the speed section takes one image size",
+        ),
+        (
+            ["--only", "speed", "--rows-per-image", "100"],
+            "--rows-per-image '100': a comma-separated choice of 64, 256, 1024",
+        ),
         (["--only", "speed", "--conversations", "0"], "--conversations 0: at least one conversation per column"),
     ],
 )

@@ -109,14 +109,21 @@ def test_a_tree_that_is_not_llama_cpp_is_refused(tmp_path):
 
 
 def test_an_unknown_variant_is_refused():
-    proc = build_py("--variant", "no-such-variant")
+    proc = build_py("--variants", "baseline,no-such-variant")
     assert proc.returncode == 2
     assert "unknown variant 'no-such-variant'" in proc.stderr and "baseline" in proc.stderr
 
 
+def test_the_old_repeated_variant_flag_still_builds_and_names_the_new_one():
+    """--variant NAME, repeatable, was build's flag before --variants LIST, which the other tools take."""
+    proc = build_py("--variant", "baseline", "--variant", "no-such-variant")
+    assert proc.returncode == 2
+    assert "--variant is now --variants" in proc.stderr and "unknown variant 'no-such-variant'" in proc.stderr
+
+
 def test_a_second_build_is_a_no_op(variants):
     before = {name: m.path.stat().st_mtime_ns for name, m in variants.items()}
-    proc = build_py("--variant", "all")
+    proc = build_py("--variants", "all")
     assert proc.returncode == 0, proc.stderr
     for name in variants:
         assert f"{name}: up to date" in proc.stderr
@@ -191,7 +198,7 @@ def test_a_test_series_builds_incrementally_beside_the_project_variants(variants
         Stage(work / "llama.cpp", Path(variants["baseline"].data["source"]["path"])).sync(
             {}, ["common/speculative.cpp"]
         )
-    proc = build_py("--patches", str(DATA / "test-patches"), "--variant", "test-comment", "--jobs", "2")
+    proc = build_py("--patches", str(DATA / "test-patches"), "--variants", "test-comment", "--jobs", "2")
     assert proc.returncode == 0, proc.stderr
     built = {line.split()[0]: Path(line.split()[-1]) for line in proc.stdout.splitlines() if line.strip()}
     test_dir = built["test-comment"]
@@ -204,14 +211,14 @@ def test_a_test_series_builds_incrementally_beside_the_project_variants(variants
     assert steps and max(steps) < 20, steps  # a cold build has over 200 steps
     assert sha256_file(test_dir / "libllama.so") == sha256_file(variants["baseline"].library("llama"))
     # the project's variants are untouched by it
-    again = build_py("--variant", "all")
+    again = build_py("--variants", "all")
     assert again.returncode == 0 and "compile" not in again.stderr
     shutil.rmtree(test_dir)  # 19 MB in the shared cache that nothing else reads
 
 
 @pytest.mark.skipif(not toolchain.cuda_toolkit_problems(), reason="this machine has a complete CUDA toolkit")
 def test_a_forced_cuda_build_without_a_toolkit_stops_before_configuring():
-    proc = build_py("--backend", "cuda", "--variant", "baseline")
+    proc = build_py("--backend", "cuda", "--variants", "baseline")
     assert proc.returncode == 2
     assert "--backend cuda: this machine cannot build ggml-cuda" in proc.stderr
     assert toolchain.cuda_toolkit_problems()[0] in proc.stderr

@@ -52,7 +52,7 @@ class Build:
     def __init__(self, series: Path) -> None:
         self.t0 = time.monotonic()
         self.proc = subprocess.Popen(
-            [sys.executable, str(REPO / "build.py"), "--patches", str(series), "--variant", VARIANT, "--jobs", "2"],
+            [sys.executable, str(REPO / "build.py"), "--patches", str(series), "--variants", VARIANT, "--jobs", "2"],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

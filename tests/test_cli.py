@@ -174,7 +174,7 @@ def test_patches_names_another_series_and_a_missing_one_is_named(tool, tmp_path)
 def _missing_file_args(name: str, missing: Path) -> tuple[list[str], dict[str, str]]:
     """Each command given a file (or folder) that is not there: (its arguments, environment)."""
     by_flag = {
-        "build": ["--variant", "full", "--patches", str(missing)],
+        "build": ["--variants", "full", "--patches", str(missing)],
         "repro": ["--no-build", "--patches", str(missing)],
         "fuzz": ["--examples", "1", "--patches", str(missing)],
         "soak": ["--requests", "1", "--patches", str(missing)],
@@ -233,7 +233,7 @@ def _interruptible(name: str, tmp_path: Path, cache: Path) -> tuple[list[str], d
         os.mkfifo(tree / ".git" / "pyllama-dflash-develop.json")  # the develop record, read first
         return ["write-back", "--dir", str(tree)], {}
     waits = {  # resolving the source: past the held lock only after the interrupt
-        "build": ["--variant", "full"],
+        "build": ["--variants", "full"],
         "repro": ["--scenarios", "S1", "--variants", "full"],
         "mutate": ["--list"],
         "bench": ["--only", "bindings", "--json", str(tmp_path / "bench.json")],
@@ -300,7 +300,7 @@ def test_sigterm_ends_a_command_as_ctrl_c_does(tmp_path):
     lock = _stub_cache(tmp_path) / "locks" / "source.lock"
     with open(lock, "a+") as held:
         fcntl.flock(held.fileno(), fcntl.LOCK_EX)
-        proc = _interrupt(["build", "--variant", "full"], {CACHE_ENV: str(lock.parent.parent)}, signal.SIGTERM)
+        proc = _interrupt(["build", "--variants", "full"], {CACHE_ENV: str(lock.parent.parent)}, signal.SIGTERM)
     assert proc.returncode == 130, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1] == "pyllama-dflash build: interrupted; run it again to resume"
 

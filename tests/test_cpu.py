@@ -73,7 +73,7 @@ def test_a_build_for_features_this_cpu_lacks_is_refused_with_them_named(variants
     with pytest.raises(VariantNotBuilt) as info:
         manifest.find("baseline", cpu_mode=m.cpu_mode)
     text = str(info.value)
-    assert lacking in text and f"python build.py --variant baseline --cpu {m.cpu_mode}" in text
+    assert lacking in text and f"python build.py --variants baseline --cpu {m.cpu_mode}" in text
     assert "--cpu portable" in text
 
 

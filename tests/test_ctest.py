@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import DEFINED, FEEDS_MTP, FIX, REPO, VARIANTS
+from conftest import DEFINED, FEEDS_MTP, REPO, TWIN_FIX, VARIANTS
 from pyllama_dflash.engine import ctest_row
 from pyllama_dflash.llamabuild import BuildOptions, ctest
 from pyllama_dflash.llamabuild.builder import stage
@@ -87,8 +87,8 @@ def test_baseline_fails_on_the_legacy_drafts_calls_and_the_seeds_fill_drifts(row
 
 
 def test_the_fix_drafts_on_text_only_what_baseline_drafts(row):
-    assert row[FIX]["status"] in (PASS, TIE)
-    text_only = row[FIX]["drafts"][ctest_row.TEXT_ONLY]
+    assert row[TWIN_FIX]["status"] in (PASS, TIE)
+    text_only = row[TWIN_FIX]["drafts"][ctest_row.TEXT_ONLY]
     assert text_only == row[BASELINE]["drafts"][ctest_row.TEXT_ONLY]
     assert sum(len(r) for r in text_only["legacy"]) > 20  # it drafted, round after round
 
@@ -96,10 +96,10 @@ def test_the_fix_drafts_on_text_only_what_baseline_drafts(row):
 def test_a_tie_under_the_fix_is_proven_by_the_tests_own_layout_replay(row):
     """Where the fix's legacy draft drafts otherwise than its twin (DFlash2 with images, measured), the test
     replays the twin with the fix's cell layout, and that replay drafts exactly what the legacy draft drafts."""
-    ties = [c for c in row[FIX]["checks"] if ctest_row.TIE_CHECK in c["check"]]
+    ties = [c for c in row[TWIN_FIX]["checks"] if ctest_row.TIE_CHECK in c["check"]]
     assert all(c["ok"] for c in ties)
-    if row[FIX]["status"] == TIE:
-        assert ties and ties[0]["case"] in row[FIX]["first_failure"]
+    if row[TWIN_FIX]["status"] == TIE:
+        assert ties and ties[0]["case"] in row[TWIN_FIX]["first_failure"]
 
 
 def test_the_definition_drafts_what_its_reference_drafts_in_every_case(row):
@@ -115,7 +115,7 @@ def test_the_definition_drafts_what_its_reference_drafts_in_every_case(row):
     assert all(c["ok"] for c in row[DEFINED]["checks"]) and row[DEFINED]["status"] == PASS
     assert sum(1 for c in checks if "keeps positions of its own" in c["check"]) == len(cases)
     assert not any("image's positions" in c["check"] for c in checks)
-    for variant in (BASELINE, FIX):
+    for variant in (BASELINE, TWIN_FIX):
         assert not any("definition reference" in c["check"] for c in row[variant]["checks"])
         assert any("image's positions" in c["check"] for c in row[variant]["checks"])
 
@@ -128,8 +128,8 @@ def test_the_other_drafters_fail_on_baseline_and_pass_under_the_fix(row, drafter
     assert checks(BASELINE, "text-only") and all(c["ok"] for c in checks(BASELINE, "text-only"))
     failed = [c["check"] for c in checks(BASELINE, "images") if not c["ok"]]
     assert "legacy draft: every call succeeds" in failed
-    assert checks(FIX, "images") and all(c["ok"] for c in checks(FIX, "images"))
-    fix, base = row[FIX]["drafts"][f"{drafter}-text-only"], row[BASELINE]["drafts"][f"{drafter}-text-only"]
+    assert checks(TWIN_FIX, "images") and all(c["ok"] for c in checks(TWIN_FIX, "images"))
+    fix, base = row[TWIN_FIX]["drafts"][f"{drafter}-text-only"], row[BASELINE]["drafts"][f"{drafter}-text-only"]
     assert fix == base and sum(len(r) for r in fix["legacy"]) > 10
 
 
@@ -138,7 +138,7 @@ def test_the_staged_tree_runs_the_tests_with_upstreams_ctest(variants):
     if shutil.which("ctest") is None:
         pytest.fail("ctest not found on PATH (it comes with cmake, which the build needs)")
     outcomes = {}
-    for variant in (BASELINE, FIX):
+    for variant in (BASELINE, TWIN_FIX):
         staged = stage(variant, BuildOptions(cpu="native", quiet=True))
         assert all(
             (staged.tree / ctest.source(t)).is_file() for t in ctest.built_with(load_series(REPO / "patches"), variant)
@@ -148,7 +148,7 @@ def test_the_staged_tree_runs_the_tests_with_upstreams_ctest(variants):
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         assert "out of 2" in out.stdout, out.stdout[-2000:]
         outcomes[variant] = out.returncode
-    assert outcomes[BASELINE] != 0 and outcomes[FIX] == 0
+    assert outcomes[BASELINE] != 0 and outcomes[TWIN_FIX] == 0
 
 
 def test_a_text_only_difference_from_baseline_is_drift():

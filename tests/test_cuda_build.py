@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import FIX, VARIANTS
+from conftest import TWIN_FIX, VARIANTS
 from pyllama_dflash.env import CUDA_ARCH_ENV, CUDA_BUILD_TEST_ENV
 from pyllama_dflash.llamabuild import BuildOptions, build, toolchain
 
@@ -45,7 +45,7 @@ def test_every_variant_compiles_and_links_ggml_cuda(cuda_variants):
 
 
 def test_cublas_resolves_where_the_build_found_it(cuda_variants):
-    m = cuda_variants[FIX]
+    m = cuda_variants[TWIN_FIX]
     out = subprocess.run(["ldd", str(m.library("ggml-cuda"))], capture_output=True, text=True, check=True).stdout
     cublas = next(line for line in out.splitlines() if "libcublas.so" in line)
     assert "not found" not in cublas, out
@@ -58,7 +58,7 @@ def test_the_cuda_build_loads_here_with_the_devices_there_are(cuda_variants):
     """Without a GPU (or a driver) the CUDA variant still loads: ggml-cuda finds no device, the CPU runs."""
     code = (
         "import json, pyllama_dflash as p\n"
-        f"p.load({FIX!r}, backend='cuda')\n"
+        f"p.load({TWIN_FIX!r}, backend='cuda')\n"
         "from pyllama_dflash import api\n"
         "print(json.dumps(api.devices()))\n"
     )

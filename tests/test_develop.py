@@ -30,10 +30,10 @@ SERIES = load_series(PATCHES)
 LAST = SERIES.variants[-1]  # the variant that carries every patch
 # the last variant judged against the twin: 0007 (the definition) replaces 0003's and 0004's fills, so
 # their added lines are edited in the tree of the last variant that still holds them
-FIX = next(v for v in reversed(SERIES.variants[1:]) if SERIES.role(v) == TWIN_ROLE)
+TWIN_FIX = next(v for v in reversed(SERIES.variants[1:]) if SERIES.role(v) == TWIN_ROLE)
 # (variant, index): each patch edited in the tree of the last variant that still holds its lines
-EDITS = [(FIX, i) for i in range(len(SERIES.prefix(FIX)))] + [
-    (LAST, i) for i, p in enumerate(SERIES.prefix(LAST)) if p not in SERIES.prefix(FIX)
+EDITS = [(TWIN_FIX, i) for i in range(len(SERIES.prefix(TWIN_FIX)))] + [
+    (LAST, i) for i, p in enumerate(SERIES.prefix(LAST)) if p not in SERIES.prefix(TWIN_FIX)
 ]
 IDENTITY = {
     "GIT_AUTHOR_NAME": "tester",
@@ -83,7 +83,7 @@ def tree(developed) -> Path:
 
 @pytest.fixture(scope="module")
 def developed_fix(pristine: Path, tmp_path_factory: pytest.TempPathFactory):
-    return develop(FIX, tmp_path_factory.mktemp("develop-fix") / "tree", PATCHES)
+    return develop(TWIN_FIX, tmp_path_factory.mktemp("develop-fix") / "tree", PATCHES)
 
 
 def _restored(developed):

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import FIX, VARIANTS
+from conftest import TWIN_FIX, VARIANTS
 from pyllama_dflash.engine.matrix import case_name, run_cases
 from pyllama_dflash.oracles.references import REFERENCE
 from pyllama_dflash.scenarios.catalog import HOLE_SCENARIOS, SCENARIOS, expectations, meets
 from pyllama_dflash.slotloop.config import DEFAULT_CONFIG
-from pyllama_dflash.slotloop.models import tiny_models
+from pyllama_dflash.slotloop.models import DraftKind, tiny_models
 from pyllama_dflash.tiny import DRAFTERS
 
 IMAGE_SCENARIOS = [sid for sid, sc in SCENARIOS.items() if sc.image]
 CASES = [(d, "dense") for d in DRAFTERS if d != "dflash"] + [(d, "moe") for d in DRAFTERS]
 # the scenarios in which a legacy draft meets a hole (S9's draft is M-RoPE: it accepts the jump)
-HOLES = [sid for sid in HOLE_SCENARIOS if SCENARIOS[sid].draft != "mrope"]
+HOLES = [sid for sid in HOLE_SCENARIOS if SCENARIOS[sid].draft != DraftKind.TWIN]
 
 
 @pytest.fixture(scope="session")
@@ -55,7 +55,7 @@ def test_baseline_fails_on_every_hole_and_the_fix_drafts_what_the_twin_drafts(fa
     for sid in HOLES:
         base = table[sid]["baseline"]
         assert base["status"] == "FAIL" and "Y = X + 1" in base["first_failure"], (sid, base["first_failure"])
-        fix = table[sid][FIX]
+        fix = table[sid][TWIN_FIX]
         if fix["status"] == "DRIFT":
             drift = fix["drift"]
             assert sid in ("S10", "S16") and drift["behind_only"] and drift["differing"] == 1, drift

@@ -30,7 +30,7 @@ from pyllama_dflash.draftmodel.trained import (
 from pyllama_dflash.draftmodel.weights import load_draft
 from pyllama_dflash.errors import GGUFError
 from pyllama_dflash.slotloop import Session
-from pyllama_dflash.slotloop.models import tiny_models
+from pyllama_dflash.slotloop.models import DraftKind, tiny_models
 from pyllama_dflash.slotloop.record import Record
 
 NMSE_MAX = 1e-5
@@ -66,7 +66,7 @@ def _nmse(got: np.ndarray, ref: np.ndarray) -> float:
 @pytest.mark.parametrize("drafter", IMPLEMENTED)
 def test_reference_model_logits_match_llamacpp(lib_dir, drafter, mrope):
     models = tiny_models(drafter=drafter)
-    path = models.draft_for("mrope" if mrope else "plain")
+    path = models.draft_for(DraftKind.TWIN if mrope else DraftKind.PLAIN)
     w = load_draft(path, models.target)
     rng = np.random.default_rng(len(drafter))
     feats = rng.normal(size=(37, len(w.hp.target_layers) * w.hp.n_embd)).astype(np.float32)

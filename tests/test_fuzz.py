@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import DEFINED, FIX, LAST, VARIANTS
+from conftest import DEFINED, LAST, TWIN_FIX, VARIANTS
 from pyllama_dflash.engine.invariant import DraftAhead, DraftHole, SpecFailed, TargetFailed, failed_call
 from pyllama_dflash.engine.schedule import Schedule, ScheduleError, words
 from pyllama_dflash.engine.schedule_runner import examples_from_env, replay_variants, search_variants, seed_from_env
@@ -259,7 +259,7 @@ def test_the_oracles_two_blind_spots_at_budget(variants, model_set, tmp_path, na
     too (a tie, proven); and a target-only restore after which baseline's twin keeps the stale cell of the
     undone generation beside the new row, where the history (and the fix) have none."""
     schedule = Schedule.load(Path(__file__).parent / "data" / "schedules" / f"{name}.json")
-    r = replay_variants(schedule, [FIX], model_set, work_dir=tmp_path)[FIX]
+    r = replay_variants(schedule, [TWIN_FIX], model_set, work_dir=tmp_path)[TWIN_FIX]
     assert r["status"] == status, r
     if status == "TIE":
         assert r["tie"]["round"] == 8 and r["stats"]["ties"] == 1
@@ -276,7 +276,7 @@ def test_two_restores_in_a_row_are_judged_as_the_last_one(variants, model_set, t
     DRIFT on every variant, baseline included. It now trims when the sequence is next used, as the fix
     trims a draft that is ahead."""
     schedule = Schedule.load(Path(__file__).parent / "data" / "schedules" / "restore-twice.json")
-    results = replay_variants(schedule, ["baseline", FIX], model_set, work_dir=tmp_path)
+    results = replay_variants(schedule, ["baseline", TWIN_FIX], model_set, work_dir=tmp_path)
     for v, r in results.items():
         assert r["status"] == "PASS", (v, r)
         assert r["drafts"][0]["tokens"] == [68, 9, 9], (v, r["drafts"])
@@ -285,7 +285,7 @@ def test_two_restores_in_a_row_are_judged_as_the_last_one(variants, model_set, t
 def test_a_rewind_into_rows_a_target_only_restore_left_out_ends_the_draft_where_the_twins_ends(
     variants, model_set, tmp_path
 ):
-    """Found by `fuzz --variants as-trained,mtp-image-rows --examples 400 --exact --seeds 405-409` at seed 407
+    """Found by `fuzz --variants as-trained,mtp-fed-images --examples 400 --exact --seeds 405-409` at seed 407
     and shrunk to 8 steps: an image-only prompt saved as c0, the sequence rewound and given another prompt, the
     target alone restored to c0 (the draft keeps the other prompt's row at 0 and lacks c0's), a token generated
     at the target's next position, then a rewind to c0's end. The draft then ends at 0 where the target ends at
@@ -295,7 +295,7 @@ def test_a_rewind_into_rows_a_target_only_restore_left_out_ends_the_draft_where_
     schedule = Schedule.load(Path(__file__).parent / "data" / "schedules" / "restored-then-rewound-into-the-hole.json")
     twin = replay_variants(schedule, ["baseline"], model_set.with_draft(model_set.twin), work_dir=tmp_path / "twin")
     assert twin["baseline"]["status"] == "PASS", twin
-    results = replay_variants(schedule, sorted({FIX, LAST}), model_set, work_dir=tmp_path / "fix")
+    results = replay_variants(schedule, sorted({TWIN_FIX, LAST}), model_set, work_dir=tmp_path / "fix")
     for v, r in results.items():
         assert r["status"] == "PASS", (v, r)
         assert [d["tokens"] for d in r["drafts"]] == [d["tokens"] for d in twin["baseline"]["drafts"]], (v, r)
@@ -313,11 +313,11 @@ def test_a_fill_stays_until_the_batchs_last_chunk_so_later_chunks_take_the_twins
     path = Path(__file__).parent / "data" / "schedules" / "fill-across-chunks.json"
     schedule = Schedule.load(path)
     assert schedule.draft_n_ubatch == 4
-    r = replay_variants(schedule, [FIX], model_set, work_dir=tmp_path / "ubatch4")[FIX]
+    r = replay_variants(schedule, [TWIN_FIX], model_set, work_dir=tmp_path / "ubatch4")[TWIN_FIX]
     assert r["status"] == "PASS", r
 
     whole = Schedule.from_json({k: v for k, v in json.loads(path.read_text()).items() if k != "draft_n_ubatch"})
-    r = replay_variants(whole, [FIX], model_set, work_dir=tmp_path / "ubatch16")[FIX]
+    r = replay_variants(whole, [TWIN_FIX], model_set, work_dir=tmp_path / "ubatch16")[TWIN_FIX]
     assert r["status"] == "PASS", r
 
 
@@ -328,9 +328,11 @@ def test_the_fix_keeps_an_m_rope_drafts_stale_cell_as_baseline_does(variants, mo
     under the fix drafts the history's [106]. Fixing it for M-RoPE drafts would change what a converted
     draft drafts on today's llama.cpp; it is a defect of the restore path, not of the image hole."""
     schedule = Schedule.load(Path(__file__).parent / "data" / "schedules" / "restore-history.json")
-    mrope = replay_variants(schedule, ["baseline", FIX], model_set.with_draft(model_set.twin), work_dir=tmp_path)
-    assert [d["tokens"] for d in mrope["baseline"]["drafts"]] == [[64]] == [d["tokens"] for d in mrope[FIX]["drafts"]]
-    assert mrope[FIX]["status"] == "DRIFT"  # judged against the history, which has no stale cell
+    mrope = replay_variants(schedule, ["baseline", TWIN_FIX], model_set.with_draft(model_set.twin), work_dir=tmp_path)
+    assert (
+        [d["tokens"] for d in mrope["baseline"]["drafts"]] == [[64]] == [d["tokens"] for d in mrope[TWIN_FIX]["drafts"]]
+    )
+    assert mrope[TWIN_FIX]["status"] == "DRIFT"  # judged against the history, which has no stale cell
 
 
 def test_a_rewind_trims_both_memories_so_text_only_rewinds_pass_everywhere(variants, model_set, tmp_path):
@@ -419,7 +421,7 @@ def test_bad_seeds_and_shards_are_refused_naming_the_flag(capsys):
 
 
 def _fuzz(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pyllama_dflash.fuzz", "--variants", FIX, "--examples", "2", *args]
+    cmd = [sys.executable, "-m", "pyllama_dflash.fuzz", "--variants", TWIN_FIX, "--examples", "2", *args]
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=900)
 
 
@@ -464,7 +466,7 @@ def test_the_fix_holds_at_twenty_times_the_budget(variants, model_set, tmp_path,
     """Every drafter and target drawn, ties proven and counted, restores judged against their history:
     no violation of any kind on the fix."""
     r = search_variants(
-        [FIX],
+        [TWIN_FIX],
         model_set,
         examples=BUDGET_EXAMPLES,
         seed=seed,
@@ -473,7 +475,7 @@ def test_the_fix_holds_at_twenty_times_the_budget(variants, model_set, tmp_path,
         work_dir=tmp_path,
         drafters=tuple(DRAFTERS),  # as `pyllama-dflash fuzz` draws by default
         targets=TARGET_KINDS,
-    )[FIX]
+    )[TWIN_FIX]
     assert _kinds(r) == {}, json.dumps(r["failures"], indent=1)
     assert r["runs"] == BUDGET_EXAMPLES and r["stats"]["drift_checked"] > BUDGET_EXAMPLES // 2, r["stats"]
     # the draft()-side cases were drawn on both sequences

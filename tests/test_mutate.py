@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import AS_TRAINED, DEFINED, FEEDS_MTP, FIX, REPO
+from conftest import AS_TRAINED, DEFINED, FEEDS_MTP, REPO, TWIN_FIX
 from pyllama_dflash.env import MUTATION_TEST_ENV
 from pyllama_dflash.llamabuild.manifest import variants_root
 from pyllama_dflash.llamabuild.patchset import (
@@ -142,12 +142,12 @@ def test_a_fix_that_serves_drafts_as_trained_meets_the_server_checks_with_marked
 
 @pytest.mark.build
 def test_the_equivalent_mutants_on_file_exist_in_the_fix(pristine):
-    """Each equivalent names a mutant of a fix that mutate judges: the twin's (FIX), the definition's, the
+    """Each equivalent names a mutant of a fix that mutate judges: the twin's (TWIN_FIX), the definition's, the
     one that serves each draft as trained (0008) or the one that feeds MTP the image (0009, whose libllama
     and common.cpp lines mutate takes too)."""
     series = load_series(REPO / "patches")
     ids: set[str] = set()
-    for fix in (v for v in (FIX, DEFINED, AS_TRAINED, FEEDS_MTP) if v):
+    for fix in (v for v in (TWIN_FIX, DEFINED, AS_TRAINED, FEEDS_MTP) if v):
         fixed = apply_series(tree_reader(pristine), series.prefix(fix))
         read = tree_reader(pristine)
         per_file = {rel: {m.id for m in mutants(rel, read(rel), fixed[rel])} for rel in MUTATED_FILES if rel in fixed}
@@ -168,7 +168,7 @@ def test_one_mutant_is_killed_and_the_run_leaves_nothing_behind(variants, tmp_pa
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     report = tmp_path / "mutate.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pyllama_dflash.mutate", "--variant", FIX, "--only", "negate-60968674"]
+        [sys.executable, "-m", "pyllama_dflash.mutate", "--variant", TWIN_FIX, "--only", "negate-60968674"]
         + ["--json", str(report)],
         cwd=REPO,
         env=env,
@@ -206,7 +206,7 @@ def test_a_shard_that_is_not_i_of_n_is_refused_naming_the_flag(capsys):
 @pytest.mark.build
 def test_the_shards_partition_the_mutants_and_each_keeps_its_slice_whatever_else_changes(pristine):
     series = load_series(REPO / "patches")
-    fixed = apply_series(tree_reader(pristine), series.prefix(FIX))
+    fixed = apply_series(tree_reader(pristine), series.prefix(TWIN_FIX))
     read = tree_reader(pristine)
     ids = [m.id for rel in MUTATED_FILES if rel in fixed for m in mutants(rel, read(rel), fixed[rel])]
     for n in (1, 2, 3, 5):
@@ -219,7 +219,7 @@ def test_the_shards_partition_the_mutants_and_each_keeps_its_slice_whatever_else
 
 
 def _mutate(*args: str, env: dict) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pyllama_dflash.mutate", "--variant", FIX, *args]
+    cmd = [sys.executable, "-m", "pyllama_dflash.mutate", "--variant", TWIN_FIX, *args]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
 
 
@@ -268,7 +268,7 @@ def _report(outcomes: list[tuple[str, str]], shard: str | None, only: list[str] 
         for i, st in outcomes
     ]
     return scored(
-        rows, files=["f.cpp"], variant=FIX, selection=selection, shard=shard and parse_shard(shard), wall_s=10.0
+        rows, files=["f.cpp"], variant=TWIN_FIX, selection=selection, shard=shard and parse_shard(shard), wall_s=10.0
     ) | {
         "date": "2026-12-05",
         "machine": {"cpus": 2, "machine": "x86_64", "python": "3.11.7", "simd": "AVX2", "load": [0.1, 0.1, 0.1]},
@@ -300,7 +300,7 @@ def test_a_rerun_of_a_survivor_replaces_its_outcome_in_the_merge():
 def test_the_harness_kills_every_non_equivalent_mutant(variants, tmp_path):
     report = tmp_path / "mutate.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pyllama_dflash.mutate", "--variant", FIX, "--json", str(report)],
+        [sys.executable, "-m", "pyllama_dflash.mutate", "--variant", TWIN_FIX, "--json", str(report)],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIX
+from conftest import TWIN_FIX
 
 _CHILD = r"""
 import hashlib, json, sys
@@ -163,7 +163,7 @@ print(json.dumps(out))
 def runs(variants, model_set) -> dict[tuple[str, str], dict]:
     models = json.dumps(model_set.to_json())
     out = {}
-    for variant, draft in (("baseline", "legacy"), ("baseline", "twin"), (FIX, "legacy"), (FIX, "twin")):
+    for variant, draft in (("baseline", "legacy"), ("baseline", "twin"), (TWIN_FIX, "legacy"), (TWIN_FIX, "twin")):
         proc = subprocess.run(
             [sys.executable, "-c", _CHILD, variant, draft, models], capture_output=True, text=True, timeout=120
         )
@@ -178,11 +178,11 @@ def test_baseline_refuses_a_jump_inside_one_batch_on_the_legacy_draft(runs):
 
 
 def test_the_fix_injects_a_jump_inside_one_batch_as_the_twin_does(runs):
-    fixed, twin = runs[(FIX, "legacy")], runs[("baseline", "twin")]
+    fixed, twin = runs[(TWIN_FIX, "legacy")], runs[("baseline", "twin")]
     assert twin["jump"] is True and fixed["jump"] is True, fixed["jump_log"]
     assert fixed["draft_pos_max"] == twin["draft_pos_max"] == 12
     assert fixed["drafts"] == twin["drafts"] and fixed["drafts"][0], (fixed["drafts"], twin["drafts"])
-    assert runs[(FIX, "twin")]["drafts"] == twin["drafts"]  # and the twin itself is left alone
+    assert runs[(TWIN_FIX, "twin")]["drafts"] == twin["drafts"]  # and the twin itself is left alone
 
 
 def _caller_unnamed(log: list[str]) -> list[str]:
@@ -198,7 +198,7 @@ def test_positions_that_do_not_increase_get_baselines_answer(runs, draft):
     with llama.cpp's own log line, and the draft's memory ends where baseline's does. Positions that
     go back are refused everywhere; a repeated one after a jump is refused by the legacy draft and
     taken by the M-RoPE twin, which requires only X <= Y."""
-    base, fixed = runs[("baseline", draft)], runs[(FIX, draft)]
+    base, fixed = runs[("baseline", draft)], runs[(TWIN_FIX, draft)]
     for case in ("back", "back_gap", "repeat_gap"):
         assert fixed[case] is base[case], (case, fixed[case + "_log"], base[case + "_log"])
         assert _caller_unnamed(fixed[case + "_log"]) == _caller_unnamed(base[case + "_log"]), case
@@ -216,7 +216,7 @@ def test_positions_that_do_not_increase_get_baselines_answer(runs, draft):
 def test_a_fill_that_does_not_fit_is_refused_and_rolled_back(runs, draft):
     """The fix cannot follow a jump past the draft's free cells: process() says so (false), the
     filled rows are removed again, and the rows before the jump stay. The twin needs no fill."""
-    fixed = runs[(FIX, draft)]
+    fixed = runs[(TWIN_FIX, draft)]
     if draft == "twin":
         assert fixed["far"] is True and fixed["far_pos_max"] == 401
         return
@@ -237,7 +237,7 @@ def test_a_draft_sized_apart_needs_room_for_the_fill_beside_the_whole_batch(runs
     gives the draft the target's n_ctx, and the target holds a cell per position at least, so there
     it always fits. A draft sized smaller can refuse a batch that fits without the fill: here the
     second chunk, with the rows before it kept and nothing of the fill left. The twin needs no fill."""
-    fixed = runs[(FIX, draft)]
+    fixed = runs[(TWIN_FIX, draft)]
     if draft == "twin":
         assert fixed["tight"] is True and fixed["tight_pos_max"] == 263
         return
@@ -250,7 +250,7 @@ def test_an_m_rope_draft_ahead_of_its_target_is_trimmed_only_past_an_image_row(r
     """The unpatched twin refuses the row (its memory ends past it: X <= Y fails); the fix trims the
     rows past the row's position and no more, so the twin's own row at that position stays."""
     assert runs[("baseline", "twin")]["ahead_image"] is False
-    fixed = runs[(FIX, "twin")]
+    fixed = runs[(TWIN_FIX, "twin")]
     assert fixed["ahead_image"] is True and fixed["ahead_image_pos_max"] == 10
     assert fixed["ahead_image_rows_at_10"] == 2  # the one the draft held, and the image's
 
@@ -260,7 +260,7 @@ def test_a_draft_one_position_ahead_is_trimmed_by_that_position(runs, draft):
     """The smallest draft-ahead case: the next row's position is the draft's last. The legacy draft
     refuses it on baseline (Y = X): the fix removes that one position, says so, and injects the
     row. The M-RoPE twin takes it on baseline (X <= Y): the fix leaves it alone, as baseline does."""
-    base, fixed = runs[("baseline", draft)], runs[(FIX, draft)]
+    base, fixed = runs[("baseline", draft)], runs[(TWIN_FIX, draft)]
     assert fixed["one_ahead"] is True and fixed["one_ahead_pos_max"] == 12, fixed["one_ahead_log"]
     trimmed = any("removing positions [12, 12]" in line for line in fixed["one_ahead_log"])
     if draft == "legacy":
@@ -274,7 +274,7 @@ def test_where_baseline_takes_the_rows_the_fix_leaves_the_cells_as_baseline_does
     """No fill where none is needed, not even one removed again: an empty memory takes any first
     position, and an M-RoPE draft takes a jump. A fill removed again would leave free cells that the
     next token takes, and the draft's cells would no longer be in baseline's order."""
-    base, fixed = runs[("baseline", draft)], runs[(FIX, draft)]
+    base, fixed = runs[("baseline", draft)], runs[(TWIN_FIX, draft)]
     cases = ["cells_empty"] + (["cells_jump"] if draft == "twin" else [])
     for case in cases:
         assert base[case] is True and fixed[case] is True, case
@@ -282,14 +282,14 @@ def test_where_baseline_takes_the_rows_the_fix_leaves_the_cells_as_baseline_does
 
 
 def test_a_trimmed_draft_is_filled_across_a_hole_it_was_filled_across_before(runs):
-    fixed = runs[(FIX, "legacy")]
+    fixed = runs[(TWIN_FIX, "legacy")]
     assert fixed["refill_jump"] is True
     assert fixed["refill"] is True and fixed["refill_pos_max"] == 12
 
 
 @pytest.mark.parametrize("draft", ["legacy", "twin"])
 def test_draft_leaves_a_draft_behind_where_it_ended(runs, draft):
-    fixed = runs[(FIX, draft)]
+    fixed = runs[(TWIN_FIX, draft)]
     assert fixed["behind_drafts"], "drafted nothing from a draft behind the target"
     assert fixed["behind_pos_max"] == 5  # neither the fill nor the noise block stays
 

@@ -214,10 +214,10 @@ def test_must_pass_means_the_variant_that_serves_each_draft_as_trained_unless_na
     to the twin (what the drafts users have, trained on text only, were trained for)."""
     series = load_series(REPO / "patches")
     # the last of them: 0009 (MTP fed the image) on top of 0008 is served as 0008 serves DFlash drafts
-    assert default_must_pass(series.variants) == "mtp-image-rows"
-    assert default_must_pass([v for v in series.variants if v != "mtp-image-rows"]) == "as-trained"
+    assert default_must_pass(series.variants) == "mtp-fed-images"
+    assert default_must_pass([v for v in series.variants if v != "mtp-fed-images"]) == "as-trained"
     fixes = [v for v in series.variants if v != "baseline" and series.role(v) == "twin"]
-    trained = ("as-trained", "mtp-image-rows")
+    trained = ("as-trained", "mtp-fed-images")
     assert default_must_pass([v for v in series.variants if v not in trained]) == fixes[-1] == "slots"
     assert default_must_pass(["baseline", "zero-fill", "full"]) == "full"
     assert default_must_pass(["baseline", "definition"]) == "definition"  # no fix among those run: the last

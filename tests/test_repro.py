@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import DEFINED, FIX, SERVED_AS_TRAINED, VARIANTS
+from conftest import DEFINED, SERVED_AS_TRAINED, TWIN_FIX, VARIANTS
 from pyllama_dflash.engine.matrix import run_matrix, run_table
 from pyllama_dflash.llamabuild import default_must_pass
 from pyllama_dflash.llamabuild import variant as variant_of
@@ -273,9 +273,9 @@ def test_a_draft_with_smaller_batches_than_the_target_drafts_as_its_twin(variant
     """The draft's n_batch 8 and n_ubatch 4 against the target's 16: every run the fix injects is cut at
     the draft's n_ubatch, the 6-position hole of S3 spans two of its ubatches."""
     config = replace(DEFAULT_CONFIG, draft_n_batch=8, draft_n_ubatch=4)
-    table = run_table(["S1", "S3", "S5", "S11"], [FIX], model_set, config, parallel=2, work_dir=tmp_path)
+    table = run_table(["S1", "S3", "S5", "S11"], [TWIN_FIX], model_set, config, parallel=2, work_dir=tmp_path)
     for sid, row in table.items():
-        r = row[FIX]
+        r = row[TWIN_FIX]
         assert r["status"] == "PASS" and r["drift"] is None and r["drafts"] == r["reference"]["drafts"], (sid, r)
 
 
@@ -368,6 +368,6 @@ def test_the_real_model_path_takes_an_image_of_a_thousand_rows_on_three_sequence
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (case,) = json.loads(report.read_text())["cases"]
     for sid, on_baseline in (("S1", "FAIL"), ("S13", "FAIL"), ("S14", "PASS")):
-        statuses = {v: case["results"][sid][v]["status"] for v in ("baseline", FIX, DEFINED)}
-        assert statuses == {"baseline": on_baseline, FIX: "PASS", DEFINED: "PASS"}, (sid, statuses)
+        statuses = {v: case["results"][sid][v]["status"] for v in ("baseline", TWIN_FIX, DEFINED)}
+        assert statuses == {"baseline": on_baseline, TWIN_FIX: "PASS", DEFINED: "PASS"}, (sid, statuses)
     assert "pos 38" in proc.stdout  # the text after a 32x32 grid resumes 32 positions on: the hole's width

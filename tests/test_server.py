@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import AS_TRAINED, DEFINED, FIX, SERVED_AS_TRAINED, VARIANTS
+from conftest import AS_TRAINED, DEFINED, SERVED_AS_TRAINED, TWIN_FIX, VARIANTS
 from pyllama_dflash import tiny
 from pyllama_dflash.llamabuild import variant as variant_of
 from pyllama_dflash.server import (
@@ -83,7 +83,7 @@ def checks_as_trained(variants, models, tmp_path_factory) -> dict[str, dict[str,
     assert AS_TRAINED, "the series has no as-trained variant"
     work = tmp_path_factory.mktemp("server-checks-image-rows")
     keyed = tiny.write_models(work / "models", image_rows=True)
-    twin = tiny.write_models(work / "models", image_rows=True, draft_mrope=True).draft
+    twin = tiny.write_models(work / "models", image_rows=True, twin=True).draft
     reference = (variants["baseline"], replace(keyed, draft=twin))
     served = (*SERVED_AS_TRAINED, DEFINED)
     return {v: run_server_checks(variants[v], keyed, work_dir=work, reference=reference) for v in served}
@@ -265,7 +265,7 @@ def test_a_version_1_draft_part_still_restores_and_the_log_says_what_it_lacks(ch
 def test_a_draft_part_of_another_conversation_of_the_same_length_is_refused(variants, models, tmp_path):
     """Issue 31: B's target part beside A's draft part, both of the same token count. 0005 (and 0007 on top
     of it) compares the tokens, not only their count: the restore is refused and names the mismatch."""
-    for v in [FIX] + ([DEFINED] if DEFINED else []):
+    for v in [TWIN_FIX] + ([DEFINED] if DEFINED else []):
         name = "restore_swapped_parts_same_length"
         r = run_server_checks(variants[v], models, checks=[name], work_dir=tmp_path)[name]
         assert r["ok"] and r["n_saved"][0] == r["n_saved"][1] and r["restore_status"] == 400, f"{v}: {_explain(r)}"
@@ -372,7 +372,7 @@ def test_a_slot_restored_with_an_image_continues_exactly_and_drafts_as_defined(c
     assert r["same_tokens_as_no_draft"] is True and r["definition"]["same"] is True, _explain(r)
     slots = checks["slots"]["restore_image_drafts"]
     assert slots["same_tokens_as_no_draft"] is True and slots["draft_part"] is True, _explain(slots)
-    full = checks[FIX]["restore_image_drafts"]  # the target restored alone: the draft keeps B's rows
+    full = checks[TWIN_FIX]["restore_image_drafts"]  # the target restored alone: the draft keeps B's rows
     assert full["same_tokens_as_no_draft"] is True and full["definition"]["same"] is False, _explain(full)
 
 
@@ -453,7 +453,7 @@ def family_checks(variants, tmp_path_factory) -> dict[tuple[str, str], dict[str,
             v: run_server_checks(
                 variants[v], m, checks=FAMILY, work_dir=work / f"{drafter}-{target}", reference=reference
             )
-            for v in ("baseline", FIX)
+            for v in ("baseline", TWIN_FIX)
         }
     return out
 
@@ -467,11 +467,13 @@ def test_every_drafter_fails_on_baseline_and_drafts_as_its_twin_under_the_fix(fa
     assert results["baseline"]["chat_image"]["status"] == 500
     # DFlash2 logs no draft candidates (server.drafts.LOGS_NO_DRAFTS): its drafts are judged by the matrix
     readable = case[0] not in LOGS_NO_DRAFTS
-    assert results[FIX]["drafts_vs_twin"]["same_drafts"] is (True if readable else False), results[FIX][
+    assert results[TWIN_FIX]["drafts_vs_twin"]["same_drafts"] is (True if readable else False), results[TWIN_FIX][
         "drafts_vs_twin"
     ]
-    assert results[FIX]["restore_drafts"].get("same_drafts") is (True if readable else None)  # 0005: as if never left
-    detected = results[FIX]["spec_type_detected"]
+    assert results[TWIN_FIX]["restore_drafts"].get("same_drafts") is (
+        True if readable else None
+    )  # 0005: as if never left
+    detected = results[TWIN_FIX]["spec_type_detected"]
     assert detected["detected"] == DRAFTERS[case[0]].spec_type, _explain(detected)
 
 
@@ -509,7 +511,7 @@ def test_a_draft_part_of_another_format_version_or_magic_is_refused(variants, mo
     changed with its version intact, are each refused: the mutant that turns the header check's || into &&
     survived while every damage changed both or neither."""
     name = "restore_damaged_draft_part"
-    r = run_server_checks(variants[FIX], models, checks=[name], work_dir=tmp_path)[name]
+    r = run_server_checks(variants[TWIN_FIX], models, checks=[name], work_dir=tmp_path)[name]
     by_damage = {d["damage"]: d for d in r["damages"]}
     for damage in ("another version, its magic intact", "another magic, its version intact"):
         assert by_damage[damage]["restore"] == 400 and by_damage[damage]["cache_n"] == 0, (damage, _explain(r))
@@ -520,7 +522,7 @@ def test_a_save_cut_short_keeps_the_previous_pair_and_no_temporary_file(checks):
     """Issue 31: a write that fails partway (a file-size limit on the server) leaves a half-written temporary
     file that the save must remove; b11434 writes the file in place, so its failed save destroys the last."""
     for name, cut in (("save_draft_part_short_write", "draft's part"), ("save_target_part_short_write", "save slot")):
-        r = checks[FIX][name]
+        r = checks[TWIN_FIX][name]
         assert r["blocked_save"][0] == 500 and cut in r["blocked_save"][1], _explain(r)
         assert r["restore"][0] == 200 and not any(f.endswith(".tmp") for f in r["files_left"]), _explain(r)
         b = checks["baseline"][name]

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from conftest import FIX
+from conftest import TWIN_FIX
 from pyllama_dflash.env import SOAK_TEST_ENV
 from pyllama_dflash.slotloop.models import tiny_models
 from pyllama_dflash.soak import soak, workload
@@ -41,7 +41,7 @@ def _soak(variants, variant, tmp_path, n: int):
 
 
 def test_a_short_soak_of_the_fix_answers_everything_as_expected(variants, tmp_path):
-    r = _soak(variants, FIX, tmp_path, 80)
+    r = _soak(variants, TWIN_FIX, tmp_path, 80)
     assert r.ok and r.http_500 == 0, r.summary()
     assert r.compared > 20 and r.tokens["draft"] > 0 and r.rss_kib["end"] > 0
 
@@ -55,5 +55,5 @@ def test_baseline_answers_its_500s_under_the_same_load(variants, tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get(SOAK_TEST_ENV), reason=f"opt-in: {SOAK_TEST_ENV}=1")
 def test_the_full_soak(variants, tmp_path):
-    r = _soak(variants, FIX, tmp_path, 600)
+    r = _soak(variants, TWIN_FIX, tmp_path, 600)
     assert r.ok and r.http_500 == 0, r.summary()

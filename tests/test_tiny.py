@@ -85,7 +85,7 @@ def test_write_models_skips_up_to_date(gguf, tmp_path):
     assert second.written == ()
     assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in stats} == stats
     # a different draft variant only writes its own file
-    third = tiny.write_models(tmp_path, draft_mrope=True)
+    third = tiny.write_models(tmp_path, twin=True)
     assert third.written == ("draft",) and third.draft != first.draft
     assert not list(tmp_path.glob(".*.tmp"))
 
@@ -161,7 +161,7 @@ def test_draft_keys_and_tensors(gguf, models):
 
 
 def test_draft_variants(gguf, tmp_path):
-    mr = tiny.write_models(tmp_path, draft_mrope=True)
+    mr = tiny.write_models(tmp_path, twin=True)
     f = _fields(gguf, mr.draft)
     assert list(f["dflash.rope.dimension_sections"]) == [mr.config.head_dim // 2, 0, 0, 0]
     sw = tiny.write_models(tmp_path, draft_swa=8)
@@ -180,7 +180,7 @@ def test_the_reconverted_twin_has_the_same_tensors_byte_for_byte(gguf, tmp_path,
     So for every drafter of the family."""
     form = tiny.drafter(drafter)
     legacy = gguf.GGUFReader(tiny.write_models(tmp_path, draft_swa=swa, form=form).draft)
-    twin = gguf.GGUFReader(tiny.write_models(tmp_path, draft_swa=swa, draft_mrope=True, form=form).draft)
+    twin = gguf.GGUFReader(tiny.write_models(tmp_path, draft_swa=swa, twin=True, form=form).draft)
     assert [t.name for t in legacy.tensors] == [t.name for t in twin.tensors]
     for a, b in zip(legacy.tensors, twin.tensors, strict=True):
         assert (a.tensor_type, list(a.shape)) == (b.tensor_type, list(b.shape)), a.name

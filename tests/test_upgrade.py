@@ -113,7 +113,7 @@ def test_upgraded_legacy_is_the_reconverted_twin(ms: ModelSet, legacy: Path, tmp
 
 def test_upgrade_default_output_name(legacy: Path) -> None:
     res = upgrade(legacy)
-    assert res.out == legacy.with_name("legacy-dflash-mrope.gguf") and res.out.is_file()
+    assert res.out == legacy.with_name("legacy-dflash-twin.gguf") and res.out.is_file()
 
 
 def test_upgrade_has_sections_is_noop(ms: ModelSet, tmp_path: Path) -> None:
@@ -383,7 +383,7 @@ def test_image_rows_alone_when_the_sections_are_there(ms: ModelSet, tmp_path: Pa
     shutil.copy2(ms.twin, draft)
     before = _state(draft)
     res = upgrade(draft, image_rows=True)  # not "nothing to do": the key is missing
-    out = draft.with_name("mrope-mrope.gguf")
+    out = draft.with_name("mrope-twin.gguf")
     assert res.written and res.out == out and res.sections == (16, 0, 0, 0) and res.image_rows
     assert res.reason == f"wrote {out}: added {IMAGE_ROWS_KEY} = true"
 

@@ -96,7 +96,7 @@ def bench_build(cold: bool) -> dict:
         with tempfile.TemporaryDirectory(prefix="pyllama-dflash-coldbuild-") as tmp:
             env = {**os.environ, CACHE_ENV: tmp}
             times = {}
-            for name, args in [*((v, ["--variant", v]) for v in names), ("no-op", ["--variant", "all"])]:
+            for name, args in [*((v, ["--variants", v]) for v in names), ("no-op", ["--variants", "all"])]:
                 t0 = time.monotonic()
                 subprocess.run(
                     [*repo_build, "--llama-dir", src, "--quiet", *args], env=env, check=True, capture_output=True
@@ -111,7 +111,7 @@ def bench_build(cold: bool) -> dict:
         }
     built = {m.variant: m for m in build(["all"], BuildOptions(quiet=True))}
     t0 = time.monotonic()
-    subprocess.run([*repo_build, "--variant", "all", "--quiet"], check=True, capture_output=True)
+    subprocess.run([*repo_build, "--variants", "all", "--quiet"], check=True, capture_output=True)
     noop = time.monotonic() - t0
     first = built["baseline"].data["timings"]["total"]
     extra = {v: m.data["timings"]["total"] for v, m in built.items() if v != "baseline"}
@@ -180,7 +180,7 @@ def bench_overhead(rounds: int) -> dict:
 
 def bench_portable(rounds: int) -> dict:
     """`full`'s portable build against its native one, same loop, interleaved."""
-    _require_built(["full"], "portable", "build it first: pyllama-dflash build --variant full --cpu portable")
+    _require_built(["full"], "portable", "build it first: pyllama-dflash build --variants full --cpu portable")
     return _ab_ratio(
         {m: (lambda m=m: measure("full", LOOP, cpu=m)["tok_per_s"]) for m in ("native", "portable")},
         rounds,
@@ -328,7 +328,7 @@ def parser() -> argparse.ArgumentParser:
         "--paired-targets", default="dense,moe", help="the paired section's targets (comma-separated; default both)"
     )
     ap.add_argument(
-        "--image-rows",
+        "--rows-per-image",
         help="image sizes in rows, of 64, 256 and 1024 (comma-separated): the paired section's (default all "
         "three), or the acceptance and speed sections' one (default: the corpus's drawn images, 9 to 25 rows)",
     )
@@ -361,14 +361,14 @@ def _paired_choices(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tu
     targets = [t for t in args.paired_targets.split(",") if t]
     if not targets or any(t not in TARGET_KINDS for t in targets):
         ap.error(f"--paired-targets {args.paired_targets!r}: a comma-separated choice of {', '.join(TARGET_KINDS)}")
-    if args.image_rows is None:
+    if args.rows_per_image is None:
         return targets, []
     try:
-        sizes = [int(x) for x in args.image_rows.split(",") if x]
+        sizes = [int(x) for x in args.rows_per_image.split(",") if x]
     except ValueError:
         sizes = []
     if not sizes or any(x not in IMAGE_ROWS_PX for x in sizes):
-        ap.error(f"--image-rows {args.image_rows!r}: a comma-separated choice of 64, 256, 1024")
+        ap.error(f"--rows-per-image {args.rows_per_image!r}: a comma-separated choice of 64, 256, 1024")
     return targets, sizes
 
 
@@ -380,7 +380,7 @@ def _served_image_px(ap: argparse.ArgumentParser, args: argparse.Namespace, only
         return None
     command.require("openai", extra="bench", command=f"bench (its sections {', '.join(served)})")
     if len(sizes) > 1:
-        ap.error(f"--image-rows {args.image_rows}: the {' and '.join(served)} section takes one image size")
+        ap.error(f"--rows-per-image {args.rows_per_image}: the {' and '.join(served)} section takes one image size")
     return IMAGE_ROWS_PX[sizes[0]] if sizes else None
 
 

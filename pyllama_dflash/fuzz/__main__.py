@@ -78,7 +78,7 @@ def _search_flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--max-steps", type=int, default=8, help="raw steps per schedule (a request is up to 4 steps)")
     ap.add_argument("--exact", action="store_true", help="also compare the output with decoding without the draft")
     ap.add_argument(
-        "--image-rows",
+        "--trained-with-image-rows",
         action="store_true",
         help="drafts marked as trained with image rows (dflash.trained_with_image_rows): an as-trained "
         "variant then serves them, and is judged, as the definition is",
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     command.require("hypothesis", extra="fuzz", command="fuzz")  # its children draw the schedules with it
     export(args)  # --cpu and --patches: for the lookups here and in every child process
     backend = args.backend if args.backend != "auto" else None
-    names = [v.strip() for v in args.variants.split(",")] if args.variants else ["all"]
+    names = args.variants or ["all"]
     manifests = find_built(names, backend=backend)
     variants = [m.variant for m in manifests]
     if not args.no_drift:
@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         "ignore": [k for k in args.ignore.split(",") if k],
         "drafters": pick(args.drafters, tuple(DRAFTERS), "--drafters"),
         "targets": pick(args.targets, TARGET_KINDS, "--targets"),
-        "image_rows": args.image_rows,
+        "image_rows": args.trained_with_image_rows,
     }
     t0 = time.monotonic()
     broken, by_seed = False, {}

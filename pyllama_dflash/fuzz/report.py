@@ -17,7 +17,8 @@ def command_line(report: dict) -> str:
         f"--seeds {seeds[0]}-{seeds[-1]}" if contiguous else f"--seeds {','.join(map(str, seeds))}",
     ]
     words += [flag for flag, on in (("--exact", s["exact"]), ("--no-drift", not s["drift"])) if on]
-    words += [flag for flag, on in (("--unweighted", not s["weighted"]), ("--image-rows", s["image_rows"])) if on]
+    flags = (("--unweighted", not s["weighted"]), ("--trained-with-image-rows", s["image_rows"]))
+    words += [flag for flag, on in flags if on]
     return " ".join(words)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .. import command
 from ..errors import BuildError, PatchError
-from ..flags import common_parser, tool_prog
+from ..flags import RetiredFlag, common_parser, tool_prog
 from ..paths import default_patches_dir
 from . import builder, ctest, prerequisites
 from . import manifest as manifests
@@ -22,13 +22,15 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog=tool_prog("build.py"),
         description="Build llama.cpp (pinned) with each prefix of patches/series, side by side.",
-        parents=[common_parser("backend", "jobs", "cpu", "patches", short=True)],
+        parents=[common_parser("variants", "backend", "jobs", "cpu", "patches", short=True)],
     )
     ap.add_argument(
         "--variant",
-        action="append",
-        metavar="NAME",
-        help="baseline, a variant named in patches/series, or all (default: all); repeatable",
+        dest="variants",
+        action=RetiredFlag,
+        new="--variants",
+        type=lambda name: [name],
+        help=argparse.SUPPRESS,
     )
     ap.add_argument("--list", action="store_true", help="list the variants and whether each is built")
     ap.add_argument(
@@ -91,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         return _stage(args.stage, opts)
     if args.list:
         return _list(opts)
-    built = builder.build(args.variant or ["all"], opts)
+    built = builder.build(args.variants or ["all"], opts)
     for m in built:
         print(f"{m.variant:12s} {m.backend:5s} {m.cpu_mode or '?':8s} {m.lib_dir}")
     print(f"done in {time.monotonic() - t0:.1f}s", file=sys.stderr)

@@ -56,7 +56,7 @@ class Manifest:
         if not self.has_binary(name):
             raise VariantNotBuilt(
                 f"{self.lib_dir}: variant {self.variant!r} was built without {name}; build it with: "
-                f"python build.py --variant {self.variant} --server (incremental)"
+                f"python build.py --variants {self.variant} --server (incremental)"
             )
         return self.lib_dir / self.data["binaries"][name]
 
@@ -145,7 +145,7 @@ def find(
         on = f" for backend {backend}" if backend else ""
         raise VariantNotBuilt(
             f"variant {variant!r} is not built{on}{f' for --cpu {cpu_mode}' if cpu_mode else ''} in "
-            f"{variants_root()}{why}; run: python build.py --variant {variant}"
+            f"{variants_root()}{why}; run: python build.py --variants {variant}"
             f"{f' --cpu {cpu_mode}' if cpu_mode else ''}{' --server' if binaries else ''} "
             "(--cpu portable: a build that runs on any x86-64 CPU)"
         )

@@ -55,7 +55,7 @@ def must_pass_of(args: argparse.Namespace, variants: list[str]) -> str:
 
 
 def _variant_names(args: argparse.Namespace) -> list[str]:
-    return [v.strip() for v in args.variants.split(",")] if args.variants else ["all"]
+    return args.variants or ["all"]
 
 
 def _manifests(args: argparse.Namespace, names: list[str]) -> list[Manifest]:

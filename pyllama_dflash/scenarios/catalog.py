@@ -18,7 +18,7 @@ from ..oracles.drift import compare, drafts
 from ..slotloop import Session
 from ..slotloop.config import SessionConfig
 from ..slotloop.loaded import Loaded
-from ..slotloop.models import ModelSet
+from ..slotloop.models import DraftKind, ModelSet
 from ..slotloop.record import DEGRADED, DRIFT, FAIL, PASS, TIE, Record
 
 N_GEN = 6  # tokens generated after each prompt: two or more drafting rounds
@@ -51,7 +51,7 @@ class Scenario:
     title: str
     how: str
     run: Callable[[Env], None]
-    draft: str = "plain"  # plain | mrope | swa: which draft model it needs
+    draft: DraftKind = DraftKind.PLAIN  # which draft model it needs
     n_seq: int = 1
     image: bool = True  # an image meets the draft (the scenarios that also run on the MoE target)
     # the image's positions jump past the draft's memory: a legacy draft meets the hole (baseline
@@ -227,7 +227,7 @@ SCENARIOS: dict[str, Scenario] = {
             "sliding-window draft, hole > window",
             "a draft with a 4-position window meets the 6-position hole of the large image",
             s6,
-            draft="swa",
+            draft=DraftKind.SWA,
         ),
         Scenario(
             "S7",
@@ -238,7 +238,9 @@ SCENARIOS: dict[str, Scenario] = {
             hole=False,
         ),
         Scenario("S8", "text only", "control: no image at all", s8, image=False, hole=False),
-        Scenario("S9", "M-RoPE draft", "control: S1 with a draft that has rope.dimension_sections", s9, draft="mrope"),
+        Scenario(
+            "S9", "M-RoPE draft", "control: S1 with a draft that has rope.dimension_sections", s9, draft=DraftKind.TWIN
+        ),
         Scenario(
             "S10",
             "draft behind when drafting starts",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from enum import Enum
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,18 @@ WIDE_IMAGE_PX = (308, 84)  # 11 x 3 = 33 tokens: with n_batch 16 the last sub-ba
 TINY_IMAGE_PX = 28  # 1 x 1 = 1 token, one position, with the projector's image_min_tokens at 1
 LONG_IMAGE_PX = (336, 84)  # 12 x 3 = 36 tokens: a 12-position hole, three times a draft n_ubatch of 4
 SWA_WINDOW = 4  # the sliding-window draft's window: smaller than the large image's hole
-DRAFT_KINDS = ("plain", "mrope", "swa")
+
+
+class DraftKind(str, Enum):
+    """The draft file a scenario runs on: the legacy draft, its reconverted twin (M-RoPE: its own twin),
+    or the legacy draft with a sliding window."""
+
+    PLAIN = "plain"
+    TWIN = "twin"
+    SWA = "swa"
+
+
+DRAFT_KINDS = tuple(k.value for k in DraftKind)
 
 
 @dataclass(frozen=True)
@@ -56,16 +68,14 @@ class ModelSet(Coded):
         target's positions, with no positions of its own on any variant."""
         return self.spec_type == MTP_SPEC_TYPE
 
-    def draft_for(self, kind: str, *, twin: bool = False) -> Path | None:
-        """The draft of a kind (plain | mrope | swa), or with twin its reconverted twin.
-
-        An M-RoPE draft is its own twin. None where the set has no such file.
-        """
+    def draft_for(self, kind: DraftKind | str, *, twin: bool = False) -> Path | None:
+        """The draft of a kind, or with twin its reconverted twin (the twin is its own). None where the
+        set has no such file."""
         if kind not in DRAFT_KINDS:
             raise ValueError(f"unknown draft kind {kind!r} (known: {', '.join(DRAFT_KINDS)})")
-        if kind == "mrope":
+        if kind == DraftKind.TWIN:
             return self.twin
-        if kind == "swa":
+        if kind == DraftKind.SWA:
             return self.swa_twin if twin else self.draft_swa
         return self.twin if twin else self.draft
 
@@ -88,9 +98,9 @@ def tiny_models(
         return tiny.write_models(out, seed=seed, form=form, target_kind=target, image_rows=image_rows, **kw)
 
     plain = write()
-    mrope = write(draft_mrope=True)
+    mrope = write(twin=True)
     swa = write(draft_swa=SWA_WINDOW)
-    swa_mrope = write(draft_mrope=True, draft_swa=SWA_WINDOW)
+    swa_mrope = write(twin=True, draft_swa=SWA_WINDOW)
     return ModelSet(
         plain.target,
         plain.draft,
@@ -114,7 +124,7 @@ def bench_pair_models(out_dir: Path | None = None, seed: int = 0) -> ModelSet:
 
     out = Path(out_dir) if out_dir else cache_root() / "bench-pair" / f"seed{seed}"
     plain = tiny.write_models(out, seed=seed, config=BENCH_PAIR)
-    twin = tiny.write_models(out, seed=seed, config=BENCH_PAIR, draft_mrope=True)
+    twin = tiny.write_models(out, seed=seed, config=BENCH_PAIR, twin=True)
     return ModelSet(plain.target, plain.draft, plain.mmproj, twin.draft)
 
 

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     command.require("openai", extra="soak", command="soak")  # part of its clients talk through the openai client
     export(args)
-    names = [v.strip() for v in args.variants.split(",")] if args.variants else None
+    names = args.variants or None
     manifests = find_built(names or ["all"], backend=args.backend, server=True)
     if names is None:
         manifests = manifests[-1:]  # the last of the series, which carries every patch

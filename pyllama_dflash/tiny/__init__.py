@@ -47,7 +47,7 @@ class TinyModels:
     mmproj: Path
     config: TinyConfig
     seed: int
-    draft_mrope: bool
+    twin: bool  # the draft is the reconverted twin: M-RoPE (rope.dimension_sections)
     draft_swa: int | None
     written: tuple[str, ...]  # which of target/draft/mmproj this call (re)wrote
     form: Drafter = DFLASH
@@ -129,12 +129,10 @@ class TinyModels:
         return args
 
 
-def draft_filename(
-    mrope: bool = False, swa: int | None = None, form: Drafter = DFLASH, image_rows: bool = False
-) -> str:
+def draft_filename(twin: bool = False, swa: int | None = None, form: Drafter = DFLASH, image_rows: bool = False) -> str:
     parts = [f"tiny-{form.name}"]
-    if mrope:
-        parts.append("mrope")
+    if twin:
+        parts.append("twin")
     if swa is not None:
         parts.append(f"swa{swa}")
     if image_rows:
@@ -146,7 +144,7 @@ def write_models(
     out_dir: Path,
     *,
     seed: int = 0,
-    draft_mrope: bool = False,
+    twin: bool = False,
     draft_swa: int | None = None,
     form: Drafter = DFLASH,
     target_kind: str = "dense",
@@ -166,12 +164,12 @@ def write_models(
     out = Path(out_dir)
     g = gguf_module(gguf_tree)
     target = out / target_filename(target_kind)
-    draft = out / draft_filename(draft_mrope, draft_swa, form, image_rows)
+    draft = out / draft_filename(twin, draft_swa, form, image_rows)
     mmproj = out / "tiny-mmproj-qwen2vl.gguf"
     written = []
     if write_target(target, cfg, seed=seed, kind=target_kind, gguf=g):
         written.append("target")
-    if write_draft(draft, cfg, seed=seed, mrope=draft_mrope, swa=draft_swa, form=form, gguf=g, image_rows=image_rows):
+    if write_draft(draft, cfg, seed=seed, mrope=twin, swa=draft_swa, form=form, gguf=g, image_rows=image_rows):
         written.append("draft")
     if write_mmproj(mmproj, cfg, seed=seed, gguf=g):
         written.append("mmproj")
@@ -181,7 +179,7 @@ def write_models(
         mmproj=mmproj,
         config=cfg,
         seed=seed,
-        draft_mrope=draft_mrope,
+        twin=twin,
         draft_swa=draft_swa,
         written=tuple(written),
         form=form,

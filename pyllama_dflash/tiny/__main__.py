@@ -1,4 +1,4 @@
-"""python -m pyllama_dflash.tiny OUT_DIR [--drafter NAME] [--target KIND] [--draft-mrope] [--draft-swa N] [--seed S]
+"""python -m pyllama_dflash.tiny OUT_DIR [--drafter NAME] [--target KIND] [--twin] [--draft-swa N] [--seed S]
 [--image WxH ...]"""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("out_dir", type=Path)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
-        "--draft-mrope",
+        "--twin",
         action="store_true",
         help="give the draft rope.dimension_sections (control: it then accepts position jumps)",
     )
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     m = write_models(
         args.out_dir,
         seed=args.seed,
-        draft_mrope=args.draft_mrope,
+        twin=args.twin,
         draft_swa=args.draft_swa,
         form=drafter(args.drafter),
         target_kind=args.target,

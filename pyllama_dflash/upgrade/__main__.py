@@ -32,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
         "--out",
         type=Path,
         metavar="OUT",
-        help="write the upgraded draft here (default: DRAFT-mrope.gguf beside it)",
+        help="write the upgraded draft here (default: DRAFT-twin.gguf beside it)",
     )
     where.add_argument("--in-place", action="store_true", help="replace DRAFT itself, atomically")
     p.add_argument(
