@@ -21,8 +21,9 @@ from pyllama_dflash.develop import __main__ as develop_cli
 from pyllama_dflash.develop.tree import develop, make_tree, read_meta
 from pyllama_dflash.develop.writeback import __main__ as writeback_cli
 from pyllama_dflash.files import sha256_file
-from pyllama_dflash.llamabuild.patchset import TWIN_ROLE, apply_series, load_series, tree_reader
+from pyllama_dflash.llamabuild.patchset import apply_series, load_series, tree_reader
 from pyllama_dflash.llamabuild.source import resolve
+from pyllama_dflash.words import Role
 
 REPO = Path(__file__).resolve().parent.parent
 PATCHES = REPO / "patches"
@@ -30,7 +31,7 @@ SERIES = load_series(PATCHES)
 LAST = SERIES.variants[-1]  # the variant that carries every patch
 # the last variant judged against the twin: 0007 (the definition) replaces 0003's and 0004's fills, so
 # their added lines are edited in the tree of the last variant that still holds them
-TWIN_FIX = next(v for v in reversed(SERIES.variants[1:]) if SERIES.role(v) == TWIN_ROLE)
+TWIN_FIX = next(v for v in reversed(SERIES.variants[1:]) if SERIES.role(v) == Role.TWIN)
 # (variant, index): each patch edited in the tree of the last variant that still holds its lines
 EDITS = [(TWIN_FIX, i) for i in range(len(SERIES.prefix(TWIN_FIX)))] + [
     (LAST, i) for i, p in enumerate(SERIES.prefix(LAST)) if p not in SERIES.prefix(TWIN_FIX)

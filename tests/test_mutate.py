@@ -14,9 +14,6 @@ from conftest import AS_TRAINED, DEFINED, FEEDS_MTP, REPO, TWIN_FIX
 from pyllama_dflash.env import MUTATION_TEST_ENV
 from pyllama_dflash.llamabuild.manifest import variants_root
 from pyllama_dflash.llamabuild.patchset import (
-    AS_TRAINED_ROLE,
-    DEFINITION_ROLE,
-    TWIN_ROLE,
     apply_series,
     load_series,
     tree_reader,
@@ -42,6 +39,7 @@ from pyllama_dflash.process.shard import Shard, parse_shard
 from pyllama_dflash.scenarios.catalog import SIBLING_SCENARIOS
 from pyllama_dflash.slotloop import DEFAULT_CONFIG
 from pyllama_dflash.slotloop.models import tiny_models
+from pyllama_dflash.words import Role
 
 PRISTINE = "int f(int a, int b) {\n    return a;\n}\n"
 PATCHED = (
@@ -107,7 +105,7 @@ def test_a_fix_that_serves_drafts_as_trained_meets_the_rules_of_both_semantics()
     marked ones, EAGLE3 and MTP, so its mutants meet both files of rules. With the twin's alone, slice 1
     of the whole series' run left five survivors (docs/regression.md, "The whole series")."""
     assert set(RULES_TESTS) == set(MUTATED_ROLES)
-    assert RULES_TESTS[AS_TRAINED_ROLE] == RULES_TESTS[TWIN_ROLE] + RULES_TESTS[DEFINITION_ROLE]
+    assert RULES_TESTS[Role.AS_TRAINED] == RULES_TESTS[Role.TWIN] + RULES_TESTS[Role.DEFINITION]
     assert all(rules.is_file() for files in RULES_TESTS.values() for rules in files)
 
 

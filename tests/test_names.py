@@ -6,6 +6,7 @@ that still takes it and says its new name, or the test of that alias). No native
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 from pathlib import Path
@@ -35,7 +36,10 @@ RETIRED: dict[str, tuple[str, tuple[str, ...]]] = {
     r"\bSEED_ROLE\b|\bFIX_ROLE\b|\bthe seed's\b": ("SHOWN_ROLE, TWIN_ROLE, the zero-fill", ()),
     r"\b(?:seed|fix)=Expect\b|\brole `(?:seed|fix)`": ("the roles shown and twin", ()),
     r"\b_reference\(": ("fresh_server_round, or the client's without_draft", ()),
-    r"\b_kind\(": ("_expectation_key (the server checks' role of a variant)", ()),
+    r"\b_kind\(|\b_expectation_key\b": ("Check.expect(judged, saves_draft)", ()),
+    r"\b(?:SHOWN|TWIN|DEFINITION|AS_TRAINED|BASELINE)_ROLE\b|\bROLES\b": ("words.Role and words.Judged", ()),
+    r"\bjudged_variant\b": ("judged_on, which returns a words.Judged", ()),
+    r"\bslots=Expect\b": ("saving_draft= (a fix whose llama-server saves the draft)", ()),
 }
 
 SCANNED = ("pyllama_dflash", "tests", "docs", "README.md", ".github", ".ci", "patches/series")
@@ -61,3 +65,43 @@ def test_a_retired_name_does_not_come_back(old):
             continue
         hits += [f"{rel}:{n}: {line.strip()}" for n, line in enumerate(text.splitlines(), 1) if pattern.search(line)]
     assert not hits, f"{old} is now {new}:\n" + "\n".join(hits)
+
+
+# the words of words.py's enums, and where a literal of one names something else (file prefix -> words)
+WORDS_MODULE = "pyllama_dflash/words.py"
+OTHER_MEANINGS = {
+    # a variant name: b11434 unpatched, the series' last as-trained variant
+    "pyllama_dflash/": {"baseline"},
+    "pyllama_dflash/vlm/__main__.py": {"as-trained"},
+    # the acceptance columns' and modes' names: the draft served as its definition
+    "pyllama_dflash/acceptance/": {"definition"},
+    # a module's name: server/checks/definition.py
+    "pyllama_dflash/server/checks/__init__.py": {"definition"},
+    # the draft kind's own enum (slotloop.models.DraftKind) and the tiny generator's file name part
+    "pyllama_dflash/slotloop/models.py": {"twin"},
+    "pyllama_dflash/tiny/__init__.py": {"twin"},
+    # pytest's own words, read from its output
+    "pyllama_dflash/mutate/runner.py": {"ERROR"},
+}
+
+
+def _enum_words() -> set[str]:
+    from pyllama_dflash.words import Judged, Role, Status
+
+    return {w.value for enum in (Role, Judged, Status) for w in enum}
+
+
+def test_a_role_or_status_is_spelled_through_its_enum():
+    """A role, what a run is held to, or a status written as a string literal outside words.py is a
+    second copy of the vocabulary: it is an enum member everywhere else."""
+    words = _enum_words()
+    hits = []
+    for path in sorted((REPO / "pyllama_dflash").rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        if rel == WORDS_MODULE:
+            continue
+        allowed = set().union(*(w for prefix, w in OTHER_MEANINGS.items() if rel.startswith(prefix)))
+        for node in ast.walk(ast.parse(path.read_text(), rel)):
+            if isinstance(node, ast.Constant) and node.value in words and node.value not in allowed:
+                hits.append(f"{rel}:{node.lineno}: {node.value!r}")
+    assert not hits, "spell these through words.Role, words.Judged or words.Status:\n" + "\n".join(hits)

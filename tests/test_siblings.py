@@ -14,7 +14,6 @@ from conftest import DEFINED, FEEDS_MTP, VARIANTS
 from pyllama_dflash import tiny
 from pyllama_dflash.engine.matrix import case_name, run_cases
 from pyllama_dflash.llamabuild import variant as variant_of
-from pyllama_dflash.llamabuild.patchset import DEFINITION_ROLE
 from pyllama_dflash.repro.report import drafting_around_images
 from pyllama_dflash.scenarios.catalog import HOLE_SCENARIOS
 from pyllama_dflash.server import SIBLINGS_CHECKS, run_server_checks
@@ -65,7 +64,7 @@ def test_mtp_drafts_on_after_an_image_with_every_call_succeeding(siblings, varia
 
 # the variants where EAGLE3 keeps positions of its own over the text rows: 0007 and what carries it
 # (0008 reads no key for EAGLE3, so it is judged there as the definition is)
-OWN_POSITIONS = [v for v in VARIANTS if variant_of(v).judged_as(False, dflash_family=False).role == DEFINITION_ROLE]
+OWN_POSITIONS = [v for v in VARIANTS if variant_of(v).judged_as(False, dflash_family=False).own_positions]
 
 
 @pytest.mark.parametrize("variant", [v for v in VARIANTS if v not in OWN_POSITIONS])

@@ -19,6 +19,7 @@ from ..slotloop.config import DEFAULT_CONFIG, SessionConfig
 from ..slotloop.models import ModelSet, for_schedule
 from ..slotloop.record import Record, StopScenario
 from ..tiny import image as tiny_image
+from ..words import Status
 from .invariant import CheckedRecord, DraftDrift, DraftStarved, Memories, OutputDiffers, Violation
 from .schedule import Schedule, Step, image_px
 
@@ -102,7 +103,7 @@ def execute(
             f"nothing ({len(record.starved_rounds)} such round(s))"
         )
     tie = None
-    if violation is None and reference is not None and record.status() == "PASS":
+    if violation is None and reference is not None and record.status() == Status.PASS:
         ref = reference(schedule)
         violation = _drift(record, ref, stats)
         if isinstance(violation, DraftDrift):
@@ -110,9 +111,9 @@ def execute(
             violation = None if tie else violation
     if violation is not None:
         violation.schedule = schedule.to_json()
-    status = ("DRIFT" if isinstance(violation, DraftDrift) else "FAIL") if violation else record.status()
+    status = (Status.DRIFT if isinstance(violation, DraftDrift) else Status.FAIL) if violation else record.status()
     if tie:
-        status = "TIE"
+        status = Status.TIE
     stats["starved_rounds"] = len(record.starved_rounds)
     # schedules where draft() met a draft behind the target, per sequence (S10 on seq 0, S16 on seq 1)
     for seq in (0, 1):

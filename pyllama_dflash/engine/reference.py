@@ -23,6 +23,7 @@ from ..llamabuild.patchset import BASELINE
 from ..oracles.references import twin_of
 from ..slotloop.config import DEFAULT_CONFIG, SessionConfig
 from ..slotloop.models import ModelSet, for_schedule
+from ..words import Judged, Status
 from .schedule import Schedule
 
 
@@ -41,7 +42,7 @@ class ReferenceProcess:
         if not definition:
             twin_of(models)  # refused here, not in the child
         self.models = models
-        self.what = f"{BASELINE} + {'definition' if definition else 'twin'}"
+        self.what = f"{BASELINE} + {Judged.DEFINITION if definition else Judged.TWIN}"
         self._log = tempfile.NamedTemporaryFile(prefix="pyllama-dflash-reference-", suffix=".log", delete=False)
         cmd = [
             sys.executable,
@@ -50,7 +51,7 @@ class ReferenceProcess:
             json.dumps(self.models.to_json()),
             json.dumps(config.to_json()),
             backend or "",
-            "definition" if definition else "twin",
+            Judged.DEFINITION if definition else Judged.TWIN,
         ]
         self._proc = subprocess.Popen(
             cmd,
@@ -104,7 +105,7 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault(api.THREADS_ENV, "1")
     models, config = ModelSet.from_json(json.loads(argv[0])), SessionConfig.from_json(json.loads(argv[1]))
     load(BASELINE, backend=(argv[2] if len(argv) > 2 else "") or None)
-    definition = len(argv) > 3 and argv[3] == "definition"
+    definition = len(argv) > 3 and argv[3] == Judged.DEFINITION
     # the protocol gets a descriptor of its own; anything else written to fd 1 (native code
     # included) goes to stderr, so it cannot break a reply
     out = os.fdopen(os.dup(1), "w")
@@ -125,7 +126,7 @@ def main(argv: list[str]) -> int:
             outcome = execute(replace(schedule, drafter=None, target=None), ref_models, cfg, check=False)
             answer = {"status": outcome.status, "rounds": [asdict(r) for r in outcome.record.rounds]}
         except Exception as e:  # a harness error on one schedule: an answer that judges nothing, not a death
-            answer = {"status": "ERROR", "rounds": [], "error": f"{type(e).__name__}: {e}"}
+            answer = {"status": Status.ERROR, "rounds": [], "error": f"{type(e).__name__}: {e}"}
         out.write(json.dumps(answer) + "\n")
         out.flush()
     return 0

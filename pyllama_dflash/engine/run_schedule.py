@@ -14,7 +14,7 @@ import sys
 import time
 
 from ..llamabuild import variant
-from ..oracles.references import judged_variant
+from ..oracles.references import judged_on
 from ..process.child import job_main
 from . import schedule_job
 from .reference import ReferenceProcess
@@ -32,7 +32,7 @@ def run_job(job_json: dict) -> dict:
     load(job.variant, backend=job.backend)
     # a variant judged against the draft's definition (0007; 0008 with a draft trained with image rows) is
     # fuzzed against the definition reference
-    definition = judged_variant(variant(job.variant), job.models).own_positions
+    definition = judged_on(variant(job.variant), job.models).own_positions
     with contextlib.ExitStack() as stack:
         reference = None
         if job.drift:  # the drift oracle: baseline with the reconverted twin, in a child of its own

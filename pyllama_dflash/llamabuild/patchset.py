@@ -7,7 +7,7 @@ later fixes build on. A patch whose variant column is ``*``
 (EVERY) makes no variant: it is applied on top of every variant, baseline included, after
 the variant's own patches. That is how a regression test that must exist on the unfixed
 tree (to fail there) travels with the series. The role says what a variant is judged as
-(:data:`ROLES`; default ``twin``): the zero-fill, a fix judged against the draft's reconverted
+(:class:`~pyllama_dflash.words.Role`; default ``twin``): the zero-fill, a fix judged against the draft's reconverted
 twin, a fix judged against the draft's definition, or a fix that serves each draft as it was trained
 (judged as a ``definition`` fix with a draft trained with image rows, as a ``twin`` fix with any other).
 Patches are unified diffs (as ``git format-patch`` writes them, header and all) applied with ``git apply``
@@ -24,17 +24,13 @@ from pathlib import Path
 
 from ..errors import PatchError
 from ..files import sha256_bytes
+from ..words import Role
 from .hunk import NO_EOL, read_hunk
 
 BASELINE = "baseline"
 EVERY = "*"  # the variant column of a patch applied to every variant
 CARRIED = "-"  # the variant column of a patch every later variant carries, making none of its own
-# what a variant is judged as: the zero-fill (shown, not fixed), a fix exact to the draft's
-# reconverted twin (0004's semantics), a fix exact to the draft's definition (every row, own positions),
-# or a fix that is either, per draft: the definition for a draft trained with image rows, the twin else
-SHOWN_ROLE, TWIN_ROLE, DEFINITION_ROLE, AS_TRAINED_ROLE = "shown", "twin", "definition", "as-trained"
-RETIRED_ROLES = {"seed": SHOWN_ROLE, "fix": TWIN_ROLE}  # refused in a series file, naming the new one
-ROLES = (SHOWN_ROLE, TWIN_ROLE, DEFINITION_ROLE, AS_TRAINED_ROLE)
+RETIRED_ROLES = {"seed": Role.SHOWN, "fix": Role.TWIN}  # refused in a series file, naming the new one
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 
@@ -61,7 +57,7 @@ class Patch:
     variant: str  # EVERY: applied on top of every variant; CARRIED: carried by every later one
     sha256: str
     files: tuple[FilePatch, ...]
-    role: str = TWIN_ROLE  # what the variant it makes is judged as (ROLES)
+    role: Role = Role.TWIN  # what the variant it makes is judged as
 
     @property
     def touched(self) -> list[str]:
@@ -100,8 +96,8 @@ class Series:
         known = ", ".join(self.variants)
         raise PatchError(f"unknown variant {variant!r} (this series has: {known})")
 
-    def role(self, variant: str) -> str:
-        """What the variant is judged as: its series line's role (:data:`ROLES`)."""
+    def role(self, variant: str) -> Role:
+        """What the variant is judged as: its series line's role."""
         own = [p for p in self.own if p.variant == variant]
         if not own or variant == CARRIED:
             raise PatchError(f"variant {variant!r} is not made by a patch of this series")
@@ -138,13 +134,13 @@ def load_series(directory: Path) -> Series:
         parts = line.split()
         if len(parts) not in (2, 3):
             raise PatchError(f"{series_file}:{lineno}: expected '<patch file> <variant name> [<role>]', got {raw!r}")
-        filename, variant, role = (*parts, TWIN_ROLE) if len(parts) == 2 else parts
+        filename, variant, role = (*parts, Role.TWIN.value) if len(parts) == 2 else parts
         if role in RETIRED_ROLES:
-            raise PatchError(f"{series_file}:{lineno}: role {role!r} is now {RETIRED_ROLES[role]!r}")
-        if role not in ROLES or (variant in (EVERY, CARRIED) and len(parts) == 3):
+            raise PatchError(f"{series_file}:{lineno}: role {role!r} is now '{RETIRED_ROLES[role]}'")
+        if role not in {r.value for r in Role} or (variant in (EVERY, CARRIED) and len(parts) == 3):
             raise PatchError(
                 f"{series_file}:{lineno}: bad role {role!r} "
-                f"(one of {', '.join(ROLES)}, for a patch that makes a variant)"
+                f"(one of {', '.join(Role)}, for a patch that makes a variant)"
             )
         if variant not in (EVERY, CARRIED) and (not _NAME_RE.match(variant) or variant in ("all",)):
             raise PatchError(
@@ -159,7 +155,9 @@ def load_series(directory: Path) -> Series:
         if not path.is_file():
             raise PatchError(f"{series_file}:{lineno}: patch {filename} not found in {directory}")
         data = path.read_bytes()
-        patches.append(Patch(filename, variant, sha256_bytes(data), parse_patch(data.decode("utf-8"), filename), role))
+        patches.append(
+            Patch(filename, variant, sha256_bytes(data), parse_patch(data.decode("utf-8"), filename), Role(role))
+        )
     return Series(directory, tuple(patches))
 
 

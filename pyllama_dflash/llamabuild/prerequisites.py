@@ -13,7 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import PatchError
-from .patchset import TWIN_ROLE, Patch, Series, apply_series
+from ..words import Role
+from .patchset import Patch, Series, apply_series
 
 _LINE = re.compile(r"^Prerequisites: *(.*)$", re.M)
 _NUMBER = re.compile(r"\b(\d{4})\b")
@@ -67,6 +68,6 @@ def alone_series(series: Series, chain: tuple[Patch, ...], dest: Path) -> Path:
     lines = []
     for p in chain:
         (dest / p.name).write_bytes((series.directory / p.name).read_bytes())
-        lines.append(f"{p.name} {ALONE} {TWIN_ROLE}" if p is chain[-1] else f"{p.name} -")
+        lines.append(f"{p.name} {ALONE} {Role.TWIN}" if p is chain[-1] else f"{p.name} -")
     (dest / "series").write_text("\n".join(lines) + "\n")
     return dest

@@ -17,28 +17,26 @@ from ..errors import UsageError
 from ..figures import provenance
 from ..llamabuild import BuildOptions, build
 from ..llamabuild.patchset import (
-    AS_TRAINED_ROLE,
-    DEFINITION_ROLE,
     EVERY,
-    TWIN_ROLE,
     Series,
     apply_series,
     load_series,
     tree_reader,
 )
 from ..paths import default_patches_dir
+from ..words import Role
 from .operators import Mutant, mutants
 from .runner import MUTATED_FILES
 
 # the roles of the fixes mutate judges (the zero-fill is shown, not fixed)
-MUTATED_ROLES = (TWIN_ROLE, DEFINITION_ROLE, AS_TRAINED_ROLE)
+MUTATED_ROLES = (Role.TWIN, Role.DEFINITION, Role.AS_TRAINED)
 
 
 @dataclass
 class Plan:
     series: Series
     variant: str  # the fix whose lines are mutated
-    # TWIN_ROLE (judged against the twin), DEFINITION_ROLE (against the draft's definition) or AS_TRAINED_ROLE
+    # Role.TWIN (judged against the twin), Role.DEFINITION (against the draft's definition) or Role.AS_TRAINED
     # (per draft; the mutants run on drafts without the image-rows key, judged against the twin, and the C++
     # test's runs with the key against the definition reference)
     role: str
@@ -56,7 +54,7 @@ def plan(args: argparse.Namespace) -> Plan:
     series = load_series(default_patches_dir())
     fix = args.variant or series.variants[-1]
     # each mutant is judged as its fix is: against the twin, or against the draft's definition (0007)
-    role = series.role(fix) if fix in series.variants[1:] else TWIN_ROLE
+    role = series.role(fix) if fix in series.variants[1:] else Role.TWIN
     if role not in MUTATED_ROLES:
         raise UsageError(f"--variant {fix!r} is judged as {role!r}: not a fix to mutate")
     (base,) = build(["baseline"], BuildOptions(cpu="native", quiet=True))

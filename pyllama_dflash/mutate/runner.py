@@ -61,7 +61,7 @@ from ..engine.matrix import Job, case_name, prove_ties, run_cases, run_matrix
 from ..env import PATCHES_ENV
 from ..errors import BuildError
 from ..llamabuild import BuildOptions, build, variant
-from ..llamabuild.patchset import AS_TRAINED_ROLE, BASELINE, DEFINITION_ROLE, TWIN_ROLE, Series
+from ..llamabuild.patchset import BASELINE, Series
 from ..llamabuild.variants import Variant
 from ..oracles import mtp_heads
 from ..oracles.drift import judge
@@ -72,6 +72,7 @@ from ..slotloop.config import server_config
 from ..slotloop.models import ModelSet, sibling_models, tiny_models
 from ..slotloop.record import PASS
 from ..tiny import DRAFTERS, TARGET_KINDS
+from ..words import Role, Status
 from .operators import Mutant
 
 VARIANT = "mutant"  # every mutant builds as this variant of its own series, one after another
@@ -82,11 +83,12 @@ EQUIVALENT_FILE = Path(__file__).with_name("equivalent.json")
 _TWIN_RULES = REPO_DIR / "tests" / "test_patch_rules.py"
 _DEFINITION_RULES = REPO_DIR / "tests" / "test_definition_rules.py"
 RULES_TESTS = {
-    TWIN_ROLE: (_TWIN_RULES,),
-    DEFINITION_ROLE: (_DEFINITION_RULES,),
-    AS_TRAINED_ROLE: (_TWIN_RULES, _DEFINITION_RULES),
+    Role.TWIN: (_TWIN_RULES,),
+    Role.DEFINITION: (_DEFINITION_RULES,),
+    Role.AS_TRAINED: (_TWIN_RULES, _DEFINITION_RULES),
 }
 
+PYTEST_FAILURES = ("FAILED", "ERROR")  # pytest's own words for a test that failed or errored, as it prints them
 KILLED, SURVIVED, STILLBORN, EQUIVALENT = "killed", "survived", "stillborn", "equivalent"
 # llama-server's files the series changes: its slots (0005, 0007) and its prompt cache's entries (0007)
 SERVER_FILES = ("tools/server/server-context.cpp", "tools/server/server-task.cpp")
@@ -179,7 +181,7 @@ def load_equivalents(path: Path = EQUIVALENT_FILE) -> dict[str, dict]:
 
 
 def write_series(
-    mutant: Mutant, fixed: dict[str, str], series: Series, pristine: Path, dest: Path, role: str = TWIN_ROLE
+    mutant: Mutant, fixed: dict[str, str], series: Series, pristine: Path, dest: Path, role: str = Role.TWIN
 ) -> Path:
     """A series folder whose one variant is the fix with this mutant, judged as the fix is (``role``);
     returns the folder."""
@@ -209,10 +211,10 @@ def write_series(
     return dest
 
 
-def references(models: ModelSet, config: dict, parallel: int, work: Path, role: str = TWIN_ROLE) -> dict[str, dict]:
+def references(models: ModelSet, config: dict, parallel: int, work: Path, role: str = Role.TWIN) -> dict[str, dict]:
     """The drift references, once for every mutant: each scenario on baseline with the twin, or, for a
     fix judged against the draft's definition, drafting as the definition has it."""
-    if role == DEFINITION_ROLE:
+    if role == Role.DEFINITION:
         jobs = [Job(sid, BASELINE, models, definition_config(config), definition=True) for sid in SCENARIOS]
     else:
         jobs = [Job(sid, BASELINE, models, reference_config(config), twin=True) for sid in SCENARIOS]
@@ -252,7 +254,7 @@ def try_mutant(
     trial = _Trial(out, variant(VARIANT, series_dir))
     try:
         if mutant.path in SERVER_FILES:
-            as_trained = trial.mutant_variant.role == AS_TRAINED_ROLE
+            as_trained = trial.mutant_variant.role == Role.AS_TRAINED
             _server_stage(out, manifest, models, series_dir, work / mutant.id, marked=as_trained)
             return out
         # the test takes a tenth of a second; a mutant that loops forever is killed here, in a minute
@@ -388,7 +390,7 @@ def _mtp_heads_kill(out: Outcome) -> bool:
     """The MTP heads' oracle (a chain and an assistant after an image): right after C1 for a mutant of a
     model's graph, last of all for libcommon's, whose MTP lines reach those heads too."""
     failure = mtp_heads.first_failure(mtp_heads.run(VARIANT))
-    out.rows["mtp heads"] = PASS if failure is None else "FAIL"
+    out.rows["mtp heads"] = PASS if failure is None else Status.FAIL
     if failure is not None:
         out.status, out.killed_by, out.detail = KILLED, "mtp heads", failure
     return failure is not None
@@ -401,7 +403,7 @@ def _rules_kill(trial: _Trial, series_dir: Path) -> bool:
         return False
     rules = _rules(series_dir, rules_tests)
     out = trial.out
-    out.rows["rules"] = PASS if rules is None else "FAIL"
+    out.rows["rules"] = PASS if rules is None else Status.FAIL
     if rules is None:
         return False
     out.status, out.killed_by, out.detail = KILLED, "rules", rules
@@ -452,7 +454,7 @@ def _server_stage(
     for row, name, m in killers:
         folder = work if row == name else work / "marked"
         r = run_server_checks(manifest, m, checks=[name], work_dir=folder, patches_dir=series_dir)[name]
-        out.rows[row] = "PASS" if r["ok"] else "FAIL"
+        out.rows[row] = Status.PASS if r["ok"] else Status.FAIL
         if not r["ok"]:
             out.status, out.killed_by = KILLED, row
             out.detail = f"{r.get('error') or r.get('status')} (expected {r.get('expected')})"
@@ -484,7 +486,7 @@ def _rules(series_dir: Path, tests: list[Path]) -> str | None:
     )
     if proc.returncode == 0:
         return None
-    failed = [line for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
+    failed = [line for line in proc.stdout.splitlines() if line.startswith(PYTEST_FAILURES)]
     return failed[0] if failed else f"pytest exited {proc.returncode}: {proc.stdout[-300:]}"
 
 

@@ -18,9 +18,9 @@ from ..env import PATCHES_ENV
 from ..llamabuild import BuildOptions
 from ..llamabuild.builder import stage
 from ..llamabuild.manifest import all_manifests
-from ..llamabuild.patchset import DEFINITION_ROLE
 from ..slotloop import DEFAULT_CONFIG
 from ..slotloop.models import ModelSet
+from ..words import Role
 from .plan import Plan
 from .runner import (
     EQUIVALENT,
@@ -74,7 +74,7 @@ def _references(p: Plan, models: ModelSet, jobs: int, work: Path) -> dict[str, d
     """Run once, when a mutant's matrix first needs them (C1 and the server stage do not), on the
     series' own baseline."""
     print(
-        f"mutate: references on baseline ({'the definition' if p.role == DEFINITION_ROLE else 'the twin'}) ...",
+        f"mutate: references on baseline ({'the definition' if p.role == Role.DEFINITION else 'the twin'}) ...",
         flush=True,
     )
     return _on_the_series(lambda: references(models, DEFAULT_CONFIG, jobs, work, p.role))

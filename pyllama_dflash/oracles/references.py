@@ -5,7 +5,7 @@ Each is the same scenario (or schedule) on ``baseline``: with the draft's reconv
 (:data:`DEFINITION`, what a ``definition`` variant must draft), or with the twin's cells laid out as
 the fix lays a legacy draft's (:data:`LAYOUT`, the tie check's replay). Here: their names as columns
 of the matrix, their session configs, the twin's models, and which one judges a variant on a set of
-models (:func:`reference_of`, from :func:`judged_variant`).
+models (:func:`reference_of`, from :func:`judged_on`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from ..llamabuild.variants import Variant
 from ..llamabuild.variants import variant as variant_of
 from ..slotloop.config import SessionConfig, server_config
 from ..slotloop.models import SIBLINGS, ModelSet
+from ..words import Judged
 
 REFERENCE = f"{BASELINE}+twin"  # the drift oracle's column: baseline with the draft's reconverted twin
 # the definition variant's column: baseline drafting from every row of the history at 0..N-1
@@ -53,9 +54,9 @@ def twin_of(models: ModelSet) -> ModelSet:
     return models.with_draft(twin)
 
 
-def judged_variant(v: Variant, models: object) -> Variant:
-    """The variant as it is judged on these models (Variant.judged_as): an ``as-trained`` variant per
-    draft, by the image-rows key of a DFlash-family draft. ``models`` is a :class:`ModelSet` or a
+def judged_on(v: Variant, models: object) -> Judged:
+    """What a run of the variant on these models is held to (Variant.judged_as): an ``as-trained`` variant's
+    per draft, by the image-rows key of a DFlash-family draft. ``models`` is a :class:`ModelSet` or a
     :class:`tiny.TinyModels`; a set that says neither (real files given to llama-server) is taken as
     an unmarked DFlash draft."""
     image_rows = bool(getattr(models, "image_rows", False))
@@ -66,7 +67,7 @@ def reference_of(variant: str, models: ModelSet) -> str:
     """The column a variant's drafts are judged against on these models: the definition's for a
     ``definition`` variant (an ``as-trained`` one with drafts trained with image rows), the twin's for
     every other."""
-    return DEFINITION if judged_variant(variant_of(variant), models).own_positions else REFERENCE
+    return DEFINITION if judged_on(variant_of(variant), models).own_positions else REFERENCE
 
 
 def reference_columns(variants: Iterable[str], cases: Iterable[ModelSet]) -> list[str]:

@@ -30,8 +30,9 @@ from pathlib import Path
 
 from ..errors import short_native_line
 from ..files import atomic_write_json
+from ..words import Status
 
-CRASH, ERROR = "CRASH", "ERROR"  # a child that died or timed out; a Python error inside a child
+CRASH, ERROR = Status.CRASH, Status.ERROR  # a child that died or timed out; a Python error inside a child
 
 # what ggml_abort prints (GGML_ASSERT and GGML_ABORT both go through it): "<file>:<line>: <message>"
 _ABORT = re.compile(r"GGML_ASSERT|GGML_ABORT|^\S+\.(?:c|cc|cpp|cu|h):\d+: ")

@@ -13,12 +13,12 @@ from ..flags import pick
 from ..llamabuild import BuildOptions, build, default_must_pass, find_built, variant
 from ..llamabuild.manifest import Manifest
 from ..llamabuild.patchset import BASELINE
-from ..llamabuild.variants import AS_TRAINED_ROLE
 from ..paths import cache_root
 from ..scenarios.catalog import SCENARIOS
 from ..slotloop.config import DEFAULT_CONFIG, SessionConfig
 from ..slotloop.models import ModelSet, tiny_models
 from ..tiny import DRAFTERS, TARGET_KINDS
+from ..words import Role
 
 REAL_N_BATCH = 256  # the target's n_batch for real models, unless --n-batch says otherwise
 
@@ -90,7 +90,7 @@ def cases(
         if args.drafters or args.targets:
             raise UsageError("--drafters and --targets choose the tiny models; not with --draft")
         return [(models, ids)]
-    keys = (False, True) if any(variant(v).role == AS_TRAINED_ROLE for v in variants) else (False,)
+    keys = (False, True) if any(variant(v).role == Role.AS_TRAINED for v in variants) else (False,)
     out = []
     for image_rows in keys:
         for target in pick(args.targets, TARGET_KINDS, "--targets"):

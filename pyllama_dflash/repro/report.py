@@ -3,16 +3,18 @@ target side by side, one letter per variant."""
 
 from __future__ import annotations
 
+from ..words import Status
+
 # one letter per status, for the drafters side by side
 LETTERS = {
-    "PASS": "P",
-    "TIE": "T",
-    "DRIFT": "D",
-    "DEGRADED": "G",
-    "FAIL": "F",
-    "CRASH": "C",
-    "ERROR": "E",
-    "SKIP": "s",
+    Status.PASS: "P",
+    Status.TIE: "T",
+    Status.DRIFT: "D",
+    Status.DEGRADED: "G",
+    Status.FAIL: "F",
+    Status.CRASH: "C",
+    Status.ERROR: "E",
+    Status.SKIP: "s",
     "-": "-",
 }
 LEGEND = "P PASS, T TIE, D DRIFT, G DEGRADED, F FAIL, C CRASH, E ERROR, s SKIP, . not run"
@@ -20,7 +22,7 @@ LEGEND = "P PASS, T TIE, D DRIFT, G DEGRADED, F FAIL, C CRASH, E ERROR, s SKIP, 
 
 def cell(result: dict) -> str:
     status = result["status"]
-    if status == "CRASH" and result.get("signal"):
+    if status == Status.CRASH and result.get("signal"):
         return f"CRASH ({result['signal']})"
     return status
 
@@ -38,9 +40,9 @@ def format_table(table: dict[str, dict[str, dict]], variants: list[str], scenari
     for sid, row in table.items():
         for v in variants:
             r = row[v]
-            if r["status"] not in ("PASS", "SKIP") and r.get("first_failure"):
+            if r["status"] not in (Status.PASS, Status.SKIP) and r.get("first_failure"):
                 notes.append(f"  {sid} {v}: {r['first_failure']}")
-            elif r["status"] == "DEGRADED":
+            elif r["status"] == Status.DEGRADED:
                 notes.append(f"  {sid} {v}: a drafting round produced no tokens although every call succeeded")
     if notes:
         lines += ["", "first failures:", *notes]
@@ -117,7 +119,7 @@ def format_siblings(tables: dict[str, dict[str, dict[str, dict]]], variants: lis
     for sibling, table in tables.items():
 
         def cell(r: dict) -> str:
-            if r["status"] not in ("PASS", "DEGRADED", "DRIFT"):
+            if r["status"] not in (Status.PASS, Status.DEGRADED, Status.DRIFT):
                 return r["status"]
             m = r.get("around_images") or drafting_around_images(r)
             b, a = m["before_image"], m["after_image"]

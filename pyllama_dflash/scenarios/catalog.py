@@ -13,13 +13,14 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from ..llamabuild.variants import BASELINE_ROLE, DEFINITION_ROLE, SHOWN_ROLE, TWIN_ROLE, Variant, variant
+from ..llamabuild.variants import Variant, variant
 from ..oracles.drift import compare, drafts
 from ..slotloop import Session
 from ..slotloop.config import SessionConfig
 from ..slotloop.loaded import Loaded
 from ..slotloop.models import DraftKind, ModelSet
 from ..slotloop.record import DEGRADED, DRIFT, FAIL, PASS, TIE, Record
+from ..words import Judged
 
 N_GEN = 6  # tokens generated after each prompt: two or more drafting rounds
 
@@ -307,12 +308,12 @@ DRIFT_BEHIND = "DRIFT behind only"
 # as the test suite asserts it. Every run that completes is also judged by the drift oracle
 # (oracles/drift.py): its drafts against the same scenario's on baseline with the draft's reconverted twin.
 # DRIFT ranks between PASS and DEGRADED.
-EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
+EXPECTED: dict[Judged, dict[str, tuple[str, ...]]] = {
     # S2 is not a control on baseline after all: mtmd wraps a qwen2vl image in <|vision_start|> ...
     # <|vision_end|>, so even an image-first prompt puts one text row (position 0) in the draft
     # before the image, and the draft's memory is not empty when the hole appears. The batch
     # check is skipped only for an empty memory, which no prompt through mtmd_tokenize reaches.
-    BASELINE_ROLE: {
+    Judged.BASELINE: {
         "S1": (FAIL,),
         "S2": (FAIL,),
         "S3": (FAIL,),
@@ -341,7 +342,7 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
     #   the zero rows are outside every later noise block's window, as if removed.
     # - S5: the tiny draft drafts one repeated token per sequence there ([60] and [68]); the
     #   zero rows do not move its argmax. The oracle can only see what the drafts show.
-    SHOWN_ROLE: {
+    Judged.SHOWN: {
         "S1": (DRIFT,),
         "S2": (DRIFT,),
         "S3": (DRIFT,),
@@ -370,7 +371,7 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
     # (see expectations()). C1: the C++ test's DFlash2 case with images meets a tie broken by the
     # cells' order (its twin laid out as the fix lays the legacy draft out drafts what the legacy
     # draft drafts): TIE, which passes.
-    TWIN_ROLE: {**{sid: (PASS,) for sid in SCENARIO_IDS}, "C1": (PASS, TIE)},
+    Judged.TWIN: {**{sid: (PASS,) for sid in SCENARIO_IDS}, "C1": (PASS, TIE)},
     # The definition (0007) drafts what the draft's definition drafts, judged against the definition
     # reference (every row of the history at 0..N-1, the block at N) in every scenario. S10 and S16
     # begin a round with the draft behind a target-only restore: the restored rows' features exist
@@ -380,7 +381,7 @@ EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
     # context of the draft at 0..N-1, the block drafted at N), round by round: exact in every round
     # of every drafter, so PASS; no tie shows (the draft and its reference fill their cells in the
     # same order), and the test has no layout replay that could prove one.
-    DEFINITION_ROLE: {
+    Judged.DEFINITION: {
         **{sid: (PASS,) for sid in SCENARIO_IDS},
         "S10": (PASS, DRIFT_BEHIND),
         "S16": (PASS, DRIFT_BEHIND),
@@ -416,13 +417,13 @@ def meets(allowed: tuple[str, ...], result: dict) -> bool:
     )
 
 
-def _for_the_family(role: str, table: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+def _for_the_family(judged: Judged, table: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
     out = dict(table)
-    if role == SHOWN_ROLE:
+    if judged is Judged.SHOWN:
         for sid, allowed in table.items():
             if sid in HOLE_SCENARIOS and allowed in ((DRIFT,), (PASS,)):
                 out[sid] = (DRIFT, PASS)
-    elif role == TWIN_ROLE:
+    elif judged is Judged.TWIN:
         out["S10"] = (PASS, DRIFT_BEHIND)
         out["S16"] = (PASS, DRIFT_BEHIND, TIE)
     return out
@@ -436,8 +437,9 @@ def expectations(
     S12 DRIFT for a fix whose llama-server restores the target alone, where even an exact driver
     drifts, as full does; widened as _for_the_family says for another drafter or target. An
     ``as-trained`` variant is judged by the drafts' image-rows key (``image_rows``, Variant.judged_as)."""
-    v = (variant(v) if isinstance(v, str) else v).judged_as(image_rows)
-    table = dict(EXPECTED[v.role])
-    if v.role == TWIN_ROLE and not v.saves_draft:
+    v = variant(v) if isinstance(v, str) else v
+    judged = v.judged_as(image_rows)
+    table = dict(EXPECTED[judged])
+    if judged is Judged.TWIN and not v.saves_draft:
         table["S12"] = (DRIFT,)
-    return _for_the_family(v.role, table) if (drafter, target) != ("dflash", "dense") else table
+    return _for_the_family(judged, table) if (drafter, target) != ("dflash", "dense") else table

@@ -24,6 +24,7 @@ from ..slotloop.loaded import Loaded
 from ..slotloop.models import ModelSet, large_image, long_image, small_image, tiny_image, wide_image
 from ..slotloop.ops import Generate, Op
 from ..slotloop.record import Record, StopScenario
+from ..words import Status
 from .catalog import SCENARIOS, Env
 from .scenario_job import ScenarioJob
 
@@ -93,7 +94,7 @@ def run_job(job_json: dict) -> dict:
     draft = job.models.draft_for(scenario.draft, twin=job.twin)
     if draft is None:
         what = f"reconverted twin of the {scenario.draft} draft" if job.twin else f"{scenario.draft} draft"
-        return {"status": "SKIP", "reason": f"no {what} for these models", "calls": []}
+        return {"status": Status.SKIP, "reason": f"no {what} for these models", "calls": []}
     models = job.models.with_draft(draft)
     cfg = replace(job.config, n_seq=scenario.n_seq)
     images = images_for(models)
@@ -127,7 +128,7 @@ def run_job(job_json: dict) -> dict:
                 reference.setdefault(seq, []).extend(tokens)
         result["exact"] = reference == record.generated
         if not result["exact"]:
-            result["status"] = "FAIL"
+            result["status"] = Status.FAIL
             result["first_failure"] = (
                 f"output differs from greedy decoding without the draft: {record.generated} != {reference}"
             )

@@ -19,7 +19,8 @@ from ..errors import ServerError
 from ..llamabuild.manifest import Manifest
 from ..llamabuild.variants import Variant
 from ..llamabuild.variants import variant as lookup_variant
-from ..oracles.references import judged_variant
+from ..oracles.references import judged_on
+from ..words import Judged
 from . import bodies
 from .checks import CHECKS, REGISTRY
 from .expect import Expect
@@ -27,24 +28,27 @@ from .server_process import ServerModels, ServerOptions, ServerProcess, resolve_
 
 
 class Ctx:
-    """What every check needs: binary, models, variant, base options, images, where logs go."""
+    """What every check needs: binary, models, the variant and what it is held to on these models (None
+    for a server given by path), base options, images, where logs go."""
 
     def __init__(
         self,
         binary: Path,
         models: ServerModels,
         v: Variant | None,
+        judged: Judged | None,
         base: ServerOptions,
         work_dir: Path,
         images: list[bytes],
         reference: tuple[Path, ServerModels] | None = None,
     ):
-        self.binary, self.models, self.variant, self.base = binary, models, v, base
+        self.binary, self.models, self.variant, self.judged, self.base = binary, models, v, judged, base
         self.work_dir, self.images, self.reference = work_dir, images, reference
         self._once: dict[str, Any] = {}
 
     def expect(self, check: str) -> Expect:
-        return REGISTRY[check].expect(self.variant, drafter=getattr(self.models, "drafter", "dflash"))
+        saves = self.variant is not None and self.variant.saves_draft
+        return REGISTRY[check].expect(self.judged, saves, drafter=getattr(self.models, "drafter", "dflash"))
 
     def server(
         self,
@@ -115,8 +119,9 @@ def run_server_checks(
     work.mkdir(parents=True, exist_ok=True)
     ref = (resolve_binary(reference[0]), reference[1]) if reference is not None else None
     # an as-trained variant is judged by the draft's image-rows key
-    v = judged_variant(lookup_variant(variant, patches_dir), models) if variant else None
-    ctx = Ctx(binary, models, v, base, work, images or bodies.default_images(models), ref)
+    v = lookup_variant(variant, patches_dir) if variant else None
+    judged = judged_on(v, models) if v is not None else None
+    ctx = Ctx(binary, models, v, judged, base, work, images or bodies.default_images(models), ref)
 
     results: dict[str, dict] = {}
     for name in wanted:

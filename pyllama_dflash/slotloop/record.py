@@ -10,13 +10,17 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from ..process.child import CRASH, ERROR  # noqa: F401 (every status of a run is importable from here)
+from ..words import Status
 
-# from best to worst (SKIP beside PASS, then child.CRASH and child.ERROR): TIE = the drafts differ from the
-# reference's only as a tie broken by the KV cells' order (proven by replaying the reference with the fix's
-# cell layout, see oracles/drift.py); DRIFT = every call succeeded and the output is exact, but the draft drafted
-# otherwise than its reference; DEGRADED = a round drafted nothing where it should
-PASS, TIE, DRIFT, DEGRADED, FAIL = "PASS", "TIE", "DRIFT", "DEGRADED", "FAIL"
-SKIP = "SKIP"
+# every status of a run, by its name (words.Status says what each means)
+PASS, SKIP, TIE, DRIFT, DEGRADED, FAIL = (
+    Status.PASS,
+    Status.SKIP,
+    Status.TIE,
+    Status.DRIFT,
+    Status.DEGRADED,
+    Status.FAIL,
+)
 
 # the api of a failing Call that is the session's own check, not a native call's answer: a draft with
 # positions of its own holds its rows other than once each at 0..N-1, a gap inside included

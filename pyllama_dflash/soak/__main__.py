@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="pyllama-dflash-soak-"))
     reports, ok = {}, True
     for m in manifests:
-        baseline = variant(m.variant).role == "baseline"
+        baseline = variant(m.variant).role is None
         r = soak(
             m.binary("llama-server"),
             models,

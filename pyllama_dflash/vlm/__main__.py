@@ -262,7 +262,7 @@ def cmd_speed(args: argparse.Namespace) -> int:
     prov = provenance(load(args.variant))
     seeds = range(args.conversations)
     started = time.monotonic()
-    report = measure(args.variant, files, TrainedOn(args.kind), seeds, n_maxes, args.rows, log=_log)
+    report = measure(args.variant, files, TrainedOn(args.kind), seeds, n_maxes, args.rows_per_image, log=_log)
     report |= {
         "kind": "vlm-speed",
         "conversations": args.conversations,
@@ -270,7 +270,7 @@ def cmd_speed(args: argparse.Namespace) -> int:
         "seconds": round(time.monotonic() - started, 1),
         "command": f"pyllama-dflash vlm speed --target {_shown(target)} --draft {_shown(files.draft)} "
         f"--variant {args.variant} --kind {args.kind} --conversations {args.conversations} --n-max {args.n_max}"
-        + (f" --rows {args.rows}" if args.rows else "")
+        + (f" --rows-per-image {args.rows_per_image}" if args.rows_per_image else "")
         + (f" --json {_shown(Path(args.json))}" if args.json else ""),
         **prov,
     }
@@ -314,7 +314,9 @@ def _add_serving_stages(sub: argparse._SubParsersAction) -> None:
     sp.add_argument("--draft", default=None, help="the draft (default: the committed vlm-dflash-text.gguf)")
     sp.add_argument("--variant", default="as-trained", help="the build the servers run (default as-trained)")
     sp.add_argument("--kind", choices=["text", "images"], default="text", help="prose chats, or the bench's shape")
-    sp.add_argument("--rows", type=int, choices=[64, 256, 1024], default=None, help="image size (default: drawn)")
+    sp.add_argument(
+        "--rows-per-image", type=int, choices=[64, 256, 1024], default=None, help="image size (default: drawn)"
+    )
     sp.add_argument("--conversations", type=int, default=24, help="held-out conversations (default 24)")
     sp.add_argument("--n-max", default="3,7", help="draft lengths, comma-separated (default 3,7)")
     sp.add_argument("--json", default=None, help="write the record here")

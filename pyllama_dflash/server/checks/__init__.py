@@ -8,10 +8,11 @@ conversations), :mod:`.slots` (slot save and restore), :mod:`.faults` (restores 
 (an idle slot saved to the prompt cache and brought back) and :mod:`.siblings` (MTP and EAGLE3).
 
 A check is a function of a :class:`~.run.Ctx` returning a :class:`~.expect.Result`, registered
-once with ``@check(name, baseline=..., twin=...)``: its expectation per role of variant
-(llamabuild.variants: ``baseline``, the zero-fill ``shown``, a fix judged against the ``twin``,
-``slots``, such a fix whose llama-server saves the draft with a slot, and ``definition``, patch 0007
-on top of slots; a role not given takes the twin's, or for ``definition`` slots'). Adding a check
+once with ``@check(name, baseline=..., twin=...)``: its expectation per :class:`~pyllama_dflash.words.Judged`
+(what the run is held to: ``baseline``, the zero-fill ``shown``, a fix held to the ``twin`` or to the
+``definition``), and ``saving_draft``: a fix's where its llama-server saves the draft with a slot (0005).
+A fix's expectation not given takes ``saving_draft``'s where its server saves the draft, else the twin's;
+``baseline``'s and ``shown``'s not given take the twin's. Adding a check
 is adding one such function to one of them (docs/server.md says how). ``run.run_server_checks``
 runs them, in the order they are registered.
 
@@ -28,30 +29,37 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ...llamabuild.variants import BASELINE_ROLE, SHOWN_ROLE, Variant
+from ...words import Judged
 from ..client import Response
 from ..drafts import LOGS_NO_DRAFTS
 from ..expect import Expect, Result
 from ..server_process import ServerProcess
 
-# the kinds a check's expectations name; a definition variant (0007, on top of 0005) takes slots' expectations
-# where it has none of its own
-BASELINE, SHOWN, TWIN, SLOTS, DEFINITION = "baseline", "shown", "twin", "slots", "definition"
+# the expectation of a fix whose llama-server saves the draft with a slot (0005), beside the Judged ones
+SAVING_DRAFT = "saving_draft"
+EXPECTATION_KEYS = (*(j.value for j in Judged), SAVING_DRAFT)
 
 
 @dataclass(frozen=True)
 class Check:
     name: str
     run: Callable[[Any], Result]
-    expected: dict[str, Expect]  # role -> what it must see; a role not given takes the twin's
+    expected: dict[str, Expect]  # EXPECTATION_KEYS -> what it must see
     family: bool  # one of the checks each drafter of the family runs (FAMILY)
     sibling: str | None = None  # a check of a sibling drafter's models (mtp, eagle3), not the DFlash family's
 
-    def expect(self, v: Variant | None, *, drafter: str = "dflash") -> Expect:
-        kind = _expectation_key(v)
-        e = self.expected.get(kind) or (self.expected.get(SLOTS) if kind == DEFINITION else None) or self.expected[TWIN]
+    def expect(self, judged: Judged | None, saves_draft: bool, *, drafter: str = "dflash") -> Expect:
+        """What the check must see on a run held to ``judged`` (None: a server given by path, a fix), whose
+        llama-server saves the draft with a slot or not."""
+        judged = judged or Judged.TWIN
+        fix = judged in (Judged.TWIN, Judged.DEFINITION)
+        e = (
+            (self.expected.get(judged) if judged is not Judged.TWIN else None)
+            or (self.expected.get(SAVING_DRAFT) if fix and saves_draft else None)
+            or self.expected[Judged.TWIN]
+        )
         if e.same_drafts is not None and (
-            drafter in LOGS_NO_DRAFTS or (kind == SHOWN and drafter != "dflash" and e.same_drafts is False)
+            drafter in LOGS_NO_DRAFTS or (judged is Judged.SHOWN and drafter != "dflash" and e.same_drafts is False)
         ):
             # a drafter whose drafts the server's log does not show (DFlash2) cannot be judged on
             # them here; and whether the zero-fill's rows move a drafted token depends on the draft's
@@ -65,12 +73,13 @@ REGISTRY: dict[str, Check] = {}
 
 def check(name: str, *, family: bool = False, sibling: str | None = None, **expected: Expect) -> Callable:
     """Register a check under ``name`` with its expectations (``baseline=``, ``shown=``, ``twin=``,
-    ``slots=``); ``family``: it also runs for every drafter of the family; ``sibling``: it runs on that
-    sibling drafter's models (``mtp``, ``eagle3``) instead, under ``repro --siblings --server``."""
-    unknown = set(expected) - {BASELINE, SHOWN, TWIN, SLOTS, DEFINITION}
-    if unknown or TWIN not in expected:
+    ``definition=``, ``saving_draft=``; ``twin=`` at least); ``family``: it also runs for every drafter of
+    the family; ``sibling``: it runs on that sibling drafter's models (``mtp``, ``eagle3``) instead, under
+    ``repro --siblings --server``."""
+    unknown = set(expected) - set(EXPECTATION_KEYS)
+    if unknown or Judged.TWIN not in expected:
         raise ValueError(
-            f"check {name}: expectations for {sorted(unknown)} (known: baseline, shown, twin, slots, definition)"
+            f"check {name}: expectations for {sorted(unknown)} (known: {', '.join(EXPECTATION_KEYS)}; twin required)"
         )
 
     def register(fn: Callable[[Any], Result]) -> Callable[[Any], Result]:
@@ -82,21 +91,10 @@ def check(name: str, *, family: bool = False, sibling: str | None = None, **expe
     return register
 
 
-def _expectation_key(v: Variant | None) -> str:
-    if v is None:
-        return TWIN
-    if v.role in (BASELINE_ROLE, SHOWN_ROLE):
-        return BASELINE if v.role == BASELINE_ROLE else SHOWN
-    if v.own_positions:
-        return DEFINITION
-    return SLOTS if v.saves_draft else TWIN
-
-
 def keeps_own_positions(ctx) -> bool:
     """Whether the check's draft keeps positions of its own on its variant (0007): every drafter but MTP,
     which drafts in the target's context at the target's positions on every libcommon."""
-    v = ctx.variant
-    return v is not None and v.own_positions and not getattr(ctx.models, "target_head", False)
+    return ctx.judged is not None and ctx.judged.own_positions and not getattr(ctx.models, "target_head", False)
 
 
 def stats(responses: list[Response]) -> list[dict | None]:

@@ -324,7 +324,7 @@ def conversation_rounds(ctx, name: str, *, image: bool = True, n_judged: int = 3
     twin=Expect(200, "every", same_tokens=True, cached=True, same_drafts=False, draft_part=False),
     # 0005 restores the draft too; its rounds are the twin's, not the definition's (measured, not judged: as
     # in drafts_vs_definition, the last digits of some probabilities)
-    slots=Expect(200, "every", same_tokens=True, cached=True, draft_part=True),
+    saving_draft=Expect(200, "every", same_tokens=True, cached=True, draft_part=True),
     definition=Expect(200, "every", same_tokens=True, cached=True, same_drafts=True, draft_part=True),
 )
 def restore_image_drafts(ctx) -> Result:

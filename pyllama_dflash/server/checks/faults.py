@@ -52,7 +52,7 @@ def exact_continuation(last: Response, no_draft: list[int] | None, **seen) -> Se
 _EXACT_OR_REFUSED = dict(
     baseline=Expect(500, "last"),
     twin=Expect(200, "every", same_tokens=True, cached=True),
-    slots=Expect(200, "every", same_tokens=True, restore=400, empty_after_restore=True),
+    saving_draft=Expect(200, "every", same_tokens=True, restore=400, empty_after_restore=True),
 )
 
 

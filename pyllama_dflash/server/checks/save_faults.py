@@ -25,7 +25,7 @@ from .faults import LONG, OTHER, SHORT, continued, exact_continuation, no_draft_
 # continuation is exact, served from the slot or not (each check says what b11434 does with the file)
 _KEPT_AND_RESTORED = dict(
     twin=Expect(200, "every", same_tokens=True),
-    slots=Expect(200, "every", same_tokens=True, cached=True),
+    saving_draft=Expect(200, "every", same_tokens=True, cached=True),
 )
 
 
@@ -234,7 +234,7 @@ def save_draft_part_short_write(ctx) -> Result:
 @check(
     "save_small_draft_part_short_write",
     twin=Expect(200, "every"),  # without 0005: no draft part, the file itself cut short; the server goes on
-    slots=Expect(200, "every"),
+    saving_draft=Expect(200, "every"),
 )
 def save_small_draft_part_short_write(ctx) -> Result:
     """A draft part under 1 KiB (a conversation of two tokens) whose write fails: libstdc++ keeps so small
@@ -358,7 +358,7 @@ def _kill_while_saving(srv, prompt: list[int], after_s: float) -> None:
 @check(
     "restore_clears_without_draft_part",
     twin=Expect(200, "every", same_tokens=True),
-    slots=Expect(200, "every", same_tokens=True, same_drafts=True),
+    saving_draft=Expect(200, "every", same_tokens=True, same_drafts=True),
 )
 def restore_clears_without_draft_part(ctx) -> Result:
     """0005's promise: a slot file without a draft part clears the draft's sequence. Conversation A is saved,

@@ -5,6 +5,7 @@ neither drafter): the expectations below are what was measured, written down so 
 
 from __future__ import annotations
 
+from ...words import Judged
 from .. import bodies
 from ..client import Response, slot_server, without_draft
 from ..drafts import DEBUG_VERBOSITY, PROMPT_CACHE_FOUND, drafted_candidates
@@ -131,9 +132,9 @@ def mtp_drafts_vs_fresh_after_an_image(ctx) -> Result:
 # what an EAGLE3 check that judges the rounds after an image expects: up to 0005 the image request answers 500
 # (eagle3_image_turns), so there is nothing to compare; on 0007 every round drafts what the reference drafts
 EAGLE3_JUDGED_AFTER_AN_IMAGE = {
-    "baseline": Expect(500, "any"),
-    "twin": Expect(500, "any"),
-    "definition": Expect(200, "every", cached=True, same_drafts=True),
+    Judged.BASELINE: Expect(500, "any"),
+    Judged.TWIN: Expect(500, "any"),
+    Judged.DEFINITION: Expect(200, "every", cached=True, same_drafts=True),
 }
 
 
@@ -311,7 +312,7 @@ def eagle3_prompt_cache_image_drafts(ctx) -> Result:
     "eagle3_restore_drafts",
     sibling="eagle3",
     twin=RESTORE_TARGET_ONLY,
-    slots=Expect(200, "every", same_tokens=True, cached=True, same_drafts=True, draft_part=True),
+    saving_draft=Expect(200, "every", same_tokens=True, cached=True, same_drafts=True, draft_part=True),
 )
 def eagle3_restore_drafts(ctx) -> Result:
     """draft-eagle3: save A (text), run B, restore A, continue A: its drafts against A never interrupted."""

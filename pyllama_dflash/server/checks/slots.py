@@ -199,7 +199,7 @@ RESTORE_TARGET_ONLY = Expect(200, "every", same_tokens=True, cached=True, same_d
     "restore_drafts",
     family=True,
     twin=RESTORE_TARGET_ONLY,
-    slots=Expect(200, "every", same_tokens=True, cached=True, same_drafts=True, draft_part=True),
+    saving_draft=Expect(200, "every", same_tokens=True, cached=True, same_drafts=True, draft_part=True),
 )
 def restore_drafts(ctx) -> Result:
     """Save A, run B, restore A, continue A: its drafts against A never interrupted (the debug log)."""
@@ -209,7 +209,7 @@ def restore_drafts(ctx) -> Result:
 @check(
     "restore_no_draft_part",
     twin=Expect(200, "every", same_tokens=True, cached=True, draft_part=False),
-    slots=Expect(200, "every", same_tokens=True, cached=True, draft_part=True),  # then removed
+    saving_draft=Expect(200, "every", same_tokens=True, cached=True, draft_part=True),  # then removed
 )
 def restore_no_draft_part(ctx) -> Result:
     """A slot file whose draft part was removed (an older file) restores; the draft starts empty."""
@@ -219,7 +219,7 @@ def restore_no_draft_part(ctx) -> Result:
 @check(
     "restore_corrupt_draft_part",
     twin=Expect(200, "every", same_tokens=True, cached=True),  # the file is ignored
-    slots=Expect(200, "every", same_tokens=True, restore=400, empty_after_restore=True, draft_part=True),
+    saving_draft=Expect(200, "every", same_tokens=True, restore=400, empty_after_restore=True, draft_part=True),
 )
 def restore_corrupt_draft_part(ctx) -> Result:
     """Garbage in the draft part: with 0005 the restore is refused and the slot left empty."""
@@ -229,7 +229,7 @@ def restore_corrupt_draft_part(ctx) -> Result:
 @check(
     "restore_version_1_draft_part",
     twin=Expect(200, "every", same_tokens=True, cached=True, draft_part=False),  # no draft part to rewrite
-    slots=Expect(200, "every", same_tokens=True, cached=True, same_drafts=True, draft_part=True),
+    saving_draft=Expect(200, "every", same_tokens=True, cached=True, same_drafts=True, draft_part=True),
 )
 def restore_version_1_draft_part(ctx) -> Result:
     """A draft part written in format version 1 (no drafter state) still restores, the drafts as A's never
