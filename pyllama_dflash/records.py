@@ -3,8 +3,8 @@ each one's tables.
 
 A record's file name says which command wrote it, by its first word: ``bench``, ``acceptance``,
 ``paired`` and ``speed`` are the bench's, ``fuzz`` the fuzzer's, ``soak`` the soak's, ``mutate`` the
-mutation run's, ``vlm`` the trained target's stages. So the docs' tables can be written again from the
-records alone: ``tests/test_figures.py`` does so and fails on any difference.
+mutation run's, ``vlm`` the trained target's stages, ``repro`` the scenario matrix's. So the docs' tables
+can be written again from the records alone: ``tests/test_figures.py`` does so and fails on any difference.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ WRITERS = {
     "soak": "pyllama_dflash.soak.report",
     "mutate": "pyllama_dflash.mutate.report",
     "vlm": "pyllama_dflash.vlm.report",
+    "repro": "pyllama_dflash.repro.report",
 }
 
 

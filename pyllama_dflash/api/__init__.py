@@ -14,7 +14,7 @@ Typical use (docs/api.md has the same, with notes)::
     import pyllama_dflash
     from pyllama_dflash import api
 
-    pyllama_dflash.load("full")  # one variant per process (the variants share sonames)
+    pyllama_dflash.load()  # the default --must-pass variant; load("slots") names one
     with api.Model("target.gguf") as tm, api.Model("draft.gguf") as dm:
         target = api.Context(tm, n_ctx=512, n_batch=64, n_ubatch=64)
         draft = api.Context.draft(dm, target)  # ctx_other = target

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -119,7 +120,9 @@ def _real_model_flags(ap: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
+    args.command_line = shlex.join(["pyllama-dflash", "repro", *argv])  # what a --json record says ran it
     export(args)  # --cpu and --patches: for the lookups here and in every child process
     t0 = time.monotonic()
     manifests = planning.manifests(args)

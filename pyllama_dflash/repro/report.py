@@ -3,6 +3,7 @@ target side by side, one letter per variant."""
 
 from __future__ import annotations
 
+from ..figures import heading, provenance
 from ..words import Status
 
 # one letter per status, for the drafters side by side
@@ -147,32 +148,45 @@ def format_siblings(tables: dict[str, dict[str, dict[str, dict]]], variants: lis
 # ---- the run as printed, and as JSON -----------------------------------------------------------
 
 
-def print_matrix(matrix, rows: dict, *, detail: bool) -> None:
+def matrix_text(cases: list[dict], columns: list[str], rows: dict, *, detail: bool) -> str:
     """The first table in full, with its first failures (every table with ``detail``); then, unless
-    ``detail``, every drafter of a target side by side."""
-    from ..engine.matrix import case_name
-
-    several = len(matrix.cases) > 1
-    for i, (case_models, _) in enumerate(matrix.cases):
+    ``detail``, every drafter of a target side by side. ``cases``: as ``--json`` writes them (the drafter,
+    target, spec type, key and results of each, in the order they ran)."""
+    out, several = [], len(cases) > 1
+    for i, case in enumerate(cases):
         if i == 0 or detail:
             if several:
-                print(f"== {case_title(case_models)} ==")
-            print(format_table(matrix.tables[case_name(case_models)], matrix.columns, rows))
-            print()
+                out.append(f"== {case_title(case)} ==")
+            out += [format_table(case["results"], columns, rows), ""]
     if several and not detail:
-        for target, image_rows in dict.fromkeys((m.target_kind, m.image_rows) for m, _ in matrix.cases):
-            on_target = [m for m, _ in matrix.cases if (m.target_kind, m.image_rows) == (target, image_rows)]
+        for target, image_rows in dict.fromkeys((c["target"], c["image_rows"]) for c in cases):
+            on_target = [c for c in cases if (c["target"], c["image_rows"]) == (target, image_rows)]
             keyed = ", the drafts marked as trained with image rows" if image_rows else ""
-            print(
-                format_drafters(
-                    {m.drafter: matrix.tables[case_name(m)] for m in on_target},
-                    [m.drafter for m in on_target],
-                    matrix.columns,
-                    rows,
-                    f"== every drafter on the {target} target ({_target_arch(target)}){keyed} ==",
-                )
-            )
-            print()
+            title = f"== every drafter on the {target} target ({_target_arch(target)}){keyed} =="
+            tables = {c["drafter"]: c["results"] for c in on_target}
+            out += [format_drafters(tables, list(tables), columns, rows, title), ""]
+    return "\n".join(out)
+
+
+def _case(models, results: dict) -> dict:
+    return {
+        "drafter": models.drafter,
+        "target": models.target_kind,
+        "spec_type": models.spec_type,
+        "image_rows": models.image_rows,
+        "results": results,
+    }
+
+
+def print_matrix(matrix, rows: dict, *, detail: bool) -> None:
+    """matrix_text of the run, printed."""
+    from ..engine.matrix import case_name
+
+    print(
+        matrix_text(
+            [_case(m, matrix.tables[case_name(m)]) for m, _ in matrix.cases], matrix.columns, rows, detail=detail
+        )
+    )
 
 
 def print_server(server: dict[str, dict], family: dict | None, variants: list[str], *, measured: bool = False) -> None:
@@ -189,13 +203,13 @@ def print_server(server: dict[str, dict], family: dict | None, variants: list[st
         print(format_server_table(results, variants))
 
 
-def case_title(models) -> str:
+def case_title(case: dict) -> str:
     from ..tiny import DRAFTERS
 
-    form = DRAFTERS.get(models.drafter)
-    drafter = f"{form.title} ({models.drafter}, {models.spec_type})" if form else models.drafter
-    keyed = "; marked as trained with image rows" if models.image_rows else ""
-    return f"drafter: {drafter}; target: {models.target_kind}{keyed}"
+    form = DRAFTERS.get(case["drafter"])
+    drafter = f"{form.title} ({case['drafter']}, {case['spec_type']})" if form else case["drafter"]
+    keyed = "; marked as trained with image rows" if case["image_rows"] else ""
+    return f"drafter: {drafter}; target: {case['target']}{keyed}"
 
 
 def _target_arch(kind: str) -> str:
@@ -227,9 +241,17 @@ def json_report(plan, matrix, args, server, family, siblings, ok: bool, wall_s: 
     from ..scenarios.catalog import expectations
 
     manifest, variants = plan.manifests[0], plan.variants
+    where = provenance(manifest)
+    n_runs, n_refs = matrix.n_runs()
     return {
-        "llama_cpp": manifest.data["source"] | {"backend": manifest.backend},
+        "command": args.command_line,
+        "date": where["date"],
+        "machine": where["machine"],
+        "llama_cpp": manifest.data["source"] | where["llama_cpp"],
         "variants": variants,
+        "columns": matrix.columns,
+        "runs": n_runs,
+        "reference_runs": n_refs,
         "must_pass": plan.must_pass,
         "reference": {"variant": BASELINE, "draft": "reconverted twin"} if drift else None,
         # the column each variant's drafts were judged against, per case
@@ -238,11 +260,8 @@ def json_report(plan, matrix, args, server, family, siblings, ok: bool, wall_s: 
         else {},
         "cases": [
             {
-                "drafter": m.drafter,
-                "target": m.target_kind,
-                "spec_type": m.spec_type,
+                **_case(m, matrix.tables[case_name(m)]),
                 "models": m.to_json(),
-                "image_rows": m.image_rows,
                 "expected": {
                     v: {
                         s: list(e)
@@ -252,7 +271,6 @@ def json_report(plan, matrix, args, server, family, siblings, ok: bool, wall_s: 
                     }
                     for v in variants
                 },
-                "results": matrix.tables[case_name(m)],
             }
             for m, _ in matrix.cases
         ],
@@ -263,3 +281,26 @@ def json_report(plan, matrix, args, server, family, siblings, ok: bool, wall_s: 
         "ok": ok,
         "wall_s": round(wall_s, 3),
     }
+
+
+def markdown(record: dict) -> str:
+    """scenarios.md's tables from a ``--json`` record: the heading, the command and what it ran, then the
+    first table in full and every drafter of a target side by side, as the command printed them."""
+    from ..engine import ctest_row
+    from ..scenarios.catalog import SCENARIOS
+
+    rows = {**SCENARIOS, ctest_row.ROW: ctest_row.TITLE}
+    text = matrix_text(record["cases"], record["columns"], rows, detail=False).rstrip()
+    return "\n".join(
+        [
+            heading(record),
+            "",
+            f"`{record['command']}`: {record['runs']} runs ({record['reference_runs']} of them references) in "
+            f"{len(record['cases'])} tables in {record['wall_s']:.0f} s, "
+            + ("every expectation met." if record["ok"] else "NOT OK."),
+            "",
+            "```",
+            text,
+            "```",
+        ]
+    )
