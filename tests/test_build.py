@@ -68,6 +68,8 @@ def test_the_project_series_applies():
     assert proc.returncode == 0, proc.stderr
     assert "0003-speculative-dflash-zero-fill-image-hole.patch: applies" in proc.stdout
     assert "every patch applies with only the prerequisites its header names" in proc.stdout
+    # what an additive series would bring to 0: the lines later patches take out of earlier ones
+    assert re.search(r"lines a patch removes that an earlier patch of the series added: \d+", proc.stdout)
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ from pyllama_dflash.llamabuild.patchset import (
     BASELINE,
     CARRIED,
     apply_file_patch,
+    apply_series,
     load_series,
     parse_patch,
     tree_reader,
@@ -221,3 +222,28 @@ def test_must_pass_means_the_variant_that_serves_each_draft_as_trained_unless_na
     assert default_must_pass([v for v in series.variants if v not in trained]) == fixes[-1] == "slots"
     assert default_must_pass(["baseline", "zero-fill", "full"]) == "full"
     assert default_must_pass(["baseline", "definition"]) == "definition"  # no fix among those run: the last
+
+
+def _diff(path: str, old: str, new: str) -> str:
+    import difflib
+
+    body = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{path}", f"b/{path}")
+    return "Subject: s\n\n---\n" + "".join(body)
+
+
+def test_a_line_a_later_patch_removes_is_counted_against_the_patch_that_added_it(tmp_path):
+    """undone_lines: 'two' removes one of 'one''s lines and one pristine line, and keeps the other line of
+    'one' it only moves past; only the first counts, against 'one'."""
+    from pyllama_dflash.llamabuild.undone import by_pair, undone_lines
+
+    pristine = "a\nb\nc\nd\ne\nf\ng\n"
+    first = "a\nb\nfill the hole\nc\nd\nkeep me\ne\nf\ng\n"
+    second = "a\nb\nc\nd\nkeep me\ne\ng\n"  # drops 'fill the hole' (one's) and 'f' (pristine)
+    (tmp_path / "one.patch").write_text(_diff("x.c", pristine, first))
+    (tmp_path / "two.patch").write_text(_diff("x.c", first, second))
+    (tmp_path / "series").write_text("one.patch one\ntwo.patch two\n")
+    series = load_series(tmp_path)
+    found = undone_lines(lambda rel: pristine if rel == "x.c" else None, series.own)
+    assert [(u.patch, u.added_by, u.line) for u in found] == [("two.patch", "one.patch", "fill the hole")]
+    assert by_pair(found) == {("two.patch", "one.patch"): 1}
+    assert apply_series(lambda rel: pristine, series.own) == {"x.c": second}

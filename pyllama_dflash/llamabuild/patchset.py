@@ -18,7 +18,7 @@ that does not apply is reported with the patch, the file and the hunk header.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -214,11 +214,29 @@ def apply_file_patch(content: str | None, fp: FilePatch, patch_name: str, max_of
             raise PatchError(f"{patch_name}: {fp.path}: file not found in the tree")
         content = ""
     ends_with_eol = content.endswith("\n") or content == ""
-    lines = content.split("\n")
-    if ends_with_eol:
-        lines.pop()
-    delta = 0
+    lines = split_lines(content)
     no_eol = not ends_with_eol
+    for at, hunk in each_hunk(lines, fp, patch_name, max_offset):
+        lines[at : at + len(hunk.old_lines)] = hunk.new_lines
+        if at + len(hunk.new_lines) == len(lines):
+            no_eol = hunk.new_no_eol
+    text = "\n".join(lines)
+    return text if no_eol or not lines else text + "\n"
+
+
+def split_lines(content: str) -> list[str]:
+    """A file's lines without their ends (the last line's end, if any, makes no empty line)."""
+    lines = content.split("\n")
+    if content.endswith("\n") or content == "":
+        lines.pop()
+    return lines
+
+
+def each_hunk(lines: list[str], fp: FilePatch, patch_name: str, max_offset: int = 2000) -> Iterator[tuple[int, Hunk]]:
+    """Each hunk of ``fp`` with the line of ``lines`` it applies at, found as ``git apply`` finds it (exact
+    context, moved by up to ``max_offset`` lines); the caller splices each into ``lines`` before the next.
+    PatchError names the patch, the file and the hunk that does not apply."""
+    delta = 0
     for number, hunk in enumerate(fp.hunks, 1):
         expected = max(hunk.old_start - 1, 0) + delta if hunk.old_lines else hunk.old_start + delta
         at = _find(lines, hunk.old_lines, expected, max_offset)
@@ -227,12 +245,8 @@ def apply_file_patch(content: str | None, fp: FilePatch, patch_name: str, max_of
                 f"{patch_name}: {fp.path}: hunk #{number} ({hunk.header}) does not apply "
                 f"(its context was not found near line {hunk.old_start})"
             )
-        lines[at : at + len(hunk.old_lines)] = hunk.new_lines
+        yield at, hunk
         delta += len(hunk.new_lines) - len(hunk.old_lines)
-        if at + len(hunk.new_lines) == len(lines):
-            no_eol = hunk.new_no_eol
-    text = "\n".join(lines)
-    return text if no_eol or not lines else text + "\n"
 
 
 def _find(lines: list[str], needle: list[str], expected: int, max_offset: int) -> int | None:
