@@ -228,3 +228,30 @@ def test_eagle3_drafts_as_its_conversation_never_interrupted_after_a_slot_restor
             "eagle3_restore_drafts"
         ]
         assert r["ok"] and r["same_drafts"] is same and len(r["drafted"]) >= 5, (v, r)
+
+
+def test_b11434_reads_an_eagle3_drafts_rope_sections_as_plain_rope(variants, tmp_path):
+    """An EAGLE3 draft whose GGUF says M-RoPE (rope.dimension_sections, as the converter writes for a draft
+    config with mrope_section) drafts every round exactly as the plain one, before and after an image, on
+    b11434 and on 0007: llama-model.cpp gives eagle3 LLAMA_ROPE_TYPE_NORM whatever the file says, so its
+    batches carry one position a row and the encoder's single ``&pos`` is all there is to read."""
+    from pyllama_dflash.oracles.drift import drafts
+    from pyllama_dflash.tiny.eagle3 import write_eagle3
+
+    plain = sibling_models("eagle3", tmp_path / "models")
+    keyed_file = tmp_path / "models" / "tiny-eagle3-mrope.gguf"
+    write_eagle3(keyed_file, mrope=True)
+    keyed_fields = tiny.gguf_module().GGUFReader(keyed_file).fields
+    assert "eagle3.rope.dimension_sections" in keyed_fields
+    keyed = plain.with_draft(keyed_file)
+    columns = ["baseline", DEFINED] if DEFINED else ["baseline"]
+    runs = ["S8", "S1", "S4", "S11"]
+    a, b = (
+        run_cases([(m, runs)], columns, DEFAULT_CONFIG, parallel=2, drift=False, work_dir=tmp_path / name)[case_name(m)]
+        for m, name in ((plain, "plain"), (keyed, "keyed"))
+    )
+    for sid in runs:
+        for v in columns:
+            assert b[sid][v]["status"] == a[sid][v]["status"], (sid, v, b[sid][v].get("first_failure"))
+            assert drafts(b[sid][v].get("rounds", [])) == drafts(a[sid][v].get("rounds", [])), (sid, v)
+    assert any(drafts(a[sid][DEFINED].get("rounds", [])) for sid in runs if DEFINED)  # something was drafted

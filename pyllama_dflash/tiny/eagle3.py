@@ -7,7 +7,8 @@ three extracted rows, one decoder layer whose attention reads [token embedding; 
 (``attn_q/k/v`` of width 2 n_embd, ``attn_norm_2`` for the features) and ``output_norm``. No token
 embeddings or output head: they come from the target through ``ctx_other``. EAGLE3's rope is always
 the plain one (llama-model.cpp lists eagle3 with LLAMA_ROPE_TYPE_NORM and eagle3.cpp never reads
-``rope.dimension_sections``): there is no M-RoPE twin of an EAGLE3 draft to compare with.
+``rope.dimension_sections``); ``mrope`` writes the key anyway, as b11434's converter does for a draft whose
+own config has ``mrope_section``, to measure that b11434 ignores it.
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ def target_layers(cfg: TinyConfig) -> list[int]:
     return [0, 1, cfg.n_layer]
 
 
-def build_eagle3(w: Any, cfg: TinyConfig, seed: int) -> None:
+def build_eagle3(w: Any, cfg: TinyConfig, seed: int, mrope: bool = False) -> None:
     cfg.validate()
     w.add_name("pyllama-dflash tiny eagle3 draft")
     add_text_hparams(w, cfg, 1)
+    if mrope:
+        w.add_rope_dimension_sections([cfg.head_dim // 2, 0, 0, 0])
     w.add_target_layers(target_layers(cfg))
     w.add_target_hidden_size(cfg.n_embd)
     add_test_vocab(w, cfg, chat_template=False)
@@ -59,8 +62,11 @@ def build_eagle3(w: Any, cfg: TinyConfig, seed: int) -> None:
     t(p + "ffn_down.weight", (F, E))
 
 
-def write_eagle3(path: Path, cfg: TinyConfig | None = None, *, seed: int = 0, gguf: Any = None) -> bool:
-    """Write the EAGLE3 draft; returns False if an up-to-date file was already there."""
+def write_eagle3(
+    path: Path, cfg: TinyConfig | None = None, *, seed: int = 0, gguf: Any = None, mrope: bool = False
+) -> bool:
+    """Write the EAGLE3 draft (``mrope``: with ``rope.dimension_sections``); returns False if an up-to-date
+    file was already there."""
     cfg = cfg or TinyConfig()
-    fp = fingerprint("eagle3", cfg, seed)
-    return write_gguf(path, ARCH, fp, lambda w, g: build_eagle3(w, cfg, seed), gguf)
+    fp = fingerprint("eagle3", cfg, seed, **({"mrope": True} if mrope else {}))
+    return write_gguf(path, ARCH, fp, lambda w, g: build_eagle3(w, cfg, seed, mrope), gguf)
