@@ -232,7 +232,7 @@ def cmd_drafts(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     made = []
-    for kind in [TrainedOn(k) for k in args.trained_on.split(",")]:
+    for kind in [TrainedOn(k) for k in args.trained_on.split(",") if k != "none"]:
         record = make_draft(target, mmproj, out, kind, smoke=args.smoke, steps=args.steps, log=_log)
         _log(f"{kind.value}-trained draft: held-out mean accepted {record['held_out_mean_accepted']} of 3")
         made.append(record)
@@ -371,7 +371,11 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--target", default=str(COMMITTED / TARGET_FILE), help="the target GGUF")
     d.add_argument("--mmproj", default=None, help="its projector (default: vlm-mmproj.gguf beside it)")
     d.add_argument("--out", required=True, help="folder for the drafts and their records")
-    d.add_argument("--trained-on", default="text,images", help="which drafts: text, images or both")
+    d.add_argument(
+        "--trained-on",
+        default="text,images",
+        help="which drafts: text, images, both (text,images), or none (train nothing: --json gathers the records)",
+    )
     d.add_argument("--steps", type=int, default=0, help="training steps (default: the recipe's)")
     d.add_argument("--smoke", action="store_true", help="toy sizes: a few conversations and steps")
     d.add_argument("--json", default=None, help="write both records here (docs/figures/vlm-drafts.json)")
