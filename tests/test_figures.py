@@ -102,3 +102,29 @@ def test_the_heading_says_the_load_the_record_began_under_and_a_busy_machine_is_
     assert "load average 3.70" in figures.busy_warning()
     monkeypatch.setattr(figures.os, "getloadavg", lambda: (0.1, 0.1, 0.1))
     assert figures.busy_warning() is None
+
+
+def test_the_matrix_tables_in_the_docs_name_the_series_variants():
+    """The scenario tables (repro's, scenarios.md's record and the README's excerpt) name today's variants:
+    a variant renamed or added in patches/series without the record run again fails here."""
+    import json
+
+    from pyllama_dflash.llamabuild.patchset import load_series
+
+    variants = load_series(REPO / "patches").variants
+    record = json.loads((REPO / "docs" / "figures" / "repro.json").read_text())
+    assert record["variants"] == variants
+    references = [c for c in record["columns"] if c not in variants]
+    assert references and all(c.startswith("baseline+") for c in references)
+    stale = []
+    for page in PAGES:
+        for n, line in enumerate(page.read_text().splitlines(), 1):
+            if line.startswith("scenario ") and " baseline " in line:
+                named = line.split()[1:]
+                if named != [*variants, *references]:
+                    stale.append(f"{page.relative_to(REPO)}:{n}: {named}")
+            elif line.startswith("each cell: baseline /"):
+                named = line.removeprefix("each cell: ").split(";")[0].split(" / ")
+                if named != [*variants, *references]:
+                    stale.append(f"{page.relative_to(REPO)}:{n}: {named}")
+    assert stale == [], "tables naming other variants than patches/series:\n" + "\n".join(stale)

@@ -239,7 +239,7 @@ def test_b11434_reads_an_eagle3_drafts_rope_sections_as_plain_rope(variants, tmp
     from pyllama_dflash.tiny.eagle3 import write_eagle3
 
     plain = sibling_models("eagle3", tmp_path / "models")
-    keyed_file = tmp_path / "models" / "tiny-eagle3-mrope.gguf"
+    keyed_file = tmp_path / "models" / "tiny-eagle3-with-rope-sections.gguf"
     write_eagle3(keyed_file, mrope=True)
     keyed_fields = tiny.gguf_module().GGUFReader(keyed_file).fields
     assert "eagle3.rope.dimension_sections" in keyed_fields

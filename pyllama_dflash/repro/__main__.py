@@ -18,14 +18,22 @@ from pathlib import Path
 
 from .. import command
 from ..engine import ctest_row
-from ..files import atomic_write_json
+from ..files import atomic_write_bytes, atomic_write_json
 from ..flags import common_parser, export, tool_prog
 from ..scenarios.catalog import SCENARIOS
 from ..slotloop.config import DEFAULT_CONFIG
 from . import plan as planning
 from . import tables, verdict
 from .replay import replay_schedule
-from .report import format_siblings, json_report, print_matrix, print_server, print_summary
+from .report import (
+    compact_record,
+    format_siblings,
+    json_report,
+    markdown,
+    print_matrix,
+    print_server,
+    print_summary,
+)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -54,6 +62,15 @@ def _run_flags(ap: argparse.ArgumentParser) -> None:
         "table for the series' named variants, the fix's bar for any other)",
     )
     ap.add_argument("--json", type=Path, metavar="PATH", help="write the full report as JSON")
+    ap.add_argument(
+        "--markdown", type=Path, metavar="PATH", help="also write the tables as docs/scenarios.md shows them"
+    )
+    ap.add_argument(
+        "--record",
+        type=Path,
+        metavar="PATH",
+        help="write the compact record the tables are written from (docs/figures/repro.json)",
+    )
     ap.add_argument(
         "--detail",
         action="store_true",
@@ -147,8 +164,14 @@ def main(argv: list[str] | None = None) -> int:
             print_server(siblings.server, None, plan.variants, measured=True)
     wall, ok = time.monotonic() - t0, not reasons
     print_summary(matrix, reasons, must_pass, wall)
-    if args.json:
-        atomic_write_json(args.json, json_report(plan, matrix, args, server, family, siblings, ok, wall))
+    if args.json or args.markdown or args.record:
+        report = json_report(plan, matrix, args, server, family, siblings, ok, wall)
+        if args.json:
+            atomic_write_json(args.json, report)
+        if args.record:
+            atomic_write_json(args.record, compact_record(report))
+        if args.markdown:
+            atomic_write_bytes(args.markdown, markdown(report).encode())
     return 0 if ok else 1
 
 

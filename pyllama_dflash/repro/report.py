@@ -28,7 +28,14 @@ def cell(result: dict) -> str:
     return status
 
 
+def _in_order(sids, scenarios: dict) -> list[str]:
+    """The scenario ids in the catalogue's order (a record read back from JSON has its keys sorted)."""
+    present = set(sids)
+    return [sid for sid in scenarios if sid in present] + sorted(present - set(scenarios))
+
+
 def format_table(table: dict[str, dict[str, dict]], variants: list[str], scenarios: dict) -> str:
+    table = {sid: table[sid] for sid in _in_order(table, scenarios)}
     titles = {sid: f"{sid:4s} {scenarios[sid].title}" for sid in table}
     w0 = max(len(t) for t in titles.values()) + 2
     widths = [max(len(v), max(len(cell(table[sid][v])) for sid in table)) + 2 for v in variants]
@@ -74,7 +81,7 @@ def format_drafters(
 ) -> str:
     """One target's tables side by side: a scenario per row, a drafter per column, and in each cell
     one letter per column (variant, then the reference), in the order of ``columns``."""
-    rows = list(dict.fromkeys(sid for d in drafters for sid in tables[d]))
+    rows = _in_order({sid for d in drafters for sid in tables[d]}, scenarios)
     titles = {sid: f"{sid:4s} {getattr(scenarios.get(sid), 'title', scenarios.get(sid, ''))}" for sid in rows}
     w0 = max(len(t) for t in titles.values()) + 2
     width = max(len(columns) * 2, *(len(d) for d in drafters)) + 2
@@ -281,6 +288,29 @@ def json_report(plan, matrix, args, server, family, siblings, ok: bool, wall_s: 
         "ok": ok,
         "wall_s": round(wall_s, 3),
     }
+
+
+# what a run's result keeps in the compact record (--record): what the tables show of it
+RECORDED = ("status", "first_failure", "signal")
+
+
+def compact_record(report: dict) -> dict:
+    """The ``--json`` report less what the tables do not show (each run's calls and rounds, the models'
+    paths, the server checks): the record docs/figures/repro.json is, a few hundred kB where the report is
+    tens of MB."""
+    out = {k: v for k, v in report.items() if k in ("command", "date", "machine", "llama_cpp", "variants")}
+    out |= {k: report[k] for k in ("must_pass", "columns", "runs", "reference_runs", "ok", "wall_s")}
+    out["cases"] = [
+        {k: case[k] for k in ("drafter", "target", "spec_type", "image_rows")}
+        | {
+            "results": {
+                sid: {col: {k: r[k] for k in RECORDED if r.get(k) is not None} for col, r in row.items()}
+                for sid, row in case["results"].items()
+            }
+        }
+        for case in report["cases"]
+    ]
+    return out
 
 
 def markdown(record: dict) -> str:

@@ -123,13 +123,18 @@ def _speed(r: dict) -> list[str]:
                 ]
             )
     files = r["files"]
-    same = all(e["replies_equal_without_draft"] for e in r["table"].values())
+    plain = r["turns"]["no draft"]
+    differ = ", ".join(
+        f"{sum(t['reply'] != p['reply'] for t, p in zip(r['turns'][f'n_max {n}'], plain, strict=True))} of "
+        f"{len(plain)} at n_max {n}"
+        for n in r["table"]
+    )
     after_image = [f"{phase} {_ratio(cell)}" for e in r["table"].values() for phase, cell in e["ratio_of_text"].items()]
     return [
         f"`{r['command']}`: target `{files['target']['name']}`, draft `{files['draft']['name']}`, variant "
         f"`{r['variant']}`, {r['conversations']} held-out {r['conversation_kind']} conversations"
         + (f" with images of {r['rows']} rows" if r.get("rows") else "")
-        + f"; every reply with the draft {'equal to' if same else 'NOT equal to'} the reply without it:",
+        + f"; replies with the draft that differ from the reply without it: {differ}.",
         "",
         table(
             [
