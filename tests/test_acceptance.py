@@ -14,8 +14,8 @@ from __future__ import annotations
 import inspect
 
 import pytest
+from series_variants import DEFINED
 
-from conftest import DEFINED
 from pyllama_dflash.acceptance.measure import MODEL, TEXT_ONLY, columns, measure
 from pyllama_dflash.acceptance.script import WithoutDraftFailed, side_by_side
 from pyllama_dflash.acceptance.served import measure_server, speed_by_phase

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from series_variants import VARIANTS
 
 import pyllama_dflash
-from conftest import VARIANTS
 from pyllama_dflash import api, tiny
 from pyllama_dflash.env import CPU_ENV
 from pyllama_dflash.llamabuild import PatchError, VariantNotBuilt

@@ -12,8 +12,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from series_variants import VARIANTS
 
-from conftest import VARIANTS
 from pyllama_dflash.bench import __main__ as bench_main
 from pyllama_dflash.engine.matrix import run_table
 from pyllama_dflash.errors import VariantNotBuilt

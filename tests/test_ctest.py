@@ -7,8 +7,8 @@ import shutil
 import subprocess
 
 import pytest
+from series_variants import DEFINED, FEEDS_MTP, REPO, TWIN_FIX, VARIANTS
 
-from conftest import DEFINED, FEEDS_MTP, REPO, TWIN_FIX, VARIANTS
 from pyllama_dflash.engine import ctest_row
 from pyllama_dflash.llamabuild import BuildOptions, ctest
 from pyllama_dflash.llamabuild.builder import stage

@@ -11,8 +11,8 @@ import subprocess
 import sys
 
 import pytest
+from series_variants import TWIN_FIX, VARIANTS
 
-from conftest import TWIN_FIX, VARIANTS
 from pyllama_dflash.env import CUDA_ARCH_ENV, CUDA_BUILD_TEST_ENV
 from pyllama_dflash.llamabuild import BuildOptions, build, toolchain
 

@@ -19,8 +19,8 @@ import subprocess
 import sys
 
 import pytest
+from series_variants import DEFINED, SERVED_AS_TRAINED
 
-from conftest import DEFINED, SERVED_AS_TRAINED
 from pyllama_dflash.slotloop.models import ModelSet, sibling_models, tiny_models
 
 # how far apart the draft's last logits may be from those of a fresh draft fed the same history in one

@@ -9,8 +9,8 @@ image scenarios on the MoE target. Each run is judged against its own reconverte
 from __future__ import annotations
 
 import pytest
+from series_variants import TWIN_FIX, VARIANTS
 
-from conftest import TWIN_FIX, VARIANTS
 from pyllama_dflash.engine.matrix import case_name, run_cases
 from pyllama_dflash.oracles.references import REFERENCE
 from pyllama_dflash.scenarios.catalog import HOLE_SCENARIOS, SCENARIOS, expectations, meets

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from series_variants import DEFINED, LAST, TWIN_FIX, VARIANTS
 
-from conftest import DEFINED, LAST, TWIN_FIX, VARIANTS
 from pyllama_dflash.engine.invariant import DraftAhead, DraftHole, SpecFailed, TargetFailed, failed_call
 from pyllama_dflash.engine.schedule import Schedule, ScheduleError, words
 from pyllama_dflash.engine.schedule_runner import examples_from_env, replay_variants, search_variants, seed_from_env

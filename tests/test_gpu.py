@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from series_variants import VARIANTS
 
-from conftest import VARIANTS
 from pyllama_dflash.engine.matrix import run_matrix
 from pyllama_dflash.llamabuild import BuildOptions, build
 from pyllama_dflash.llamabuild.toolchain import nvidia_gpu_present

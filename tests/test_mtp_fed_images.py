@@ -21,8 +21,8 @@ import subprocess
 import sys
 
 import pytest
+from series_variants import FEEDS_MTP
 
-from conftest import FEEDS_MTP
 from pyllama_dflash.slotloop.models import sibling_models
 
 _CHILD = r"""

@@ -6,8 +6,8 @@ those tokens draft). b11434 skips the image for both heads, and the tests below 
 from __future__ import annotations
 
 import pytest
+from series_variants import FEEDS_MTP
 
-from conftest import FEEDS_MTP
 from pyllama_dflash.oracles import mtp_heads
 
 

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from series_variants import AS_TRAINED, DEFINED, FEEDS_MTP, REPO, TWIN_FIX
 
-from conftest import AS_TRAINED, DEFINED, FEEDS_MTP, REPO, TWIN_FIX
 from pyllama_dflash.env import MUTATION_TEST_ENV
 from pyllama_dflash.llamabuild.manifest import variants_root
 from pyllama_dflash.llamabuild.patchset import (

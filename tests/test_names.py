@@ -30,6 +30,7 @@ RETIRED: dict[str, tuple[str, tuple[str, ...]]] = {
     r"mtp-image-rows|mtp-feed-image-rows": ("mtp-fed-images (image rows name the draft's GGUF key alone)", ()),
     r"--image-rows\b": ("--trained-with-image-rows (the key, fuzz) or --rows-per-image (a size, bench)", ()),
     r"^FIX = |\bconftest import .*\bFIX\b": ("TWIN_FIX (the last variant of role twin)", ()),
+    r"\bfrom conftest import\b": ("from series_variants import (conftest is pytest's to load)", ()),
     r"\b_living_children\b|self\._children\b": ("owners and dependents (_internals.NativeHandle)", ()),
     r"\bfix_eagle3_runs\b": ("unmutated_eagle3_runs", ()),
     r"\bNO_HOLE\b": ("Scenario.hole and HOLE_SCENARIOS", ()),

@@ -16,8 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from conftest import TWIN_FIX
+from series_variants import TWIN_FIX
 
 _CHILD = r"""
 import hashlib, json, sys

@@ -14,8 +14,8 @@ import sys
 from dataclasses import replace
 
 import pytest
+from series_variants import DEFINED, SERVED_AS_TRAINED, TWIN_FIX, VARIANTS
 
-from conftest import DEFINED, SERVED_AS_TRAINED, TWIN_FIX, VARIANTS
 from pyllama_dflash.engine.matrix import run_matrix, run_table
 from pyllama_dflash.llamabuild import default_must_pass
 from pyllama_dflash.llamabuild import variant as variant_of

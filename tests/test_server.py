@@ -15,8 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from series_variants import AS_TRAINED, DEFINED, SERVED_AS_TRAINED, TWIN_FIX, VARIANTS
 
-from conftest import AS_TRAINED, DEFINED, SERVED_AS_TRAINED, TWIN_FIX, VARIANTS
 from pyllama_dflash import tiny
 from pyllama_dflash.llamabuild import variant as variant_of
 from pyllama_dflash.server import (

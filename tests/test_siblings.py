@@ -9,8 +9,8 @@ to either shows.
 from __future__ import annotations
 
 import pytest
+from series_variants import DEFINED, FEEDS_MTP, VARIANTS
 
-from conftest import DEFINED, FEEDS_MTP, VARIANTS
 from pyllama_dflash import tiny
 from pyllama_dflash.engine.matrix import case_name, run_cases
 from pyllama_dflash.llamabuild import variant as variant_of

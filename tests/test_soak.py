@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 
 import pytest
+from series_variants import TWIN_FIX
 
-from conftest import TWIN_FIX
 from pyllama_dflash.env import SOAK_TEST_ENV
 from pyllama_dflash.slotloop.models import tiny_models
 from pyllama_dflash.soak import soak, workload
