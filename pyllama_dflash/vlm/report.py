@@ -129,7 +129,12 @@ def _speed(r: dict) -> list[str]:
         f"{len(plain)} at n_max {n}"
         for n in r["table"]
     )
-    after_image = [f"{phase} {_ratio(cell)}" for e in r["table"].values() for phase, cell in e["ratio_of_text"].items()]
+    several = len(r["table"]) > 1
+    after_image = [
+        (f"n_max {n} " if several else "") + f"{phase} {_ratio(cell)}"
+        for n, e in r["table"].items()
+        for phase, cell in e["ratio_of_text"].items()
+    ]
     return [
         f"`{r['command']}`: target `{files['target']['name']}`, draft `{files['draft']['name']}`, variant "
         f"`{r['variant']}`, {r['conversations']} held-out {r['conversation_kind']} conversations"
