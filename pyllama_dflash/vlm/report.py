@@ -104,6 +104,24 @@ def _ratio(cell: dict | None) -> str:
     return f"{cell['ratio']:.2f} [{lo:.2f}, {hi:.2f}]"
 
 
+def _speed_notes(r: dict) -> tuple[str, list[str]]:
+    """How many replies with the draft differ from those without it, per n_max; and each after-image
+    phase's ratio over the text ratio (named by its n_max where the record holds several)."""
+    plain = r["turns"]["no draft"]
+    differ = ", ".join(
+        f"{sum(t['reply'] != p['reply'] for t, p in zip(r['turns'][f'n_max {n}'], plain, strict=True))} of "
+        f"{len(plain)} at n_max {n}"
+        for n in r["table"]
+    )
+    several = len(r["table"]) > 1
+    after_image = [
+        (f"n_max {n} " if several else "") + f"{phase} {_ratio(cell)}"
+        for n, e in r["table"].items()
+        for phase, cell in e["ratio_of_text"].items()
+    ]
+    return differ, after_image
+
+
 def _speed(r: dict) -> list[str]:
     rows = []
     for n_max, entry in r["table"].items():
@@ -123,18 +141,7 @@ def _speed(r: dict) -> list[str]:
                 ]
             )
     files = r["files"]
-    plain = r["turns"]["no draft"]
-    differ = ", ".join(
-        f"{sum(t['reply'] != p['reply'] for t, p in zip(r['turns'][f'n_max {n}'], plain, strict=True))} of "
-        f"{len(plain)} at n_max {n}"
-        for n in r["table"]
-    )
-    several = len(r["table"]) > 1
-    after_image = [
-        (f"n_max {n} " if several else "") + f"{phase} {_ratio(cell)}"
-        for n, e in r["table"].items()
-        for phase, cell in e["ratio_of_text"].items()
-    ]
+    differ, after_image = _speed_notes(r)
     return [
         f"`{r['command']}`: target `{files['target']['name']}`, draft `{files['draft']['name']}`, variant "
         f"`{r['variant']}`, {r['conversations']} held-out {r['conversation_kind']} conversations"
