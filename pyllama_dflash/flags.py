@@ -54,7 +54,7 @@ SHARED: dict[str, _Shared] = {
         ("--variants",),
         "comma-separated variants (baseline, names of patches/series, or all)",
         unset="every variant of patches/series",
-        kwargs={"type": lambda text: [v.strip() for v in text.split(",") if v.strip()], "metavar": "LIST"},
+        kwargs={"type": lambda text: comma_list(text), "metavar": "LIST"},
     ),
     "must_pass": _Shared(
         ("--must-pass",),
@@ -163,12 +163,17 @@ def tool_prog(default: str) -> str:
     return _prog.get() or default
 
 
+def comma_list(text: str) -> list[str]:
+    """The names of a comma-separated flag value, stripped, empty ones dropped."""
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
 def pick(text: str | None, known: tuple[str, ...] | list[str], flag: str) -> list[str]:
     """The names of a comma-separated flag value (``all`` or None: every known name, in order);
     UsageError naming the flag and the known names for an unknown one."""
     if text is None or text.strip() == "all":
         return list(known)
-    names = [n.strip() for n in text.split(",") if n.strip()]
+    names = comma_list(text)
     unknown = [n for n in names if n not in known]
     if unknown or not names:
         raise UsageError(f"{flag}: unknown {', '.join(unknown) or 'empty value'} (known: {', '.join(known)}, all)")
