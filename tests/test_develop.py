@@ -29,8 +29,8 @@ REPO = Path(__file__).resolve().parent.parent
 PATCHES = REPO / "patches"
 SERIES = load_series(PATCHES)
 LAST = SERIES.variants[-1]  # the variant that carries every patch
-# the last variant judged against the twin: 0007 (the definition) replaces 0003's and 0004's fills, so
-# their added lines are edited in the tree of the last variant that still holds them
+# the last variant judged against the twin: 0007 (the definition) replaces 0004's fill, so
+# its added lines are edited in the tree of the last variant that still holds them
 TWIN_FIX = next(v for v in reversed(SERIES.variants[1:]) if SERIES.role(v) == Role.TWIN)
 # (variant, index): each patch edited in the tree of the last variant that still holds its lines
 EDITS = [(TWIN_FIX, i) for i in range(len(SERIES.prefix(TWIN_FIX)))] + [

@@ -15,6 +15,7 @@ from pyllama_dflash.llamabuild.patchset import (
     parse_patch,
     tree_reader,
 )
+from pyllama_dflash.words import Role
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).resolve().parent.parent
@@ -146,15 +147,49 @@ def test_a_carried_patch_makes_no_variant_and_goes_into_every_later_one(tmp_path
         load_series(tmp_path)
 
 
+def test_a_variant_aside_carries_what_comes_before_it_and_no_later_variant_carries_it(tmp_path):
+    (tmp_path / "a.patch").write_text(PATCH)
+    (tmp_path / "b.patch").write_text("--- /dev/null\n+++ b/common/b.cpp\n@@ -0,0 +1 @@\n+int b;\n")
+    (tmp_path / "c.patch").write_text("--- /dev/null\n+++ b/common/c.cpp\n@@ -0,0 +1 @@\n+int c;\n")
+    (tmp_path / "series").write_text("a.patch -\nb.patch side shown aside\nc.patch fix\n")
+    series = load_series(tmp_path)
+    assert series.variants == [BASELINE, "side", "fix"]
+    assert [p.name for p in series.prefix("side")] == ["a.patch", "b.patch"]
+    assert [p.name for p in series.prefix("fix")] == ["a.patch", "c.patch"]
+    assert [p.name for p in series.chain] == ["a.patch", "c.patch"]
+    assert series.role("side") == Role.SHOWN
+    bad = {
+        "b.patch - aside": r"expected .*\[aside\]",
+        "b.patch * aside": r"expected .*\[aside\]",
+        "b.patch side shown aside extra": r"expected .*\[aside\]",
+        "b.patch aside": "bad variant name 'aside'",
+    }
+    for line, why in bad.items():
+        (tmp_path / "series").write_text(f"a.patch -\n{line}\n")
+        with pytest.raises(PatchError, match=f"series:2: {why}"):
+            load_series(tmp_path)
+
+
 def test_every_patch_of_the_project_applies_with_only_the_prerequisites_its_header_names(pristine):
     """What upstream may take one at a time: each patch on b11434 with only the patches its header names
     (``pyllama-dflash build --check``; ``build --alone`` compiles them so)."""
     series = load_series(REPO / "patches")
     assert prerequisites.check(series, tree_reader(pristine)) == []
     named = {p.name[:4]: [q.name[:4] for q in prerequisites.named(series, p)] for p in series.patches}
-    # the EAGLE3 bridge, both tests, the zero-fill, the server's slots and MTP fed the image stand alone
-    assert [n for n, needs in named.items() if not needs] == ["0001", "0002", "0003", "0005", "0006", "0009"]
-    assert named["0007"] == ["0001", "0003", "0004", "0005"]
+    # the EAGLE3 bridge, both tests, the zero-fill, the twin's fix, the server's slots and MTP fed the image
+    # stand alone
+    assert [n for n, needs in named.items() if not needs] == ["0001", "0002", "0003", "0004", "0005", "0006", "0009"]
+    assert named["0007"] == ["0001", "0004", "0005"]
+
+
+def test_no_fix_stands_on_the_zero_fill():
+    """The zero-fill is shown beside the fixes, not under them: no later variant carries it, and no patch's
+    header names it among its prerequisites."""
+    series = load_series(REPO / "patches")
+    (zero_fill,) = [p for p in series.own if p.role == Role.SHOWN]
+    assert zero_fill.aside
+    assert [v for v in series.variants if zero_fill in series.prefix(v)] == [zero_fill.variant]
+    assert [p.name for p in series.patches if zero_fill in prerequisites.named(series, p)] == []
 
 
 def test_a_header_that_names_no_prerequisites_or_a_later_patch_is_refused(tmp_path):
@@ -247,3 +282,18 @@ def test_a_line_a_later_patch_removes_is_counted_against_the_patch_that_added_it
     assert [(u.patch, u.added_by, u.line) for u in found] == [("two.patch", "one.patch", "fill the hole")]
     assert by_pair(found) == {("two.patch", "one.patch"): 1}
     assert apply_series(lambda rel: pristine, series.own) == {"x.c": second}
+
+
+def test_lines_are_counted_along_the_chain_and_a_variant_aside_on_what_it_stands_on(tmp_path):
+    """series_undone: a fix after a variant aside does not stand on it, so its lines are the pristine ones
+    (none counted); the variant aside's own removal of a carried patch's line is counted."""
+    from pyllama_dflash.llamabuild.undone import series_undone
+
+    pristine = "a\nb\nc\nd\ne\nf\ng\n"
+    carried = "a\nb\ncarried\nc\nd\ne\nf\ng\n"
+    (tmp_path / "one.patch").write_text(_diff("x.c", pristine, carried))
+    (tmp_path / "side.patch").write_text(_diff("x.c", carried, "a\nb\nside\nc\nd\ne\nf\ng\n"))
+    (tmp_path / "two.patch").write_text(_diff("x.c", carried, "a\nb\ncarried\nc\nd\ntwo\nf\ng\n"))
+    (tmp_path / "series").write_text("one.patch -\nside.patch side shown aside\ntwo.patch two\n")
+    found = series_undone(lambda rel: pristine if rel == "x.c" else None, load_series(tmp_path))
+    assert [(u.patch, u.added_by, u.line) for u in found] == [("side.patch", "one.patch", "carried")]

@@ -16,7 +16,7 @@ from ..paths import default_patches_dir
 from . import builder, ctest, prerequisites
 from . import manifest as manifests
 from .patchset import check_series, load_series, tree_reader
-from .undone import by_pair, undone_lines
+from .undone import by_pair, series_undone
 
 
 def parser() -> argparse.ArgumentParser:
@@ -122,7 +122,7 @@ def _check(opts: builder.BuildOptions) -> int:
         print(line, file=sys.stderr)
     if not problems:
         print("every patch applies with only the prerequisites its header names")
-    undone = by_pair(undone_lines(tree_reader(p.src.path), p.series.own))
+    undone = by_pair(series_undone(tree_reader(p.src.path), p.series))
     print(f"lines a patch removes that an earlier patch of the series added: {sum(undone.values())}")
     for (patch, added_by), n in sorted(undone.items()):
         print(f"  {patch} removes {n} of {added_by}'s")

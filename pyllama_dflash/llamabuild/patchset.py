@@ -1,7 +1,9 @@
 """The patch series: ``patches/series`` lists patches in order; a variant is a prefix of it.
 
-Series line format: ``<patch file> <variant name> [<role>]``; ``#`` starts a comment. The
-variant called ``baseline`` is the empty prefix. A patch whose variant column is ``-``
+Series line format: ``<patch file> <variant name> [<role>] [aside]``; ``#`` starts a comment. The
+variant called ``baseline`` is the empty prefix. A variant line that ends in ``aside`` (ASIDE) makes a
+variant that stands beside the series: it carries the patches before it, and no later variant carries it
+(the zero-fill, shown beside the fixes rather than under them). A patch whose variant column is ``-``
 (CARRIED) makes no variant either: every variant after it carries it, as a fix of its own that
 later fixes build on. A patch whose variant column is ``*``
 (EVERY) makes no variant: it is applied on top of every variant, baseline included, after
@@ -30,6 +32,7 @@ from .hunk import NO_EOL, read_hunk
 BASELINE = "baseline"
 EVERY = "*"  # the variant column of a patch applied to every variant
 CARRIED = "-"  # the variant column of a patch every later variant carries, making none of its own
+ASIDE = "aside"  # the last word of a variant line no later variant carries
 RETIRED_ROLES = {"seed": Role.SHOWN, "fix": Role.TWIN}  # refused in a series file, naming the new one
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
@@ -58,6 +61,7 @@ class Patch:
     sha256: str
     files: tuple[FilePatch, ...]
     role: Role = Role.TWIN  # what the variant it makes is judged as
+    aside: bool = False  # a variant no later variant carries (ASIDE)
 
     @property
     def touched(self) -> list[str]:
@@ -84,15 +88,24 @@ class Series:
         """The patches applied on top of every variant, baseline included."""
         return tuple(p for p in self.patches if p.variant == EVERY)
 
+    @property
+    def chain(self) -> tuple[Patch, ...]:
+        """The own patches every later variant carries: own, less the patches of variants aside."""
+        return tuple(p for p in self.own if not p.aside)
+
     def prefix(self, variant: str) -> tuple[Patch, ...]:
-        """The patches that make up a variant, in the order they apply: its prefix of the
-        series' own patches, then the EVERY patches."""
+        """The patches that make up a variant, in the order they apply: its :meth:`own_prefix`, then the
+        EVERY patches."""
+        return self.own_prefix(variant) + self.every
+
+    def own_prefix(self, variant: str) -> tuple[Patch, ...]:
+        """The variant's prefix of the series' own patches, less the variants aside before it."""
         own = self.own
         if variant == BASELINE:
-            return self.every
+            return ()
         for i, patch in enumerate(own):
             if patch.variant == variant:
-                return own[: i + 1] + self.every
+                return tuple(p for p in own[:i] if not p.aside) + (patch,)
         known = ", ".join(self.variants)
         raise PatchError(f"unknown variant {variant!r} (this series has: {known})")
 
@@ -132,8 +145,13 @@ def load_series(directory: Path) -> Series:
         if not line:
             continue
         parts = line.split()
-        if len(parts) not in (2, 3):
-            raise PatchError(f"{series_file}:{lineno}: expected '<patch file> <variant name> [<role>]', got {raw!r}")
+        aside = len(parts) > 2 and parts[-1] == ASIDE
+        parts = parts[:-1] if aside else parts
+        if len(parts) not in (2, 3) or (aside and parts[1] in (EVERY, CARRIED)):
+            raise PatchError(
+                f"{series_file}:{lineno}: expected '<patch file> <variant name> [<role>] [{ASIDE}]' "
+                f"({ASIDE} only for a patch that makes a variant), got {raw!r}"
+            )
         filename, variant, role = (*parts, Role.TWIN.value) if len(parts) == 2 else parts
         if role in RETIRED_ROLES:
             raise PatchError(f"{series_file}:{lineno}: role {role!r} is now '{RETIRED_ROLES[role]}'")
@@ -142,7 +160,7 @@ def load_series(directory: Path) -> Series:
                 f"{series_file}:{lineno}: bad role {role!r} "
                 f"(one of {', '.join(Role)}, for a patch that makes a variant)"
             )
-        if variant not in (EVERY, CARRIED) and (not _NAME_RE.match(variant) or variant in ("all",)):
+        if variant not in (EVERY, CARRIED) and (not _NAME_RE.match(variant) or variant in ("all", ASIDE)):
             raise PatchError(
                 f"{series_file}:{lineno}: bad variant name {variant!r} (lower-case letters, digits, '-'; "
                 f"{EVERY} for a patch applied to every variant, or {CARRIED} for one every later variant carries)"
@@ -156,7 +174,7 @@ def load_series(directory: Path) -> Series:
             raise PatchError(f"{series_file}:{lineno}: patch {filename} not found in {directory}")
         data = path.read_bytes()
         patches.append(
-            Patch(filename, variant, sha256_bytes(data), parse_patch(data.decode("utf-8"), filename), Role(role))
+            Patch(filename, variant, sha256_bytes(data), parse_patch(data.decode("utf-8"), filename), Role(role), aside)
         )
     return Series(directory, tuple(patches))
 
@@ -281,7 +299,7 @@ def check_series(series: Series, tree: Path) -> list[str]:
         apply_series(tree_reader(tree), series.prefix(variant))
     for patch in series.patches:
         made = {EVERY: "every variant, on top of its own patches", CARRIED: "carried by every later variant"}.get(
-            patch.variant, f"variant {patch.variant}"
+            patch.variant, f"variant {patch.variant}" + (", aside: no later variant carries it" if patch.aside else "")
         )
         report.append(f"{patch.name}: applies ({', '.join(patch.touched)}) -> {made}")
     return report

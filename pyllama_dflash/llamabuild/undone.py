@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .patchset import Patch, each_hunk, split_lines
+from .patchset import Patch, Series, each_hunk, split_lines
 
 
 @dataclass(frozen=True)
@@ -57,3 +57,11 @@ def undone_lines(read: Callable[[str], str | None], patches: tuple[Patch, ...]) 
 def by_pair(found: list[Undone]) -> Counter[tuple[str, str]]:
     """How many lines each patch removes of each earlier patch's: ``{(patch, added_by): n}``."""
     return Counter((u.patch, u.added_by) for u in found)
+
+
+def series_undone(read: Callable[[str], str | None], series: Series) -> list[Undone]:
+    """:func:`undone_lines` along the series' chain, and each variant aside on the patches before it."""
+    found = undone_lines(read, series.chain)
+    for aside in (p for p in series.own if p.aside):
+        found += [u for u in undone_lines(read, series.own_prefix(aside.variant)) if u.patch == aside.name]
+    return found

@@ -23,7 +23,7 @@ import os
 import re
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ...errors import PatchError
@@ -218,7 +218,7 @@ class _Rewriter:
         message, author = _message(self.tree, commit)
         new_text = mp.with_message(message, author).with_sections(sections).render()
         files = self._check_new(step, new_text)
-        new_patch = Patch(patch.name, patch.variant, sha256_bytes(new_text.encode()), files)
+        new_patch = replace(patch, sha256=sha256_bytes(new_text.encode()), files=files)  # its role and place kept
         return Outcome(patch.name, commit, old_text, new_text), new_patch
 
     def _old_applied(self, old_files: dict, name: str) -> tuple[dict, dict]:
