@@ -48,6 +48,10 @@ TOOLS: dict[str, tuple[str, str]] = {
         "pyllama_dflash.vlm.__main__",
         "build the trained vision-language target, its padded twin and its drafts (the train extra: JAX)",
     ),
+    "pulls": (
+        "pyllama_dflash.pulls.__main__",
+        "the pull requests of patches/pulls: each test run on b11434 without its fix and with it",
+    ),
     "develop": ("pyllama_dflash.develop.__main__", "a git work tree of the pinned source, one commit per patch"),
     "write-back": (
         "pyllama_dflash.develop.writeback.__main__",

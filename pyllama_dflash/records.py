@@ -26,6 +26,7 @@ WRITERS = {
     "mutate": "pyllama_dflash.mutate.report",
     "vlm": "pyllama_dflash.vlm.report",
     "repro": "pyllama_dflash.repro.report",
+    "pulls": "pyllama_dflash.pulls.report",
 }
 
 

@@ -1,5 +1,6 @@
 """The project's fixed vocabularies, one enum each: what a series line says a variant is judged as
-(``Role``), what one run is held to (``Judged``) and how a run ended (``Status``).
+(``Role``), what one run is held to (``Judged``), how a run ended (``Status``) and what a pull request
+shows (``PullVerdict``).
 
 Each is a ``str`` enum, so a value compares equal to its word and is written as it in JSON, in tables
 and in ``patches/series``; ``tests/test_names.py`` keeps the words from being spelled as literals
@@ -65,3 +66,11 @@ class Status(Word):
     FAIL = "FAIL"
     CRASH = "CRASH"  # the child died or ran past its timeout
     ERROR = "ERROR"  # a Python error inside the child
+
+
+class PullVerdict(Word):
+    """What ``pyllama-dflash pulls`` says of a pull request of ``patches/pulls``."""
+
+    PROVEN = "proven"  # its test fails on b11434 with the prerequisites and passes with the fixes
+    NOT_PROVEN = "not proven"  # its test passes without the fixes, or fails with them
+    NO_TEST = "no test yet"  # listed and built, not judged: no test of upstream's kind fails without it

@@ -149,11 +149,12 @@ def test_manifests_record_provenance_and_patches(variants):
         assert m.data["source"]["pinned"] is True
         assert m.binary("llama-server").is_file() and os.access(m.binary("llama-server"), os.X_OK)
         assert m.bindings.is_file()
-    # baseline carries the series' C++ tests (patches 0002 and 0006, for every variant) and no fix; the
-    # first variant carries 0001 too (a fix every later variant carries), then its own patch
+    # baseline carries the series' tests (patches 0002 and 0006, C++, and 0010, llama-server's kind, for every
+    # variant) and no fix; the first variant carries 0001 too (a fix every later variant carries), then its own
     tests = [
         "0002-tests-eagle3-drafting-after-a-prompt-split-into-passes.patch",
         "0006-tests-dflash-drafting-across-images.patch",
+        "0010-tests-server-dflash-drafting-across-an-image.patch",
     ]
     assert [p["name"] for p in base.data["patches"]] == tests
     assert [p["name"] for p in fixed.data["patches"]] == [

@@ -36,6 +36,7 @@ SUBCOMMANDS = (
     "upgrade",
     "train",
     "vlm",
+    "pulls",
     "develop",
     "write-back",
 )
@@ -183,6 +184,7 @@ def _missing_file_args(name: str, missing: Path) -> tuple[list[str], dict[str, s
         "write-back": ["--dir", str(missing)],
         "tiny": [str(missing.parent / "out"), "--gguf-tree", str(missing)],
         "vlm": ["judge", "--target", str(missing)],
+        "pulls": ["--patches", str(missing)],
     }
     if name in by_flag:
         return by_flag[name], {}
@@ -241,6 +243,7 @@ def _interruptible(name: str, tmp_path: Path, cache: Path) -> tuple[list[str], d
         "develop": ["full", "--dir", str(tmp_path / "tree")],
         "train": ["--out", str(tmp_path / "trained")],
         "vlm": ["target", "--smoke", "--out", str(tmp_path / "vlm")],
+        "pulls": ["--only", "eagle3-bridge"],
     }
     return [name, *waits[name]], {CACHE_ENV: str(cache)}
 

@@ -126,10 +126,12 @@ def test_the_project_series_names_zero_fill_first():
         ],
     ]
     assert all(series.prefix(v)[0] == series.own[0] for v in series.variants[1:])
-    # and two C++ regression tests that every variant carries, baseline included (test_ctest.py)
+    # and the regression tests every variant carries, baseline included: two C++ ones (test_ctest.py) and one
+    # of llama-server's kind (test_pulls.py)
     assert [p.touched for p in series.every] == [
         ["tests/CMakeLists.txt", "tests/test-speculative-eagle3-passes.cpp"],
         ["tests/CMakeLists.txt", "tests/test-speculative-dflash-image.cpp"],
+        ["tools/server/tests/unit/test_speculative_dflash_image.py", "tools/server/tests/utils.py"],
     ]
 
 
@@ -176,9 +178,10 @@ def test_every_patch_of_the_project_applies_with_only_the_prerequisites_its_head
     series = load_series(REPO / "patches")
     assert prerequisites.check(series, tree_reader(pristine)) == []
     named = {p.name[:4]: [q.name[:4] for q in prerequisites.named(series, p)] for p in series.patches}
-    # the EAGLE3 bridge, both tests, the zero-fill, the twin's fix, the server's slots and MTP fed the image
+    # the EAGLE3 bridge, the tests, the zero-fill, the twin's fix, the server's slots and MTP fed the image
     # stand alone
-    assert [n for n, needs in named.items() if not needs] == ["0001", "0002", "0003", "0004", "0005", "0006", "0009"]
+    alone = ["0001", "0002", "0003", "0004", "0005", "0006", "0009", "0010"]
+    assert [n for n, needs in named.items() if not needs] == alone
     assert named["0007"] == ["0001", "0004", "0005"]
 
 
@@ -297,3 +300,26 @@ def test_lines_are_counted_along_the_chain_and_a_variant_aside_on_what_it_stands
     (tmp_path / "series").write_text("one.patch -\nside.patch side shown aside\ntwo.patch two\n")
     found = series_undone(lambda rel: pristine if rel == "x.c" else None, load_series(tmp_path))
     assert [(u.patch, u.added_by, u.line) for u in found] == [("side.patch", "one.patch", "carried")]
+
+
+# what the series undoes today (pyllama-dflash build --check): only the request "as-trained" (0007 and 0008)
+# takes out lines that the requests before it add; the aim is none (docs/upstream.md)
+UNDONE_NOW = {
+    ("0007", "0001"): 4,
+    ("0007", "0004"): 150,
+    ("0007", "0005"): 6,
+    ("0008", "0004"): 2,
+    ("0008", "0007"): 14,
+}
+
+
+def test_the_series_undoes_no_more_than_it_does_now(pristine):
+    """A ratchet toward an additive series: no patch takes out lines of one it did not before, and no pair
+    more lines; a pair that drops lowers its figure here (and in docs/upstream.md)."""
+    from pyllama_dflash.llamabuild.undone import by_pair, series_undone
+
+    found = by_pair(series_undone(tree_reader(pristine), load_series(REPO / "patches")))
+    pairs = {(patch[:4], added_by[:4]): n for (patch, added_by), n in found.items()}
+    assert set(pairs) <= set(UNDONE_NOW), sorted(set(pairs) - set(UNDONE_NOW))
+    assert all(n <= UNDONE_NOW[pair] for pair, n in pairs.items()), pairs
+    assert not any(patch in ("0001", "0004", "0005") for patch, _ in pairs)  # the requests before as-trained

@@ -45,28 +45,34 @@ def run_ctest(m: Manifest, timeout: float = 120.0) -> dict:
     entries = m.data.get("ctest") or []
     if not entries:
         return {"status": SKIP, "first_failure": "this variant's patches bring no C++ test"}
+    return run_tests([(e["test"], m.lib_dir / e["binary"], e["labels"]) for e in entries], str(m.lib_dir), timeout)
+
+
+def run_tests(tests: list[tuple[str, Path, str]], where: str, timeout: float = 120.0) -> dict:
+    """Run (test, binary, labels) under ctest, one after the other, as upstream registers them; a result in
+    the matrix's shape. ``where``: the build the binaries belong to, for the command line recorded."""
     exe = shutil.which("ctest")
     if exe is None:
         return {"status": ERROR, "first_failure": "ctest not found on PATH (it comes with cmake)"}
-    names = [e["test"] for e in entries]
+    names = [t[0] for t in tests]
     with tempfile.TemporaryDirectory(prefix="pyllama-dflash-ctest-") as tmp:
-        ctest.testfile([(e["test"], m.lib_dir / e["binary"], e["labels"]) for e in entries], Path(tmp))
-        label = entries[0]["labels"].split(";")[0]
+        ctest.testfile(tests, Path(tmp))
+        label = tests[0][2].split(";")[0]
         selected = f"^({'|'.join(map(re.escape, names))})$"
         cmd = [exe, "--test-dir", tmp, "-L", label, "-R", selected, "-V", "--timeout", str(int(timeout))]
         t0 = time.monotonic()
         try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=len(entries) * timeout + 30)
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=len(tests) * timeout + 30)
         except subprocess.TimeoutExpired:
-            return {"status": ERROR, "first_failure": f"ctest did not finish in {len(entries) * timeout + 30:.0f}s"}
+            return {"status": ERROR, "first_failure": f"ctest did not finish in {len(tests) * timeout + 30:.0f}s"}
         wall = time.monotonic() - t0
     text = out.stdout + out.stderr
     result = _judge(text, out.returncode, names)
     timings = [float(t) for t in _TIME.findall(text)]
     result.update(
-        command=f"ctest -L {label} -R '{selected}' -V, over {m.lib_dir}",
+        command=f"ctest -L {label} -R '{selected}' -V, over {where}",
         returncode=out.returncode,
-        test_s=round(sum(timings), 3) if len(timings) == len(entries) else None,
+        test_s=round(sum(timings), 3) if len(timings) == len(tests) else None,
         wall_s=round(wall, 3),
         log_tail=text.splitlines()[-15:] if result["status"] != PASS else [],
     )

@@ -40,10 +40,15 @@ def publish(build_dir: Path, dest: Path, tests: list[str]) -> list[dict]:
         binary = build_dir / "bin" / test
         if not binary.is_file():
             raise BuildError(f"{binary}: not built")
-        labels = _labels(build_dir / "llama.cpp" / "tests" / TESTFILE, test)
+        labels = registered_labels(build_dir, test)
         shutil.copy2(binary, dest / test)
         entries.append({"test": test, "binary": test, "labels": labels})
     return entries
+
+
+def registered_labels(build_dir: Path, test: str) -> str:
+    """The labels upstream's registration gives ``test`` in the build folder's llama.cpp tree."""
+    return _labels(build_dir / "llama.cpp" / "tests" / TESTFILE, test)
 
 
 def testfile(tests: list[tuple[str, Path, str]], dest_dir: Path) -> Path:
