@@ -39,7 +39,7 @@ def test_the_wheel_carries_the_series_the_native_sources_and_every_package(tmp_p
     names = set(zipfile.ZipFile(wheel).namelist())
 
     series = load_series(REPO / "patches")
-    assert "pyllama_dflash/_patches/series" in names
+    assert {"pyllama_dflash/_patches/series", "pyllama_dflash/_patches/pulls"} <= names
     assert {f"pyllama_dflash/_patches/{p.name}" for p in series.patches} <= names
     for native in ("CMakeLists.txt", "shim.cpp", "pyllama_dflash_shim.h"):
         assert f"pyllama_dflash/native/{native}" in names
