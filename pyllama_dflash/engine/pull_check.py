@@ -6,7 +6,6 @@ which patches each side has). Nothing is published: the folder is left holding t
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from ..errors import BuildError, PatchError
-from ..llamabuild import builder, ctest, prerequisites
+from ..llamabuild import builder, ctest
 from ..llamabuild.patchset import Patch, Series
 from ..slotloop.record import ERROR, FAIL, PASS
 from .ctest_row import run_tests
@@ -31,11 +30,9 @@ def build_and_test(
     a cell in the matrix's shape (status, checks, first_failure) for the C++ tests (``ctest``) and for the
     server's (``server``); one ERROR cell where the chain does not build."""
     side: dict = {"patches": [p.name[:4] for p in chain]}
-    written = prerequisites.alone_series(series, chain, folder)
-    server = bool(server_tests) or any(path.startswith("tools/server/") for p in chain for path in p.touched)
     t0 = time.monotonic()
     try:
-        staged = builder.stage(prerequisites.ALONE, dataclasses.replace(opts, patches_dir=written, server=server))
+        staged = builder.stage_chain(series, chain, opts, folder)
     except (BuildError, PatchError) as e:
         return {**side, "status": ERROR, "first_failure": f"does not build: {e}"}
     side["build_s"] = round(time.monotonic() - t0, 1)

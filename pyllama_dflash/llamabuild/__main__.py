@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import tempfile
 import time
@@ -137,17 +136,15 @@ def _alone(opts: builder.BuildOptions) -> int:
         for patch in series.patches:
             chain = prerequisites.alone(series, patch)
             named = ", ".join(p.name[:4] for p in chain[:-1]) or "none"
-            folder = prerequisites.alone_series(series, chain, Path(tmp) / patch.name)
-            server = any(path.startswith("tools/server/") for p in chain for path in p.touched)
-            one = dataclasses.replace(opts, patches_dir=folder, server=server, quiet=True)
+            folder = Path(tmp) / patch.name
             t0 = time.monotonic()
             try:
-                builder.stage(prerequisites.ALONE, one)
+                builder.stage_chain(series, chain, opts, folder)
             except (BuildError, PatchError) as e:
                 failed.append(patch.name)
                 print(f"{patch.name} (prerequisites: {named}): does not build: {e}", file=sys.stderr)
                 continue
-            what = "libraries" + (", llama-server" if server else "")
+            what = "libraries" + (", llama-server" if builder.needs_server(chain) else "")
             tests = ctest.built_with(load_series(folder), prerequisites.ALONE)
             what += "".join(f", {t}" for t in tests)
             print(f"{patch.name} (prerequisites: {named}): builds ({what}) in {time.monotonic() - t0:.0f}s")

@@ -16,7 +16,7 @@ import os
 import platform
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import BuildError
@@ -29,10 +29,10 @@ from ..files import (
     stable_hash,
 )
 from ..paths import NATIVE_DIR, cache_root, default_patches_dir, package_patches_dir
-from . import ctest, pinned, source, toolchain
+from . import ctest, pinned, prerequisites, source, toolchain
 from . import manifest as manifests
 from .cmake import run_logged
-from .patchset import Series, apply_series, load_series, tree_reader
+from .patchset import Patch, Series, apply_series, load_series, tree_reader
 from .progress import Progress
 from .stage import Stage
 
@@ -216,6 +216,20 @@ def stage(variant: str, opts: BuildOptions | None = None) -> Staged:
     p = plan(opts, log=Progress("stage", quiet=opts.quiet).say, series=series)
     _build_one(p, variant, opts, publish=False)
     return Staged(variant, p.work_dir / "llama.cpp", p.work_dir / "build")
+
+
+def needs_server(chain: tuple[Patch, ...]) -> bool:
+    """Whether a chain of patches touches llama-server's tree (its sources or its tests), so that a build of
+    it builds llama-server too."""
+    return any(path.startswith("tools/server/") for p in chain for path in p.touched)
+
+
+def stage_chain(series: Series, chain: tuple[Patch, ...], opts: BuildOptions, folder: Path) -> Staged:
+    """``chain`` (patches of ``series``) alone on the pristine tree, written as a series folder in ``folder``
+    and compiled in the shared build folder, llama-server too where :func:`needs_server`; nothing is
+    published (``build --alone``, one side of a pull request)."""
+    written = prerequisites.alone_series(series, chain, folder)
+    return stage(prerequisites.ALONE, replace(opts, patches_dir=written, server=needs_server(chain), quiet=True))
 
 
 def _build_one(p: Plan, variant: str, opts: BuildOptions, publish: bool = True) -> manifests.Manifest | None:

@@ -30,17 +30,27 @@ class Pull:
     @property
     def test_names(self) -> list[str]:
         """The C++ tests the test patches bring."""
-        return [t for t in ctest.TESTS if ctest.source(t) in self._added]
+        return cpp_tests(self.tests)
 
     @property
     def server_tests(self) -> list[str]:
         """The tests of llama-server's kind the test patches bring, relative to ``tools/server/tests``."""
-        prefix = SERVER_TESTS.removesuffix("unit/")
-        return sorted(p.removeprefix(prefix) for p in self._added if p.startswith(SERVER_TESTS) and p.endswith(".py"))
+        return server_tests(self.tests)
 
-    @property
-    def _added(self) -> set[str]:
-        return {f.path for p in self.tests for f in p.files if f.new_file}
+
+def cpp_tests(patches: tuple[Patch, ...]) -> list[str]:
+    """The series' C++ tests (ctest.TESTS) that ``patches`` bring."""
+    return [t for t in ctest.TESTS if ctest.source(t) in _added(patches)]
+
+
+def server_tests(patches: tuple[Patch, ...]) -> list[str]:
+    """The tests of llama-server's kind that ``patches`` bring, relative to ``tools/server/tests``."""
+    prefix = SERVER_TESTS.removesuffix("unit/")
+    return sorted(p.removeprefix(prefix) for p in _added(patches) if p.startswith(SERVER_TESTS) and p.endswith(".py"))
+
+
+def _added(patches: tuple[Patch, ...]) -> set[str]:
+    return {f.path for p in patches for f in p.files if f.new_file}
 
 
 def load_pulls(series: Series) -> list[Pull]:
@@ -72,8 +82,7 @@ def _check(pull: Pull, where: str) -> None:
     if any(p.variant == EVERY or p.aside for p in pull.fixes):
         raise PatchError(f"{where}: a fix is a patch that makes or carries a variant, and not one aside")
     for test in pull.tests:
-        alone = Pull(pull.name, pull.fixes, (test,))
-        if test.variant != EVERY or not (alone.test_names or alone.server_tests):
+        if test.variant != EVERY or not (cpp_tests((test,)) or server_tests((test,))):
             raise PatchError(f"{where}: the test {test.name} is not a patch that brings a test to every variant")
 
 
