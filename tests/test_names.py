@@ -74,8 +74,10 @@ OTHER_MEANINGS = {
     # a variant name: b11434 unpatched, the series' last as-trained variant
     "pyllama_dflash/": {"baseline"},
     "pyllama_dflash/vlm/__main__.py": {"as-trained"},
-    # the acceptance columns' and modes' names: the draft served as its definition
-    "pyllama_dflash/acceptance/": {"definition"},
+    # the acceptance columns' and modes' names: the draft served as its definition, or as it was trained
+    "pyllama_dflash/acceptance/": {"definition", "as-trained"},
+    # the trained pair's acceptance columns, each named as the variant it runs on
+    "pyllama_dflash/vlm/library_paired.py": {"definition", "as-trained"},
     # a module's name: server/checks/definition.py
     "pyllama_dflash/server/checks/__init__.py": {"definition"},
     # the draft kind's own enum (slotloop.models.DraftKind) and the tiny generator's file name part

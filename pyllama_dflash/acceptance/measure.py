@@ -31,6 +31,7 @@ TEXT_ONLY = "text only"
 SESSION = SessionConfig(n_ctx=1024, n_batch=64, n_ubatch=64, n_max=3)
 # n_ctx for two images of 1024 rows and the turns' text, with the draft holding every row (definition)
 N_CTX_LARGE_IMAGES = 4096
+WORKER = "pyllama_dflash.acceptance.worker"  # the child that runs a column
 
 
 def session_for(image_px: int | None) -> SessionConfig:
@@ -62,10 +63,9 @@ def pairs(cols: Sequence[Column], models: ModelSet) -> list[tuple[str, str]]:
     return [(defined[0], REFERENCE), (TEXT_ONLY, defined[0]), (MODEL, defined[0])]
 
 
-def run_column(job: AcceptanceJob, work_dir: Path, timeout: float = 1800) -> dict:
-    result = child.run_job(
-        "pyllama_dflash.acceptance.worker", job.to_json(), work_dir, job.column.name.replace(" ", "_"), timeout=timeout
-    )
+def run_column(job: AcceptanceJob, work_dir: Path, timeout: float = 1800, module: str = WORKER) -> dict:
+    """One column in a child running ``module`` (``python -m module JOB OUT``)."""
+    result = child.run_job(module, job.to_json(), work_dir, job.column.name.replace(" ", "_"), timeout=timeout)
     if result.get("status") != "OK":
         tail = "\n".join(result.get("log_tail", []))
         raise RuntimeError(f"acceptance column {job.column.name}: {result.get('first_failure')}\n{tail}")

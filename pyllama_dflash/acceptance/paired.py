@@ -31,9 +31,10 @@ import numpy as np
 from ..bootstrap import percentile_interval, resample
 from ..llamabuild import variant as variant_of
 from ..llamabuild.patchset import BASELINE
+from ..slotloop.config import SessionConfig
 from ..slotloop.models import ModelSet
 from .job import AcceptanceJob, Column
-from .measure import run_column, session_for, summarise
+from .measure import WORKER, run_column, session_for, summarise
 from .script import IMAGE_ROWS_PX, PHASES
 from .stats import bootstrap_mean, paired_difference, resampled_means
 
@@ -102,17 +103,41 @@ def ratio_to_text(per_text: list, per_phase: list) -> dict:
     return {"ratio": float(point), "ci95": list(percentile_interval(r))}
 
 
+def paired_differences(table: dict[str, dict], pairs: Sequence[tuple[str, str, Sequence[str]]]) -> dict:
+    """Each pair's column ``a`` minus column ``b``, per phase of the pair's that both columns have."""
+    differences = {}
+    for a, b, phases in pairs:
+        if a in table and b in table:
+            pa, pb = table[a]["phases"], table[b]["phases"]
+            differences[f"{a} - {b}"] = {
+                p: paired_difference(pa[p]["per_conversation"], pb[p]["per_conversation"])
+                for p in phases
+                if p in pa and p in pb
+            }
+    return differences
+
+
 def measure_paired(
-    models: ModelSet, seeds: Sequence[int], image_rows: int, cols: Sequence[Column] = COLUMNS, log=print
+    models: ModelSet,
+    seeds: Sequence[int],
+    image_rows: int,
+    cols: Sequence[Column] = COLUMNS,
+    log=print,
+    *,
+    image_px: int | None = None,
+    session: SessionConfig | None = None,
+    pairs: Sequence[tuple[str, str, Sequence[str]]] = PAIRS,
+    worker: str = WORKER,
 ) -> dict:
-    """Every column on the same conversations with images of ``image_rows`` rows."""
-    px = IMAGE_ROWS_PX[image_rows]
-    session = session_for(px)
+    """Every column on the same conversations with images of ``image_rows`` rows (``image_px`` wide: by
+    default the tiny projector's size for that many), each column a child running ``worker``."""
+    px = image_px or IMAGE_ROWS_PX[image_rows]
+    session = session or session_for(px)
     table: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="pyllama-dflash-paired-") as tmp:
         for col in cols:
             job = AcceptanceJob(col, models, tuple(seeds), session, paired=True, image_px=px)
-            result = run_column(job, Path(tmp))
+            result = run_column(job, Path(tmp), module=worker)
             if result["failed"]:
                 raise RuntimeError(f"paired acceptance: column {col.name} failed: {result['failed'][0]}")
             table[col.name] = {
@@ -124,15 +149,7 @@ def measure_paired(
             }
             log(f"  {image_rows} rows, {col.name}: " + _brief(table[col.name]["phases"]))
     check_paired(table)
-    differences = {}
-    for a, b, phases in PAIRS:
-        if a in table and b in table:
-            pa, pb = table[a]["phases"], table[b]["phases"]
-            differences[f"{a} - {b}"] = {
-                p: paired_difference(pa[p]["per_conversation"], pb[p]["per_conversation"])
-                for p in phases
-                if p in pa and p in pb
-            }
+    differences = paired_differences(table, pairs)
     ratios = {
         name: {
             p: ratio_to_text(e["phases"]["text"]["per_conversation"], e["phases"][p]["per_conversation"])

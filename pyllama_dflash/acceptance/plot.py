@@ -12,6 +12,7 @@ from .paired import TRAINED
 COLOURS = {
     "twin semantics": "tab:blue",
     "definition": "tab:red",
+    "as-trained": "tab:purple",
     "b11434 twin": "tab:cyan",
     "zero-fill": "tab:gray",
     "text only": "tab:green",
@@ -59,6 +60,11 @@ def plot_since_image(runs: dict[str, dict], target: str, path: Path) -> Path:
                 ax.set_ylabel("accepted (of n_max)")
     axes[0][-1].legend(fontsize=7, loc="upper right")
     fig.suptitle(f"Paired acceptance after an image, the {target} target", fontsize=10)
+    fig.supxlabel(
+        "drawn (a line the same as another lies under it): "
+        + ", ".join(sorted({n for r in runs.values() for n in r["table"]})),
+        fontsize=7,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="svg" if path.suffix == ".svg" else None)

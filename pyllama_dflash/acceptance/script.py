@@ -128,6 +128,26 @@ def _timed_turn(seed: int, after: str | None, times: tuple[float, float, float],
     }
 
 
+@dataclass(frozen=True)
+class Plan:
+    """A conversation as the script drives it: each turn with what it follows (None: nothing, the
+    ``text`` phase), the other conversation that runs on the slot between the save and the restore (before
+    the turn that follows ``after restore``), and how a reply ends: at ``stop`` (a chat's end of turn), or
+    after its ``n_generate`` tokens, the next prompt then written on as ``after_stop`` or ``after_cut``."""
+
+    turns: tuple[tuple[str | None, Turn], ...]
+    interlude: Turn
+    stop: int | None = None
+    after_stop: str = ""
+    after_cut: str = ""
+
+
+def tiny_plan(seed: int, images: bool = True, image_px: int | None = None) -> Plan:
+    """The bench's conversation on the tiny corpus: text, an image, a second image, a restore."""
+    t = turns_for(seed, images, image_px)
+    return Plan(((None, t[0]), ("after image", t[1]), ("after second image", t[2]), ("after restore", t[3])), t[4])
+
+
 def run_conversation(s: Session, seed: int, out: list[RoundResult], **how) -> None:
     """The whole conversation at once; ``how``: :func:`conversation`'s keywords."""
     for _ in conversation(s, seed, out, **how):
@@ -144,26 +164,33 @@ def conversation(
     image_px: int | None = None,
     replies: list[list[int]] | None = None,
     timings: list[dict] | None = None,
+    plan: Plan | None = None,
 ) -> Iterator[None]:
-    """Drive the conversation through a session's slot loop (sequence 0), a counted turn per step (the
-    save, the other conversation and the restore go with the fourth), its rounds (or, ``paired``, its
-    positions) added to ``out`` by phase as they run (a conversation the variant fails keeps the ones
-    before the failure), and each reply's tokens to ``replies``. Without ``restore`` it ends after the
-    third turn. ``timings`` gets each turn much as llama-server's ``timings`` count it, phase by the
-    turn's place (chat.TURN_PHASES): its prompt's wall time (``prompt_ms``, the draft's part included) and
-    its reply's (``predicted_n`` tokens in ``predicted_ms``), with the reply and what it drafted and had
-    accepted."""
-    turns = turns_for(seed, images, image_px)
+    """Drive the conversation (``plan``; by default the tiny corpus's, :func:`tiny_plan`) through a
+    session's slot loop (sequence 0), a counted turn per step (the save, the other conversation and the
+    restore go with the turn after them), its rounds (or, ``paired``, its positions) added to ``out`` by
+    phase as they run (a conversation the variant fails keeps the ones before the failure), and each
+    reply's tokens to ``replies``. Without ``restore`` it ends before the restore. ``timings`` gets each
+    turn much as llama-server's ``timings`` count it, phase by the turn's place (chat.TURN_PHASES): its
+    prompt's wall time (``prompt_ms``, the draft's part included) and its reply's (``predicted_n`` tokens
+    in ``predicted_ms``), with the reply and what it drafted and had accepted."""
+    plan = plan or tiny_plan(seed, images, image_px)
     marker = s.projector.marker if s.projector is not None else ""
+    last_reply: list[int] = []
+
+    def written_on() -> str:
+        if not last_reply:
+            return ""
+        return plan.after_stop if plan.stop is not None and last_reply[-1] == plan.stop else plan.after_cut
 
     def turn(t: Turn, after: str | None, step: str) -> None:
         t0 = time.perf_counter()
-        s.prompt(0, user_text(t, marker), list(t.images), step=step)
+        s.prompt(0, written_on() + user_text(t, marker), list(t.images), step=step)
         t1 = time.perf_counter()
         start = len(s.record.rounds)
         anchor = s.seqs[0].id_last
         if paired:
-            reply = [anchor, *s.generate_paired(0, t.n_generate, step=f"{step} reply")]
+            reply = [anchor, *s.generate_paired(0, t.n_generate, step=f"{step} reply", stop=plan.stop)]
             out.extend(paired_results(seed, after, reply, s.record.rounds[start:], s.cfg.n_max))
         else:
             reply = [anchor, *s.generate(0, t.n_generate, step=f"{step} reply")]
@@ -173,25 +200,27 @@ def conversation(
             timings.append(_timed_turn(seed, after, (t0, t1, time.perf_counter()), reply[1:], s.record.rounds[start:]))
         if replies is not None:
             replies.append(reply)
+        last_reply[:] = reply[1:]
 
-    turn(turns[0], None, "turn 1")
-    yield
     # phases by the turn's place, images or not: the text-only ceiling's rounds line up with them
-    turn(turns[1], "after image", "turn 2")
-    yield
-    turn(turns[2], "after second image", "turn 3")
-    yield
-    if not restore:
-        return
+    for k, (after, t) in enumerate(plan.turns):
+        if after == "after restore":
+            if not restore:
+                return
+            _other_conversation_between(s, plan.interlude, marker)
+        turn(t, after, f"turn {k + 1}")
+        yield
+
+
+def _other_conversation_between(s: Session, other: Turn, marker: str) -> None:
+    """Save the slot, run another conversation on it (its rounds not this conversation's), restore it."""
     saved = s.save_slot(0)
     interlude = len(s.record.rounds)
     s.rewind(0, 0, step="another conversation")
-    s.prompt(0, user_text(turns[4], marker), step="another conversation")
+    s.prompt(0, user_text(other, marker), list(other.images), step="another conversation")
     s.generate(0, 8, step="another conversation reply")  # drafted round by round either way
     del s.record.rounds[interlude:]  # not this conversation's
     s.restore_slot(0, saved)
-    turn(turns[3], "after restore", "turn 4")
-    yield
 
 
 class WithoutDraftFailed(PyllamaError, RuntimeError):

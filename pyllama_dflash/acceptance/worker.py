@@ -4,6 +4,7 @@ process of its own (one variant's libraries per process)."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 
 import numpy as np
@@ -17,7 +18,7 @@ from ..slotloop.config import server_config
 from ..slotloop.loaded import Loaded
 from ..slotloop.record import Record, StopScenario
 from .job import AcceptanceJob
-from .script import RoundResult, WithoutDraftFailed, conversation, run_conversation, side_by_side
+from .script import Plan, RoundResult, WithoutDraftFailed, conversation, run_conversation, side_by_side
 
 
 def reference_model_drafter(models):
@@ -36,6 +37,14 @@ def reference_model_drafter(models):
 
 def run_one(raw: dict) -> dict:
     job = AcceptanceJob.from_json(raw)
+    cfg, models, drafter = column_setup(job)
+    if job.timed:
+        return _timed(job, models, cfg)
+    return run_conversations(job, models, cfg, drafter)
+
+
+def column_setup(job: AcceptanceJob) -> tuple:
+    """The column's variant loaded; its session's configuration, its models and its reference drafter."""
     col = job.column
     load(col.variant)
     if col.mode == "variant":
@@ -46,8 +55,13 @@ def run_one(raw: dict) -> dict:
         cfg = definition_config(job.session)
     models = job.models.with_draft(job.models.twin) if col.twin else job.models
     drafter = reference_model_drafter(models) if col.mode == "model" else None
-    if job.timed:
-        return _timed(job, models, cfg)
+    return cfg, models, drafter
+
+
+def run_conversations(job: AcceptanceJob, models, cfg, drafter, plan_of: Callable[[int], Plan] | None = None) -> dict:
+    """Each of the job's conversations in a session of its own (``plan_of``: a seed's conversation, by
+    default the tiny corpus's): the rounds or paired positions, the replies, and the conversations the
+    variant failed (what llama-server answers with HTTP 500)."""
     rounds: list[RoundResult] = []
     failed = []
     replies: dict[int, list[list[int]]] = {}
@@ -59,12 +73,13 @@ def run_one(raw: dict) -> dict:
                         s,
                         seed,
                         rounds,
-                        images=col.images,
+                        images=job.column.images,
                         paired=job.paired,
                         image_px=job.image_px,
                         replies=replies.setdefault(seed, []),
+                        plan=plan_of(seed) if plan_of else None,
                     )
-                except StopScenario as stop:  # what llama-server answers with HTTP 500
+                except StopScenario as stop:
                     failed.append({"seed": seed, "reason": str(stop)[:800]})
     return {
         "status": "OK",

@@ -78,12 +78,14 @@ class Drafting:
                 st.image_pending = False
         return new_tokens
 
-    def generate_paired(self, seq: int, n_tokens: int, step: str = "generate") -> list[int]:
-        """Greedy generation of n_tokens, one a round: at every position the draft drafts ``n_max``
-        tokens from the target's own history, and the round keeps none of them (as a round whose draft
-        is rejected whole, without the rejected rows' decode). The rounds record what was drafted at
-        each position; the tokens the target generated judge them afterwards, so every column run on
-        the same conversation is judged on the same tokens (paired acceptance)."""
+    def generate_paired(self, seq: int, n_tokens: int, step: str = "generate", stop: int | None = None) -> list[int]:
+        """Greedy generation of n_tokens (fewer where the target samples ``stop``, which ends the reply as
+        a chat's end of turn does), one a round: at every position the draft drafts ``n_max`` tokens from
+        the target's own history, and the round keeps none of them (as a round whose draft is rejected
+        whole, without the rejected rows' decode). The rounds record what was drafted at each position;
+        the tokens the target generated judge them afterwards, so every column run on the same
+        conversation is judged on the same tokens (paired acceptance)."""
+        op = len(self.ops)
         self.ops.append(Generate(seq, n_tokens, step))
         self._settle_history(seq)
         st = self.seqs[seq]
@@ -107,6 +109,9 @@ class Drafting:
             self.record.rounds.append(rnd)
             st.image_pending = False
             out.append(st.id_last)
+            if st.id_last == stop:
+                self.ops[op] = Generate(seq, len(out), step)  # what a replay generates
+                break
         self.record.generated.setdefault(seq, []).extend(out)
         return out
 

@@ -8,6 +8,8 @@
     pyllama-dflash vlm drafts --out DIR      # the text- and image-trained DFlash drafts
     pyllama-dflash vlm speed --target F      # tokens/s with a draft over without, through llama-server
     pyllama-dflash vlm pair A.json B.json    # two speed records' acceptance, paired over conversations
+    pyllama-dflash vlm accept                # paired acceptance through the libraries, every semantics
+    pyllama-dflash vlm plot R.json --out F   # an accept record's picture, by tokens since the image
 
 ``--smoke`` runs a stage at toy size in seconds (what CI runs). Each stage writes a JSON record
 beside what it made: the command, its inputs, the time it took and the sha256 of every output.
@@ -306,6 +308,58 @@ def cmd_pair(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_accept(args: argparse.Namespace) -> int:
+    from pyllama_dflash import load
+    from pyllama_dflash.figures import provenance
+    from pyllama_dflash.llamabuild import BuildOptions, build
+
+    from .drafts import TrainedOn, draft_file
+    from .library_paired import COLUMNS, TrainedPair, measure
+
+    rows = [int(r) for r in args.rows.split(",")]
+    kinds = [TrainedOn(k) for k in args.drafts.split(",")]
+    build(sorted({c.variant for c in COLUMNS}), BuildOptions(server=True, quiet=True))
+    prov = provenance(load("as-trained"))
+    started = time.monotonic()
+    runs = {}
+    for kind in kinds:
+        pair = TrainedPair(
+            _existing(args.target or COMMITTED / TARGET_FILE, "target"),
+            _existing(args.mmproj or COMMITTED / MMPROJ_FILE, "projector"),
+            _existing(COMMITTED / draft_file(kind), "draft"),
+        )
+        for n in rows:
+            _log(f"{kind.value}-trained draft, images of {n} rows:")
+            runs[f"trained/{kind.value}/{n}"] = measure(pair, range(args.conversations), n, args.n_max, log=_log)
+    report = {
+        "kind": "vlm-accept",
+        "conversations": args.conversations,
+        "n_max": args.n_max,
+        "runs": runs,
+        "seconds": round(time.monotonic() - started, 1),
+        "command": f"pyllama-dflash vlm accept --drafts {args.drafts} --rows {args.rows} "
+        f"--conversations {args.conversations} --n-max {args.n_max}"
+        + (f" --json {_shown(Path(args.json))}" if args.json else ""),
+        **prov,
+    }
+    if args.json:
+        atomic_write_json(Path(args.json), report)
+    from .report import markdown
+
+    print(markdown(report))
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from ..acceptance.plot import plot_since_image
+
+    record = json.loads(_existing(args.record, "accept record").read_text())
+    if record.get("kind") != "vlm-accept":
+        raise UsageError(f"{args.record}: not a record of `vlm accept` (its kind is {record.get('kind')!r})")
+    print(plot_since_image(record["runs"], "trained", Path(args.out)))
+    return 0
+
+
 def _add_serving_stages(sub: argparse._SubParsersAction) -> None:
     """The stages that measure the pair through llama-server: ``speed`` and ``pair``."""
     sp = sub.add_parser("speed", help="tokens/s with a draft over without, through llama-server, side by side")
@@ -327,6 +381,19 @@ def _add_serving_stages(sub: argparse._SubParsersAction) -> None:
     pa.add_argument("--n-max", type=int, default=7, help="the draft length both records ran (default 7)")
     pa.add_argument("--json", default=None, help="write the record here (docs/figures/vlm-paired-*.json)")
     pa.set_defaults(func=cmd_pair)
+    ac = sub.add_parser("accept", help="paired acceptance through each variant's libraries, every semantics")
+    ac.add_argument("--target", default=None, help="the target GGUF (default: the committed core)")
+    ac.add_argument("--mmproj", default=None, help="its projector (default: the committed vlm-mmproj.gguf)")
+    ac.add_argument("--drafts", default="text,images", help="the committed drafts, by what they were trained on")
+    ac.add_argument("--rows", default="64,256,1024", help="image sizes in rows, comma-separated")
+    ac.add_argument("--conversations", type=int, default=24, help="held-out conversations (default 24)")
+    ac.add_argument("--n-max", type=int, default=7, help="the draft length (default 7, both drafts' block)")
+    ac.add_argument("--json", default=None, help="write the record here (docs/figures/vlm-accept.json)")
+    ac.set_defaults(func=cmd_accept)
+    pl = sub.add_parser("plot", help="an accept record's picture: accepted length against tokens since the image")
+    pl.add_argument("record", help="a record of `vlm accept` (docs/figures/vlm-accept.json)")
+    pl.add_argument("--out", required=True, help="the SVG to write (the plot extra: matplotlib)")
+    pl.set_defaults(func=cmd_plot)
 
 
 def main(argv: list[str] | None = None) -> int:

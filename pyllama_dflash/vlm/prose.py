@@ -13,6 +13,7 @@ order the sources are read in, and the held-out paragraphs are never trained on.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import re
 import sysconfig
@@ -95,6 +96,16 @@ def docstring_paragraphs(limit_files: int | None = None) -> list[Paragraph]:
                     name = module if isinstance(node, ast.Module) else f"{module}.{node.name}"
                     out += paragraphs_of(name, doc)
     return out
+
+
+def held_out_paragraphs() -> list[Paragraph]:
+    """The held-out paragraphs, read once a process (reading the standard library takes seconds)."""
+    return list(_held_out())
+
+
+@functools.cache
+def _held_out() -> tuple[Paragraph, ...]:
+    return tuple(p for p in all_paragraphs() if p.held_out)
 
 
 def all_paragraphs(limit_files: int | None = None) -> list[Paragraph]:

@@ -2,12 +2,14 @@
 
 A record's ``kind`` says which stage wrote it: ``judge`` (the differential and the captions), ``padded``
 (a padded target's logits and batch costs), ``drafts`` (the drafts' corpora and held-out acceptance) or
-``vlm-speed`` (tokens/s with a draft over without through llama-server) or ``vlm-paired`` (two of
-those records' acceptance, paired).
+``vlm-speed`` (tokens/s with a draft over without through llama-server), ``vlm-paired`` (two of
+those records' acceptance, paired) or ``vlm-accept`` (paired acceptance through the libraries, every
+semantics).
 """
 
 from __future__ import annotations
 
+from ..acceptance.paired import markdown as paired_markdown
 from ..figures import heading, table
 
 
@@ -199,8 +201,23 @@ def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
 
+def _accept(r: dict) -> list[str]:
+    return [
+        f"`{r['command']}`: {r['conversations']} held-out conversations, n_max {r['n_max']}, each column's "
+        "replies the same target tokens (checked), a position's phase by its place in its reply "
+        "(`~`: the interval holds 0).",
+        "",
+        paired_markdown(r["runs"]),
+    ]
+
+
 def markdown(record: dict) -> str:
-    body = {"judge": _judge, "padded": _padded, "drafts": _drafts, "vlm-speed": _speed, "vlm-paired": _paired}[
-        record["kind"]
-    ](record)
+    body = {
+        "judge": _judge,
+        "padded": _padded,
+        "drafts": _drafts,
+        "vlm-speed": _speed,
+        "vlm-paired": _paired,
+        "vlm-accept": _accept,
+    }[record["kind"]](record)
     return "\n".join([heading(record), "", *body]) + "\n"

@@ -32,7 +32,7 @@ from ..server.bodies import image_part
 from ..tiny.image import png_bytes
 from .corpus import Turn
 from .drafts import TrainedOn, draw_turns
-from .prose import all_paragraphs
+from .prose import held_out_paragraphs
 
 REPLY_TOKENS = 200  # a reply's limit: the target's prose replies end by themselves at about this length
 
@@ -49,7 +49,7 @@ class PairFiles:
 def conversation(kind: TrainedOn, seed: int, rows: int | None) -> list[tuple[str, Turn]]:
     """A held-out conversation's turns, each with its phase: four prose turns (``text``), or the bench's
     shape, ``text``, ``after image``, ``later``, ``after second image`` (images of ``rows`` rows)."""
-    held = [p for p in all_paragraphs() if p.held_out]
+    held = held_out_paragraphs()
     turns = draw_turns(kind, np.random.default_rng([13, 60, seed]), held, 4, rows=rows)
     if kind is TrainedOn.TEXT:
         return [("text", t) for t in turns]
