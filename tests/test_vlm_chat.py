@@ -21,7 +21,7 @@ pytestmark = pytest.mark.server
 
 VARIANTS = tuple(load_series(default_patches_dir()).variants)  # baseline first
 COMMITTED = Path(__file__).parent / "data" / "vlm"
-IMAGES = [held_out_images(40, 64)[k] for k in (7, 23)]  # two scenes apart in colour, shape and place
+IMAGES = [held_out_images(40, 64)[k] for k in (7, 23)]  # a red square left, a green square right
 
 
 @dataclass(frozen=True)

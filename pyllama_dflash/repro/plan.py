@@ -149,13 +149,23 @@ def _draft_sizes(args: argparse.Namespace) -> dict:
 def _with_draft(models: ModelSet, draft: Path) -> ModelSet:
     """The models with this (plain-kind) draft, and its reconverted twin as the M-RoPE draft: the
     draft itself when it has sections, else a copy upgraded into the cache (the drift reference).
-    The sliding-window drafts are the tiny generator's and do not go with another draft."""
-    from ..draft_upgrade import DraftUpgradeError, reconverted_twin
+    A draft marked as trained with image rows is judged as such (as-trained serves it as the
+    definition). The sliding-window drafts are the tiny generator's and do not go with another draft."""
+    from ..draft_upgrade import DraftUpgradeError, inspect, reconverted_twin
 
     if not draft.is_file():
         raise ValueError(f"--draft {draft}: no such file")
     try:
         twin = reconverted_twin(draft, cache_root() / "twins")
+        marked = inspect(draft).image_rows
     except DraftUpgradeError as e:
         raise ValueError(f"--draft: {e}") from None
-    return replace(models, draft=draft.resolve(), twin=twin, draft_swa=None, swa_twin=None, swa_window=None)
+    return replace(
+        models,
+        draft=draft.resolve(),
+        twin=twin,
+        draft_swa=None,
+        swa_twin=None,
+        swa_window=None,
+        image_rows=marked,
+    )

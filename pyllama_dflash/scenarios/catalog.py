@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
+from ..gguf_stream import read_gguf
 from ..llamabuild.variants import Variant, variant
 from ..oracles.drift import compare, drafts
 from ..slotloop import Session
@@ -44,6 +45,12 @@ class Env:
 
     def marker(self, s: Session) -> str:
         return s.projector.marker
+
+    @property
+    def draft_block_size(self) -> int:
+        """The DFlash draft's block size (``dflash.block_size``, as libcommon reads it); 0 for other drafts."""
+        value = read_gguf(self.models.draft).get("dflash.block_size")
+        return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 @dataclass(frozen=True)
@@ -163,12 +170,17 @@ def s14(env: Env) -> None:
     s.generate(0, N_GEN)
 
 
+S15_DRAFT_N_UBATCH = 4
+
+
 def s15(env: Env) -> None:
     # the draft's ubatch (4) is a quarter of its batch and the target's (16): the 16-row text batches
     # reach the driver whole and must be injected 4 rows at a time, and the 12-position hole of a
     # 12x3 image is filled in three ubatches of 4 (llama-server: --ubatch-size-draft); a fill cut at
-    # the draft's n_batch instead would hand a non-causal decode 12 rows, which llama.cpp aborts on
-    s = env.session(draft_n_batch=16, draft_n_ubatch=4)
+    # the draft's n_batch instead would hand a non-causal decode 12 rows, which llama.cpp aborts on.
+    # A draft whose DFlash block is longer gets a ubatch of its block: its noise block decodes in one
+    # ubatch, and llama.cpp would abort on a shorter one (a trained draft of blocks of 8, a real draft)
+    s = env.session(draft_n_batch=16, draft_n_ubatch=max(S15_DRAFT_N_UBATCH, env.draft_block_size))
     s.prompt(0, DESCRIBE.format(m=env.marker(s)) + " and then some more words to read", [env.images["long"]])
     s.generate(0, N_GEN)
 
