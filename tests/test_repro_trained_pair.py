@@ -17,15 +17,16 @@ from pyllama_dflash.scenarios.catalog import Env
 from pyllama_dflash.slotloop.config import DEFAULT_CONFIG
 from pyllama_dflash.slotloop.record import Record
 from pyllama_dflash.tiny.image import png_bytes
-from pyllama_dflash.vlm.judge import held_out_images
+from pyllama_dflash.vlm.judge import chat_scenes
 
 COMMITTED = Path(__file__).parent / "data" / "vlm"
 
 
 @pytest.fixture(scope="module")
 def scene(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("scene") / "scene.png"
-    path.write_bytes(png_bytes(held_out_images(40, 64)[7].pixels()))
+    name, image = next(iter(chat_scenes().items()))
+    path = tmp_path_factory.mktemp("scene") / name
+    path.write_bytes(png_bytes(image.pixels()))
     return path
 
 

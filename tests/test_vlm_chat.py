@@ -15,13 +15,13 @@ from pyllama_dflash.paths import default_patches_dir
 from pyllama_dflash.server.server_process import ServerOptions, serve
 from pyllama_dflash.vlm.client_chat import ChatRefused, three_turns
 from pyllama_dflash.vlm.evaluate import CAPTION
-from pyllama_dflash.vlm.judge import held_out_images
+from pyllama_dflash.vlm.judge import chat_scenes
 
 pytestmark = pytest.mark.server
 
 VARIANTS = tuple(load_series(default_patches_dir()).variants)  # baseline first
 COMMITTED = Path(__file__).parent / "data" / "vlm"
-IMAGES = [held_out_images(40, 64)[k] for k in (7, 23)]  # a red square left, a green square right
+IMAGES = list(chat_scenes().values())  # a red square at the left, a green square at the right
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@
     pyllama-dflash vlm pair A.json B.json    # two speed records' acceptance, paired over conversations
     pyllama-dflash vlm accept                # paired acceptance through the libraries, every semantics
     pyllama-dflash vlm plot R.json --out F   # an accept record's picture, by tokens since the image
+    pyllama-dflash vlm images --out DIR      # two held-out scenes as PNG, for repro on the trained pair
 
 ``--smoke`` runs a stage at toy size in seconds (what CI runs). Each stage writes a JSON record
 beside what it made: the command, its inputs, the time it took and the sha256 of every output.
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from .. import command
 from ..errors import GGUFError, UsageError
-from ..files import atomic_write_json, sha256_file
+from ..files import atomic_write_bytes, atomic_write_json, sha256_file
 from ..paths import REPO_DIR
 from .config import CORE, TOY, CoreConfig
 from .imagerows import write_projector
@@ -350,6 +351,18 @@ def cmd_accept(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_images(args: argparse.Namespace) -> int:
+    from ..tiny.image import png_bytes
+    from .judge import chat_scenes
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, image in chat_scenes().items():
+        atomic_write_bytes(out / name, png_bytes(image.pixels()))
+        print(out / name, f"({image.scene.caption()})")
+    return 0
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
     from ..acceptance.plot import plot_since_image
 
@@ -390,6 +403,9 @@ def _add_serving_stages(sub: argparse._SubParsersAction) -> None:
     ac.add_argument("--n-max", type=int, default=7, help="the draft length (default 7, both drafts' block)")
     ac.add_argument("--json", default=None, help="write the record here (docs/figures/vlm-accept.json)")
     ac.set_defaults(func=cmd_accept)
+    im = sub.add_parser("images", help="the two held-out scenes of the chat and of repro on the pair, as PNG")
+    im.add_argument("--out", required=True, help="folder for scene-7.png and scene-23.png")
+    im.set_defaults(func=cmd_images)
     pl = sub.add_parser("plot", help="an accept record's picture: accepted length against tokens since the image")
     pl.add_argument("record", help="a record of `vlm accept` (docs/figures/vlm-accept.json)")
     pl.add_argument("--out", required=True, help="the SVG to write (the plot extra: matplotlib)")

@@ -51,6 +51,13 @@ def held_out_images(n: int, rows: int) -> list[Image]:
     return [Image(scenes[k % len(scenes)], SIDE_FOR_ROWS[rows], HELD_OUT_IMAGE_SEEDS[k % 100]) for k in range(n)]
 
 
+def chat_scenes() -> dict[str, Image]:
+    """Two held-out scenes of 64 rows apart in colour and place (a red square at the left, a green
+    square at the right): the images of the operator's chat and of repro on the trained pair, by file name."""
+    images = held_out_images(40, 64)
+    return {f"scene-{k}.png": images[k] for k in (7, 23)}
+
+
 def captions(target: Path, mmproj: Path, n_images: int) -> dict:
     out = {}
     for rows in CAPTION_ROWS:
