@@ -1,5 +1,6 @@
 """The patch series parser and applier (pure Python, no build)."""
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -311,6 +312,28 @@ UNDONE_NOW = {
     ("0008", "0004"): 2,
     ("0008", "0007"): 14,
 }
+
+
+# what the last variant's tree no longer has of slots' patches (build --check): however 0007/0008 are split,
+# they remove at least this; an additive series needs the tree itself to keep these lines
+FLOOR_NOW = {"0001": 4, "0004": 45, "0005": 6}
+
+
+def test_the_floor_of_any_split_is_counted_and_below_what_the_series_removes(pristine):
+    from pyllama_dflash.llamabuild.undone import by_pair, removed_between, series_undone
+
+    series = load_series(REPO / "patches")
+    read = tree_reader(pristine)
+    last = series.variants[-1]
+    floor = Counter(u.added_by[:4] for u in removed_between(read, series, "slots", last))
+    assert floor and set(floor) <= set(FLOOR_NOW), floor
+    assert all(n <= FLOOR_NOW[k] for k, n in floor.items()), floor
+    between = {p.name[:4] for p in series.own_prefix(last)} - {p.name[:4] for p in series.own_prefix("slots")}
+    removed: Counter[str] = Counter()
+    for (patch, added_by), n in by_pair(series_undone(read, series)).items():
+        if patch[:4] in between:
+            removed[added_by[:4]] += n
+    assert all(floor[k] <= removed[k] for k in floor), (floor, removed)
 
 
 def test_the_series_undoes_no_more_than_it_does_now(pristine):

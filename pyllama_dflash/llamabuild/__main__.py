@@ -6,16 +6,18 @@ import argparse
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from .. import command
 from ..errors import BuildError, PatchError
 from ..flags import RetiredFlag, common_parser, tool_prog
 from ..paths import default_patches_dir
+from ..words import Role
 from . import builder, ctest, prerequisites
 from . import manifest as manifests
-from .patchset import check_series, load_series, tree_reader
-from .undone import by_pair, series_undone
+from .patchset import CARRIED, Series, check_series, load_series, tree_reader
+from .undone import by_pair, removed_between, series_undone
 
 
 def parser() -> argparse.ArgumentParser:
@@ -125,7 +127,22 @@ def _check(opts: builder.BuildOptions) -> int:
     print(f"lines a patch removes that an earlier patch of the series added: {sum(undone.values())}")
     for (patch, added_by), n in sorted(undone.items()):
         print(f"  {patch} removes {n} of {added_by}'s")
+    for since, until in _first_and_last_fix(p.series):
+        floor = Counter(u.added_by for u in removed_between(tree_reader(p.src.path), p.series, since, until))
+        print(
+            f"lines of the patches up to {since} that {until}'s tree no longer has, a floor for any split of the "
+            f"patches between: {sum(floor.values())}"
+        )
+        for added_by, n in sorted(floor.items()):
+            print(f"  {n} of {added_by}'s")
     return 1 if problems else 0
+
+
+def _first_and_last_fix(series: Series) -> list[tuple[str, str]]:
+    """The chain's last variant judged as the twin and its last variant, where a later one follows it."""
+    chain = [p.variant for p in series.chain if p.variant != CARRIED]
+    twins = [v for v in chain if series.role(v) is Role.TWIN]
+    return [(twins[-1], chain[-1])] if twins and twins[-1] != chain[-1] else []
 
 
 def _alone(opts: builder.BuildOptions) -> int:

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .patchset import Patch, Series, each_hunk, split_lines
+from .patchset import Patch, Series, apply_series, each_hunk, parse_patch, split_lines
 
 
 @dataclass(frozen=True)
@@ -65,3 +65,22 @@ def series_undone(read: Callable[[str], str | None], series: Series) -> list[Und
     for aside in (p for p in series.own if p.aside):
         found += [u for u in undone_lines(read, series.own_prefix(aside.variant)) if u.patch == aside.name]
     return found
+
+
+def removed_between(read: Callable[[str], str | None], series: Series, since: str, until: str) -> list[Undone]:
+    """The lines of ``since``'s patches that ``until``'s tree no longer has: its tree against ``since``'s
+    as one diff, counted as :func:`undone_lines` counts a patch. However the patches between the two are
+    split, together they remove at least these; a series whose fixes add and never remove needs
+    ``until``'s tree itself to keep them."""
+    before, after = series.own_prefix(since), series.own_prefix(until)
+    if after[: len(before)] != before:
+        raise ValueError(f"variant {until!r} does not carry {since!r}'s patches")
+    old, new = apply_series(read, before), apply_series(read, after)
+    text = ""
+    for path in sorted(set(old) | set(new)):
+        a, b = old.get(path, read(path) or ""), new.get(path, read(path) or "")
+        if a != b:
+            text += "".join(difflib.unified_diff(a.splitlines(True), b.splitlines(True), f"a/{path}", f"b/{path}", n=3))
+    name = f"{since}..{until}"
+    direct = Patch(name, until, "", parse_patch(text, name))
+    return [u for u in undone_lines(read, (*before, direct)) if u.patch == name]
