@@ -5,7 +5,7 @@
     python build.py --list               # what is built
     python build.py --check              # dry-run the patch series
 
-The logic lives in pyllama_dflash.llamabuild so that ``pip install .`` can run it too.
+The logic lives in pyllama_dflash.product.llamabuild so that ``pip install .`` can run it too.
 """
 
 import sys
@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pyllama_dflash.command import run
-from pyllama_dflash.llamabuild.__main__ import main
+from pyllama_dflash.product.llamabuild.__main__ import main
 
 if __name__ == "__main__":
     sys.exit(run(main, prog="build.py"))

@@ -23,7 +23,7 @@ class build_py_and_variants(build_py):
         if getattr(self, "editable_mode", False) or os.environ.get("PYLLAMA_DFLASH_SKIP_BUILD"):
             return
         sys.path.insert(0, str(HERE))
-        from pyllama_dflash.llamabuild import BuildError, BuildOptions, build
+        from pyllama_dflash.product.llamabuild import BuildError, BuildOptions, build
 
         try:
             build(["all"], BuildOptions(patches_dir=HERE / "patches", server=True))

@@ -1,9 +1,12 @@
 """pyllama-dflash: reproduce, fix and regression-test llama.cpp's DFlash image hole.
 
-Layers, bottom up: ``llamabuild`` (pinned source, patches, side-by-side builds and their
-manifests), ``bindings`` (cffi, one compiled module per variant), the owning wrappers and
-``api`` (``Model``, ``Context``, ``Batch``, ``Speculative``, ``Projector``), ``tiny`` (generated
-GGUF models), the scenarios and the fuzzer, run by ``pyllama-dflash repro`` and ``fuzz``.
+Three folders, each importing only those before it: ``product`` (what a user installs and calls: the
+builder of the variants, the bindings, the owning objects, ``api`` with ``Model``, ``Context``, ``Batch``,
+``Speculative`` and ``Projector``, the child processes, and the remedy ``upgrade``); ``harness`` (what the
+fix is tested with: the slot loop, the oracles, the scenarios and the matrix, the fuzzer, the llama-server
+checks, the tiny models); ``lab`` (what it is measured and developed with: the trained target, acceptance,
+the bench, mutation testing, the develop tree, the pull requests). ``pyllama_dflash.api`` is the API's
+name here too: ``from pyllama_dflash import api``.
 """
 
 __version__ = "0.1.0"
@@ -19,10 +22,11 @@ def load(variant: str | None = None, *, backend: str | None = None, patches_dir=
     CPUs; a native build made for features this CPU lacks is refused, never loaded. ``variant`` defaults to
     what ``--must-pass`` defaults to: the last variant of role as-trained, each draft served as it was trained.
     """
-    from . import api
-    from .llamabuild import find_built
-    from .llamabuild.patchset import load_series
-    from .llamabuild.variants import default_must_pass
+    from pyllama_dflash.product import api
+    from pyllama_dflash.product.llamabuild import find_built
+    from pyllama_dflash.product.llamabuild.patchset import load_series
+    from pyllama_dflash.product.llamabuild.variants import default_must_pass
+
     from .paths import default_patches_dir
 
     if variant is None:
@@ -31,3 +35,12 @@ def load(variant: str | None = None, *, backend: str | None = None, patches_dir=
     (manifest,) = find_built([variant], backend=backend, patches_dir=patches_dir, cpu_mode=cpu)
     api.init(manifest.lib_dir)
     return manifest
+
+
+def __getattr__(name: str):
+    """``pyllama_dflash.api``: the friendly API keeps its short name (it lives in ``product``)."""
+    if name == "api":
+        from pyllama_dflash.product import api
+
+        return api
+    raise AttributeError(f"module 'pyllama_dflash' has no attribute {name!r}")

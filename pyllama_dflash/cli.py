@@ -1,9 +1,9 @@
 """``pyllama-dflash``: one console command for the project's tools.
 
     pyllama-dflash build --variants all     # = python build.py --variants all
-    pyllama-dflash repro                   # = python -m pyllama_dflash.repro
-    pyllama-dflash fuzz --examples 200     # = python -m pyllama_dflash.fuzz --examples 200
-    pyllama-dflash mutate --list           # = python -m pyllama_dflash.mutate --list
+    pyllama-dflash repro                   # = python -m pyllama_dflash.harness.repro
+    pyllama-dflash fuzz --examples 200     # = python -m pyllama_dflash.harness.fuzz --examples 200
+    pyllama-dflash mutate --list           # = python -m pyllama_dflash.lab.mutate --list
 
 Each subcommand hands the rest of the line to that tool's own ``main(argv)``, run as every command
 is (command.py: its prog, its error line, exit 2 on an error, 130 on Ctrl-C or SIGTERM), so
@@ -27,34 +27,34 @@ from .flags import PROG
 # name: (module holding main(argv), one line of help); imported only when chosen
 TOOLS: dict[str, tuple[str, str]] = {
     "build": (
-        "pyllama_dflash.llamabuild.__main__",
+        "pyllama_dflash.product.llamabuild.__main__",
         "build llama.cpp (pinned) with each variant of patches/series, side by side (python build.py)",
     ),
-    "repro": ("pyllama_dflash.repro.__main__", "the scenario matrix across every variant of the series"),
-    "fuzz": ("pyllama_dflash.fuzz.__main__", "search image/text schedules on every built variant"),
-    "mutate": ("pyllama_dflash.mutate.__main__", "mutation testing: does the harness notice the fix broken?"),
-    "bench": ("pyllama_dflash.bench.__main__", "the project's performance figures, as side-by-side ratios"),
-    "tiny": ("pyllama_dflash.tiny.__main__", "write the tiny target/draft/mmproj GGUFs"),
-    "soak": ("pyllama_dflash.soak.__main__", "a bounded soak of a variant's llama-server through real clients"),
+    "repro": ("pyllama_dflash.harness.repro.__main__", "the scenario matrix across every variant of the series"),
+    "fuzz": ("pyllama_dflash.harness.fuzz.__main__", "search image/text schedules on every built variant"),
+    "mutate": ("pyllama_dflash.lab.mutate.__main__", "mutation testing: does the harness notice the fix broken?"),
+    "bench": ("pyllama_dflash.lab.bench.__main__", "the project's performance figures, as side-by-side ratios"),
+    "tiny": ("pyllama_dflash.harness.tiny.__main__", "write the tiny target/draft/mmproj GGUFs"),
+    "soak": ("pyllama_dflash.harness.soak.__main__", "a bounded soak of a variant's llama-server through real clients"),
     "upgrade": (
-        "pyllama_dflash.upgrade.__main__",
+        "pyllama_dflash.product.upgrade.__main__",
         "add rope.dimension_sections to a legacy DFlash draft for an M-RoPE target",
     ),
     "train": (
-        "pyllama_dflash.draftmodel.__main__",
+        "pyllama_dflash.lab.draftmodel.__main__",
         "train a tiny target's DFlash draft and commit it to tests/data/trained (the train extra: JAX)",
     ),
     "vlm": (
-        "pyllama_dflash.vlm.__main__",
+        "pyllama_dflash.lab.vlm.__main__",
         "build the trained vision-language target, its padded twin and its drafts (the train extra: JAX)",
     ),
     "pulls": (
-        "pyllama_dflash.pulls.__main__",
+        "pyllama_dflash.lab.pulls.__main__",
         "the pull requests of patches/pulls: each test run on b11434 without its fix and with it",
     ),
-    "develop": ("pyllama_dflash.develop.__main__", "a git work tree of the pinned source, one commit per patch"),
+    "develop": ("pyllama_dflash.lab.develop.__main__", "a git work tree of the pinned source, one commit per patch"),
     "write-back": (
-        "pyllama_dflash.develop.writeback.__main__",
+        "pyllama_dflash.lab.develop.writeback.__main__",
         "write a develop tree's commits back into the patch series",
     ),
 }
@@ -65,7 +65,7 @@ def parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Reproduce, fix and regression-test llama.cpp's DFlash speculative decoding.",
         epilog=f"'{PROG} COMMAND --help' shows a command's own flags. The older forms still work: "
-        "python build.py, python -m pyllama_dflash.<tool>.",
+        "python build.py, python -m pyllama_dflash.<layer>.<tool>.",
     )
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (_, line) in TOOLS.items():

@@ -24,9 +24,10 @@ import importlib.util
 import sys
 from collections.abc import Callable, Sequence
 
+from pyllama_dflash.product.process.child import sigterm_as_interrupt
+
 from .errors import PyllamaError
 from .flags import PROG, _prog
-from .process.child import sigterm_as_interrupt
 
 EXIT_ERROR = 2  # an error of the package's, or about a user's file; argparse's own usage errors too
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C

@@ -14,10 +14,11 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pyllama_dflash.product.llamabuild.cpu import MODES as CPU_MODES
+from pyllama_dflash.product.process.shard import parse_shard
+
 from .env import CPU_ENV, PATCHES_ENV
 from .errors import UsageError
-from .llamabuild.cpu import MODES as CPU_MODES
-from .process.shard import parse_shard
 
 PROG = "pyllama-dflash"
 

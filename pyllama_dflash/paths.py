@@ -11,7 +11,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 # Present in a checkout (and an editable install); absent from an installed wheel,
 # which carries the patch series inside the package instead (see pyproject.toml).
 REPO_DIR = PACKAGE_DIR.parent
-NATIVE_DIR = PACKAGE_DIR / "native"
+NATIVE_DIR = PACKAGE_DIR / "product" / "native"
 
 
 def cache_root() -> Path:

@@ -17,16 +17,16 @@ from pathlib import Path
 # the module of each command's report, named as a string as cli.py names the commands: the commands sit
 # on top, and nothing below them imports one
 WRITERS = {
-    "bench": "pyllama_dflash.bench.report",
-    "acceptance": "pyllama_dflash.bench.report",
-    "paired": "pyllama_dflash.bench.report",
-    "speed": "pyllama_dflash.bench.report",
-    "fuzz": "pyllama_dflash.fuzz.report",
-    "soak": "pyllama_dflash.soak.report",
-    "mutate": "pyllama_dflash.mutate.report",
-    "vlm": "pyllama_dflash.vlm.report",
-    "repro": "pyllama_dflash.repro.report",
-    "pulls": "pyllama_dflash.pulls.report",
+    "bench": "pyllama_dflash.lab.bench.report",
+    "acceptance": "pyllama_dflash.lab.bench.report",
+    "paired": "pyllama_dflash.lab.bench.report",
+    "speed": "pyllama_dflash.lab.bench.report",
+    "fuzz": "pyllama_dflash.harness.fuzz.report",
+    "soak": "pyllama_dflash.harness.soak.report",
+    "mutate": "pyllama_dflash.lab.mutate.report",
+    "vlm": "pyllama_dflash.lab.vlm.report",
+    "repro": "pyllama_dflash.harness.repro.report",
+    "pulls": "pyllama_dflash.lab.pulls.report",
 }
 
 

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from pyllama_dflash import api, tiny
 from pyllama_dflash.env import CPU_ENV, JOBS_ENV
-from pyllama_dflash.llamabuild import BuildOptions, Manifest, build
-from pyllama_dflash.slotloop.models import ModelSet, tiny_models
+from pyllama_dflash.harness import tiny
+from pyllama_dflash.harness.slotloop.models import ModelSet, tiny_models
+from pyllama_dflash.product import api
+from pyllama_dflash.product.llamabuild import BuildOptions, Manifest, build
 
 
 @pytest.fixture(scope="session")
@@ -47,7 +48,7 @@ def lib_dir(variants) -> Path:
 
 @pytest.fixture(scope="session")
 def models(tmp_path_factory: pytest.TempPathFactory) -> tiny.TinyModels:
-    """The tiny files: target, the legacy draft and the projector (pyllama_dflash.tiny)."""
+    """The tiny files: target, the legacy draft and the projector (pyllama_dflash.harness.tiny)."""
     return tiny.write_models(tmp_path_factory.mktemp("tiny"))
 
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pyllama_dflash.llamabuild.patchset import load_series
 from pyllama_dflash.paths import default_patches_dir
+from pyllama_dflash.product.llamabuild.patchset import load_series
 from pyllama_dflash.words import Role
 
 REPO = Path(__file__).resolve().parent.parent
 # every variant of the series, baseline first, and the fix judged against the draft's reconverted twin
 # (the last variant of role twin: 0004 and 0005, slots): one definition for every test.
 # $PYLLAMA_DFLASH_PATCHES points them at another series (the tests that take TWIN_FIX then judge that variant;
-# pyllama_dflash.mutate runs test_patch_rules.py so on each mutant). LAST is what repro judges by
+# pyllama_dflash.lab.mutate runs test_patch_rules.py so on each mutant). LAST is what repro judges by
 # default; DEFINED the variant judged against the draft's definition (0007), if the series has one.
 _SERIES = load_series(default_patches_dir())
 VARIANTS: tuple[str, ...] = tuple(_SERIES.variants)

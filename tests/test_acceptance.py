@@ -16,11 +16,11 @@ import inspect
 import pytest
 from series_variants import DEFINED
 
-from pyllama_dflash.acceptance.measure import MODEL, TEXT_ONLY, columns, measure
-from pyllama_dflash.acceptance.script import WithoutDraftFailed, side_by_side
-from pyllama_dflash.acceptance.served import measure_server, speed_by_phase
-from pyllama_dflash.draftmodel.trained import trained_models
-from pyllama_dflash.oracles.references import DEFINITION, REFERENCE
+from pyllama_dflash.harness.oracles.references import DEFINITION, REFERENCE
+from pyllama_dflash.lab.acceptance.measure import MODEL, TEXT_ONLY, columns, measure
+from pyllama_dflash.lab.acceptance.script import WithoutDraftFailed, side_by_side
+from pyllama_dflash.lab.acceptance.served import measure_server, speed_by_phase
+from pyllama_dflash.lab.draftmodel.trained import trained_models
 
 SEEDS = (2000, 2001)
 

@@ -1,7 +1,7 @@
-"""The API (pyllama_dflash.api) against the real libraries and the tiny models (no mocks).
+"""The API (pyllama_dflash.product.api) against the real libraries and the tiny models (no mocks).
 
 Library: the baseline build, found through its manifest (built on first use by the ``variants``
-fixture). Tiny models: pyllama_dflash.tiny, written with the pinned tree's gguf-py.
+fixture). Tiny models: pyllama_dflash.harness.tiny, written with the pinned tree's gguf-py.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pyllama_dflash import api, tiny
-from pyllama_dflash.api import kv_cells
-from pyllama_dflash.slotloop.models import DRAFT_KINDS
-from pyllama_dflash.tiny import gemma4, image
+from pyllama_dflash.harness import tiny
+from pyllama_dflash.harness.slotloop.models import DRAFT_KINDS
+from pyllama_dflash.harness.tiny import gemma4, image
+from pyllama_dflash.product import api
+from pyllama_dflash.product.api import kv_cells
 
 # fixtures (lib_dir, models, target_model, draft_model, target, draft, spec, projector): conftest.py
 

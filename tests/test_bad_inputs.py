@@ -19,12 +19,13 @@ import pytest
 from series_variants import VARIANTS
 
 import pyllama_dflash
-from pyllama_dflash import api, tiny
 from pyllama_dflash.env import CPU_ENV
-from pyllama_dflash.llamabuild import PatchError, VariantNotBuilt
+from pyllama_dflash.harness import tiny
+from pyllama_dflash.harness.tiny import image
 from pyllama_dflash.paths import CACHE_ENV, cache_root
-from pyllama_dflash.process import guard
-from pyllama_dflash.tiny import image
+from pyllama_dflash.product import api
+from pyllama_dflash.product.llamabuild import PatchError, VariantNotBuilt
+from pyllama_dflash.product.process import guard
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -317,7 +318,7 @@ def test_an_unknown_variant_everywhere(tmp_path: Path) -> None:
     assert "resolving the llama.cpp source" not in proc.stderr  # refused before any source work
 
     for extra in ([], ["--no-build"]):
-        proc = _run([PY, "-m", "pyllama_dflash.repro", "--variants", "x", *extra], cwd=REPO)
+        proc = _run([PY, "-m", "pyllama_dflash.harness.repro", "--variants", "x", *extra], cwd=REPO)
         assert proc.returncode == 2, proc.stderr
         assert f"repro: error: unknown variant 'x' (this series has: {known})" in proc.stderr
 
@@ -336,7 +337,7 @@ def test_a_variant_that_is_not_built(variants, pristine: Path, tmp_path: Path, m
     )
 
     proc = _run(
-        [PY, "-m", "pyllama_dflash.repro", "--no-build", "--variants", "full"],
+        [PY, "-m", "pyllama_dflash.harness.repro", "--no-build", "--variants", "full"],
         cwd=REPO,
         env={CACHE_ENV: str(empty), "LLAMA_CPP_DIR": str(pristine)},
     )
@@ -428,9 +429,9 @@ def test_bad_inputs_write_nothing_outside_the_cache(
             {},
             "not a llama.cpp source tree",
         ),
-        (["-m", "pyllama_dflash.repro", "--variants", "x"], {}, "unknown variant 'x'"),
+        (["-m", "pyllama_dflash.harness.repro", "--variants", "x"], {}, "unknown variant 'x'"),
         (
-            ["-m", "pyllama_dflash.repro", "--no-build", "--variants", "full"],
+            ["-m", "pyllama_dflash.harness.repro", "--no-build", "--variants", "full"],
             {CACHE_ENV: str(empty_cache)},
             "is not built",
         ),
@@ -477,7 +478,7 @@ def test_repro_draft_that_is_no_draft_gets_a_clear_error(variants, models, tmp_p
         (tmp_path / "nope.gguf", "no such file"),
         (models.target, "not a DFlash draft (general.architecture is 'qwen35')"),
     ):
-        proc = _run([PY, "-m", "pyllama_dflash.repro", "--no-build", "--draft", str(draft)])
+        proc = _run([PY, "-m", "pyllama_dflash.harness.repro", "--no-build", "--draft", str(draft)])
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert "repro: error: --draft" in proc.stderr and str(draft) in proc.stderr and expected in proc.stderr, (
             proc.stderr
@@ -491,10 +492,10 @@ def test_sizes_llama_cpp_asserts_on_are_refused_up_front(lib_dir, target_model):
         api.Context(target_model, n_ctx=64, n_batch=4, n_ubatch=4, n_rs_seq=3)
     with api.Context(target_model, n_ctx=64, n_batch=5, n_ubatch=5, n_rs_seq=3) as ctx:  # one more is fine
         assert ctx.n_ubatch == 5
-    proc = _run([PY, "-m", "pyllama_dflash.repro", "--no-build", "--n-batch", "4", "--scenarios", "S8"])
+    proc = _run([PY, "-m", "pyllama_dflash.harness.repro", "--no-build", "--n-batch", "4", "--scenarios", "S8"])
     assert proc.returncode == 2 and "repro: error: n_ubatch 4: the target keeps n_max = 3" in proc.stderr, proc.stderr
     assert "CRASH" not in proc.stdout
-    proc = _run([PY, "-m", "pyllama_dflash.repro", "--no-build", "--draft-n-ubatch", "2", "--scenarios", "S8"])
+    proc = _run([PY, "-m", "pyllama_dflash.harness.repro", "--no-build", "--draft-n-ubatch", "2", "--scenarios", "S8"])
     assert proc.returncode == 2 and "draft n_ubatch 2: the noise block of 4 rows" in proc.stderr, proc.stderr
 
 
@@ -513,7 +514,7 @@ def test_sizes_llama_cpp_asserts_on_are_refused_up_front(lib_dir, target_model):
     ],
 )
 def test_a_bench_flag_the_speed_section_cannot_take_is_refused_before_anything_runs(capsys, args, named) -> None:
-    from pyllama_dflash.bench.__main__ import main as bench_main
+    from pyllama_dflash.lab.bench.__main__ import main as bench_main
 
     with pytest.raises(SystemExit) as info:
         bench_main(args)

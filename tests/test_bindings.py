@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from pyllama_dflash.process import logs
+from pyllama_dflash.product.process import logs
 
 
 def test_second_library_dir_is_refused(lib_dir: Path, tmp_path: Path) -> None:
-    from pyllama_dflash.bindings.ffi import BindingLoadError, load_module
+    from pyllama_dflash.product.bindings.ffi import BindingLoadError, load_module
 
     other = tmp_path / "other-variant"
     other.mkdir()
@@ -20,7 +20,7 @@ def test_second_library_dir_is_refused(lib_dir: Path, tmp_path: Path) -> None:
     assert str(lib_dir.resolve()) in str(info.value) and str(other.resolve()) in str(info.value)
     # the same dir again is fine
     ffi, lib = load_module(lib_dir)
-    from pyllama_dflash.bindings.header_adapters import SHIM_ABI
+    from pyllama_dflash.product.bindings.header_adapters import SHIM_ABI
 
     assert int(lib.pyllama_dflash_shim_abi()) == SHIM_ABI
 
@@ -42,7 +42,7 @@ def test_log_pieces_are_joined_into_lines() -> None:
 
 
 def test_compile_inputs_hash_is_stable() -> None:
-    from pyllama_dflash.bindings import ffibuild
+    from pyllama_dflash.product.bindings import ffibuild
 
     assert ffibuild.source_hash() == ffibuild.source_hash()
     assert len(ffibuild.source_hash()) == 64

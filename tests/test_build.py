@@ -15,12 +15,12 @@ import pytest
 from pyllama_dflash.env import CPU_ENV
 from pyllama_dflash.errors import VariantNotBuilt
 from pyllama_dflash.files import file_lock, sha256_file
-from pyllama_dflash.llamabuild import BuildOptions, pinned, toolchain
-from pyllama_dflash.llamabuild import manifest as manifest_mod
-from pyllama_dflash.llamabuild.builder import stage as stage_variant
-from pyllama_dflash.llamabuild.patchset import apply_series, load_series, tree_reader
-from pyllama_dflash.llamabuild.stage import Stage
 from pyllama_dflash.paths import cache_root
+from pyllama_dflash.product.llamabuild import BuildOptions, pinned, toolchain
+from pyllama_dflash.product.llamabuild import manifest as manifest_mod
+from pyllama_dflash.product.llamabuild.builder import stage as stage_variant
+from pyllama_dflash.product.llamabuild.patchset import apply_series, load_series, tree_reader
+from pyllama_dflash.product.llamabuild.stage import Stage
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"
@@ -270,7 +270,7 @@ def test_an_edit_through_a_staged_link_is_named_and_undone_and_the_stage_recompi
     changes the pristine file; the next resolve names it and extracts the tree again, and the stage
     relinks, with that path a fresh copy (so ninja recompiles it)."""
     from pyllama_dflash.env import CACHE_ENV
-    from pyllama_dflash.llamabuild import source
+    from pyllama_dflash.product.llamabuild import source
 
     archive = cache_root() / "downloads" / pinned.SDIST_FILENAME
     assert archive.is_file(), f"{archive}: the builds fetched the pinned sdist there"
@@ -313,8 +313,8 @@ def test_a_variant_of_another_series_is_published_beside_the_projects_own(varian
     """--patches DIR with the project's variant names: its build gets its own folder (the series' tag), the
     project's build stays as it was and is still the one found, and build --list names both series. A
     build holds llama-server only when asked for it."""
-    from pyllama_dflash.llamabuild import BuildOptions, build, find_built
-    from pyllama_dflash.llamabuild.builder import series_tag
+    from pyllama_dflash.product.llamabuild import BuildOptions, build, find_built
+    from pyllama_dflash.product.llamabuild.builder import series_tag
 
     other = tmp_path / "patches"
     shutil.copytree(REPO / "patches", other)

@@ -28,12 +28,12 @@ import pytest
 
 import pyllama_dflash
 from pyllama_dflash.files import file_lock, sha256_file
-from pyllama_dflash.llamabuild import VariantNotBuilt
-from pyllama_dflash.llamabuild import manifest as manifests
-from pyllama_dflash.llamabuild.builder import series_tag
-from pyllama_dflash.llamabuild.patchset import load_series
-from pyllama_dflash.llamabuild.stage import Stage
 from pyllama_dflash.paths import cache_root
+from pyllama_dflash.product.llamabuild import VariantNotBuilt
+from pyllama_dflash.product.llamabuild import manifest as manifests
+from pyllama_dflash.product.llamabuild.builder import series_tag
+from pyllama_dflash.product.llamabuild.patchset import load_series
+from pyllama_dflash.product.llamabuild.stage import Stage
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"

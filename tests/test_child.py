@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from pyllama_dflash.process import child
+from pyllama_dflash.product.process import child
 
 # a job module: "abort" kills the process the native way (SIGABRT), "raise" is a Python error
 JOB_MODULE = """
 import os, sys
-from pyllama_dflash.process.child import job_main
+from pyllama_dflash.product.process.child import job_main
 
 def run(job):
     if job["do"] == "abort":
@@ -78,7 +78,7 @@ def test_a_runs_temporary_folder_goes_unless_a_child_crashed_in_it(tmp_path, mon
 PARENT = """
 import contextlib, sys
 from pathlib import Path
-from pyllama_dflash.process import child
+from pyllama_dflash.product.process import child
 
 work, guarded = Path(sys.argv[1]), sys.argv[2] == "guarded"
 sleeper = [sys.executable, "-c", "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)",

@@ -1,7 +1,7 @@
 """The ``pyllama-dflash`` console command: one subcommand per tool, the shared flags defined once.
 
 The command runs as installed (the script beside this Python) or, without it, as
-``python -m pyllama_dflash.cli``; the older ``python -m pyllama_dflash.<tool>`` forms keep working.
+``python -m pyllama_dflash.cli``; the older ``python -m pyllama_dflash.<layer>.<tool>`` forms keep working.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import pytest
 
 from pyllama_dflash import cli, flags
 from pyllama_dflash.env import CACHE_ENV, PATCHES_ENV
-from pyllama_dflash.fuzz.__main__ import parser as fuzz_parser
-from pyllama_dflash.llamabuild.__main__ import parser as build_parser
-from pyllama_dflash.repro.__main__ import parser as repro_parser
+from pyllama_dflash.harness.fuzz.__main__ import parser as fuzz_parser
+from pyllama_dflash.harness.repro.__main__ import parser as repro_parser
+from pyllama_dflash.product.llamabuild.__main__ import parser as build_parser
 
 SCRIPT = Path(sys.executable).parent / "pyllama-dflash"
 COMMAND = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-m", "pyllama_dflash.cli"]
@@ -111,7 +111,7 @@ def test_each_tool_keeps_its_defaults():
 
 
 def test_a_retired_flag_still_works_and_says_its_new_name(capsys):
-    from pyllama_dflash.mutate.__main__ import parser as mutate_parser
+    from pyllama_dflash.lab.mutate.__main__ import parser as mutate_parser
 
     assert repro_parser().parse_args(["--fix", "slots"]).must_pass == "slots"
     assert fuzz_parser().parse_args(["--fix", "slots"]).must_pass == "slots"
@@ -142,7 +142,7 @@ def test_no_subcommand_fails_and_says_so():
 
 
 def test_the_module_forms_still_work():
-    for module in ("pyllama_dflash.repro", "pyllama_dflash.fuzz"):
+    for module in ("pyllama_dflash.harness.repro", "pyllama_dflash.harness.fuzz"):
         proc = run("--help", command=[sys.executable, "-m", module])
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.startswith(f"usage: python -m {module} "), proc.stdout[:200]
@@ -206,7 +206,7 @@ def test_each_command_names_a_missing_file_in_one_line_and_exits_2(name, tmp_pat
 def _stub_cache(tmp_path: Path) -> Path:
     """An empty cache whose pinned source tree seems fetched: resolving it takes the cache's source
     lock first (llamabuild/source.py), so a command that needs the source waits while a test holds it."""
-    from pyllama_dflash.llamabuild import pinned, source
+    from pyllama_dflash.product.llamabuild import pinned, source
 
     if source._populated(source.vendor_dir()):
         pytest.skip("vendor/llama.cpp is populated: the source resolves without the cache's lock")
@@ -309,9 +309,11 @@ def test_sigterm_ends_a_command_as_ctrl_c_does(tmp_path):
 
 
 def test_the_older_forms_say_their_own_prog(tmp_path):
-    proc = run("--no-build", "--must-pass", "nope", command=[sys.executable, "-m", "pyllama_dflash.repro"])
+    proc = run("--no-build", "--must-pass", "nope", command=[sys.executable, "-m", "pyllama_dflash.harness.repro"])
     assert proc.returncode == 2
-    assert proc.stderr.startswith("python -m pyllama_dflash.repro: error: --must-pass 'nope' is not among"), proc.stderr
+    assert proc.stderr.startswith("python -m pyllama_dflash.harness.repro: error: --must-pass 'nope' is not among"), (
+        proc.stderr
+    )
     build_py = [sys.executable, str(Path(__file__).resolve().parent.parent / "build.py")]
     proc = run("--patches", str(tmp_path / "nowhere"), command=build_py)
     assert proc.returncode == 2 and proc.stderr.startswith("build.py: error: "), proc.stderr

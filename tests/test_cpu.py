@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from series_variants import VARIANTS
 
-from pyllama_dflash.bench import __main__ as bench_main
-from pyllama_dflash.engine.matrix import run_table
 from pyllama_dflash.errors import VariantNotBuilt
-from pyllama_dflash.llamabuild import BuildOptions, build, cpu, manifest, toolchain
-from pyllama_dflash.scenarios.catalog import SCENARIOS, expectations, meets
-from pyllama_dflash.slotloop.config import DEFAULT_CONFIG
+from pyllama_dflash.harness.engine.matrix import run_table
+from pyllama_dflash.harness.scenarios.catalog import SCENARIOS, expectations, meets
+from pyllama_dflash.harness.slotloop.config import DEFAULT_CONFIG
+from pyllama_dflash.lab.bench import __main__ as bench_main
+from pyllama_dflash.product.llamabuild import BuildOptions, build, cpu, manifest, toolchain
 
 
 def test_a_build_records_the_features_it_uses(variants):

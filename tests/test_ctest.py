@@ -9,12 +9,12 @@ import subprocess
 import pytest
 from series_variants import DEFINED, FEEDS_MTP, REPO, TWIN_FIX, VARIANTS
 
-from pyllama_dflash.engine import ctest_row
-from pyllama_dflash.llamabuild import BuildOptions, ctest
-from pyllama_dflash.llamabuild.builder import stage
-from pyllama_dflash.llamabuild.patchset import BASELINE, EVERY, load_series
-from pyllama_dflash.scenarios.catalog import expectations, meets
-from pyllama_dflash.slotloop.record import CRASH, DRIFT, ERROR, FAIL, PASS, TIE
+from pyllama_dflash.harness.engine import ctest_row
+from pyllama_dflash.harness.scenarios.catalog import expectations, meets
+from pyllama_dflash.harness.slotloop.record import CRASH, DRIFT, ERROR, FAIL, PASS, TIE
+from pyllama_dflash.product.llamabuild import BuildOptions, ctest
+from pyllama_dflash.product.llamabuild.builder import stage
+from pyllama_dflash.product.llamabuild.patchset import BASELINE, EVERY, load_series
 
 pytestmark = pytest.mark.build
 

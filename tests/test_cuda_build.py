@@ -14,7 +14,7 @@ import pytest
 from series_variants import TWIN_FIX, VARIANTS
 
 from pyllama_dflash.env import CUDA_ARCH_ENV, CUDA_BUILD_TEST_ENV
-from pyllama_dflash.llamabuild import BuildOptions, build, toolchain
+from pyllama_dflash.product.llamabuild import BuildOptions, build, toolchain
 
 pytestmark = [
     pytest.mark.slow,

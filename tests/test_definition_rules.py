@@ -8,7 +8,7 @@ batches in a child process per variant (the variants share sonames):
   is what llama-server trims and restores the draft by;
 - EAGLE3 drafts after llama-server's call orders as after the same target passes without them.
 
-pyllama_dflash.mutate runs this file on each mutant of a fix judged against the definition, and of a fix
+pyllama_dflash.lab.mutate runs this file on each mutant of a fix judged against the definition, and of a fix
 that serves drafts as trained (0008, 0009: then with drafts marked as trained with image rows).
 """
 
@@ -21,7 +21,7 @@ import sys
 import pytest
 from series_variants import DEFINED, SERVED_AS_TRAINED
 
-from pyllama_dflash.slotloop.models import ModelSet, sibling_models, tiny_models
+from pyllama_dflash.harness.slotloop.models import ModelSet, sibling_models, tiny_models
 
 # how far apart the draft's last logits may be from those of a fresh draft fed the same history in one
 # pass, for the one call order that is nothing but passes (a cut back into the last batch). The
@@ -35,7 +35,7 @@ _CHILD = r"""
 import json, sys
 import numpy as np
 from pyllama_dflash import api, load
-from pyllama_dflash.slotloop.models import ModelSet
+from pyllama_dflash.harness.slotloop.models import ModelSet
 
 variant, models = sys.argv[1], ModelSet.from_json(json.loads(sys.argv[2]))
 load(variant)
@@ -214,9 +214,9 @@ with api.Model(models.target) as tm, api.Model(models.draft_for("plain")) as dm:
         out["back_pos_max"] = draft.pos_max(0)
 # the slot loop's check of a draft with positions of its own: a gap inside its memory, which its first
 # and last positions do not show
-from pyllama_dflash.slotloop.config import DEFAULT_CONFIG
-from pyllama_dflash.slotloop.record import DRAFT_ROWS, Record, StopScenario
-from pyllama_dflash.slotloop import Session
+from pyllama_dflash.harness.slotloop.config import DEFAULT_CONFIG
+from pyllama_dflash.harness.slotloop.record import DRAFT_ROWS, Record, StopScenario
+from pyllama_dflash.harness.slotloop import Session
 
 record = Record()
 with Session(models, DEFAULT_CONFIG, record) as session:
@@ -264,7 +264,7 @@ def _run_child(variant: str, model_set: ModelSet) -> dict:
 
 # the fixes these rules judge: the definition's, and each that serves drafts as trained (0008, 0009), which
 # serves drafts marked as trained with image rows, and every EAGLE3 and MTP draft, by the definition; in a
-# mutant's series (pyllama_dflash.mutate), its one fix of either role
+# mutant's series (pyllama_dflash.lab.mutate), its one fix of either role
 RULED = tuple(v for v in (DEFINED, *SERVED_AS_TRAINED) if v)
 
 

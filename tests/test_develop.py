@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from pyllama_dflash import command
-from pyllama_dflash.develop import DevelopError, align, mailpatch, writeback
-from pyllama_dflash.develop import __main__ as develop_cli
-from pyllama_dflash.develop.tree import develop, make_tree, read_meta
-from pyllama_dflash.develop.writeback import __main__ as writeback_cli
 from pyllama_dflash.files import sha256_file
-from pyllama_dflash.llamabuild.patchset import apply_series, load_series, tree_reader
-from pyllama_dflash.llamabuild.source import resolve
+from pyllama_dflash.lab.develop import DevelopError, align, mailpatch, writeback
+from pyllama_dflash.lab.develop import __main__ as develop_cli
+from pyllama_dflash.lab.develop.tree import develop, make_tree, read_meta
+from pyllama_dflash.lab.develop.writeback import __main__ as writeback_cli
+from pyllama_dflash.product.llamabuild.patchset import apply_series, load_series, tree_reader
+from pyllama_dflash.product.llamabuild.source import resolve
 from pyllama_dflash.words import Role
 
 REPO = Path(__file__).resolve().parent.parent

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pyllama_dflash import cli
-from pyllama_dflash.scenarios.catalog import SCENARIOS
+from pyllama_dflash.harness.scenarios.catalog import SCENARIOS
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
@@ -110,12 +110,12 @@ def test_architecture_md_has_a_row_for_every_package():
 def test_api_md_and_the_api_docstring_show_the_same_example():
     import textwrap
 
-    from pyllama_dflash import api
+    from pyllama_dflash.product import api
 
     block = re.search(r"```python\n(.*?)```", (DOCS / "api.md").read_text(), re.S)
     assert block, "docs/api.md shows the API in a python block"
     shown = textwrap.indent(block.group(1), "    ")
-    assert shown in api.__doc__, "pyllama_dflash.api's docstring shows another example than docs/api.md"
+    assert shown in api.__doc__, "pyllama_dflash.product.api's docstring shows another example than docs/api.md"
 
 
 def _tracked_package_files() -> list[Path]:

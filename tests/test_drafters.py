@@ -11,12 +11,12 @@ from __future__ import annotations
 import pytest
 from series_variants import TWIN_FIX, VARIANTS
 
-from pyllama_dflash.engine.matrix import case_name, run_cases
-from pyllama_dflash.oracles.references import REFERENCE
-from pyllama_dflash.scenarios.catalog import HOLE_SCENARIOS, SCENARIOS, expectations, meets
-from pyllama_dflash.slotloop.config import DEFAULT_CONFIG
-from pyllama_dflash.slotloop.models import DraftKind, tiny_models
-from pyllama_dflash.tiny import DRAFTERS
+from pyllama_dflash.harness.engine.matrix import case_name, run_cases
+from pyllama_dflash.harness.oracles.references import REFERENCE
+from pyllama_dflash.harness.scenarios.catalog import HOLE_SCENARIOS, SCENARIOS, expectations, meets
+from pyllama_dflash.harness.slotloop.config import DEFAULT_CONFIG
+from pyllama_dflash.harness.slotloop.models import DraftKind, tiny_models
+from pyllama_dflash.harness.tiny import DRAFTERS
 
 IMAGE_SCENARIOS = [sid for sid, sc in SCENARIOS.items() if sc.image]
 CASES = [(d, "dense") for d in DRAFTERS if d != "dflash"] + [(d, "moe") for d in DRAFTERS]

@@ -14,24 +14,24 @@ import shutil
 import numpy as np
 import pytest
 
-from pyllama_dflash import api
-from pyllama_dflash.acceptance.measure import SESSION
-from pyllama_dflash.acceptance.script import run_conversation
-from pyllama_dflash.draftmodel import forward
-from pyllama_dflash.draftmodel.corpus import Conversation
-from pyllama_dflash.draftmodel.predictability import predictability, replies
-from pyllama_dflash.draftmodel.trained import (
+from pyllama_dflash.errors import GGUFError
+from pyllama_dflash.harness.slotloop import Session
+from pyllama_dflash.harness.slotloop.models import DraftKind, tiny_models
+from pyllama_dflash.harness.slotloop.record import Record
+from pyllama_dflash.lab.acceptance.measure import SESSION
+from pyllama_dflash.lab.acceptance.script import run_conversation
+from pyllama_dflash.lab.draftmodel import forward
+from pyllama_dflash.lab.draftmodel.corpus import Conversation
+from pyllama_dflash.lab.draftmodel.predictability import predictability, replies
+from pyllama_dflash.lab.draftmodel.trained import (
     TRAINED_ON,
     StaleTrainedDraft,
     file_name,
     read_manifest,
     trained_models,
 )
-from pyllama_dflash.draftmodel.weights import load_draft
-from pyllama_dflash.errors import GGUFError
-from pyllama_dflash.slotloop import Session
-from pyllama_dflash.slotloop.models import DraftKind, tiny_models
-from pyllama_dflash.slotloop.record import Record
+from pyllama_dflash.lab.draftmodel.weights import load_draft
+from pyllama_dflash.product import api
 
 NMSE_MAX = 1e-5
 IMPLEMENTED = ("dflash", "dflash-causal", "dspark", "dspark-bonus", "dspark-vocab")
@@ -111,7 +111,9 @@ def test_the_trained_drafts_record_says_how_to_regenerate_them():
     assert sorted(files) == sorted(file_name(kind, on) for kind in ACCEPTANCE_FLOOR for on in TRAINED_ON)
     for name, record in files.items():
         # the command a record was made with: the console form, or the module's form the first records name
-        assert record["command"].startswith(("pyllama-dflash train", "python -m pyllama_dflash.draftmodel train")), name
+        assert record["command"].startswith(
+            ("pyllama-dflash train", "python -m pyllama_dflash.lab.draftmodel train")
+        ), name
         assert record["held_out_mean_accepted"] > 0, name
         assert name == file_name(record["target"], record["trained_on"]), name
 
@@ -155,7 +157,7 @@ def test_a_context_window_covering_every_row_trains_on_the_whole_context():
     import jax
     import jax.numpy as jnp
 
-    from pyllama_dflash.draftmodel.train import Recipe, _loss, prepare
+    from pyllama_dflash.lab.draftmodel.train import Recipe, _loss, prepare
 
     models = tiny_models()
     w = load_draft(models.draft, models.target)
@@ -189,7 +191,7 @@ def test_a_shorter_block_trains_as_a_block_of_that_length_alone():
     import jax
     import jax.numpy as jnp
 
-    from pyllama_dflash.draftmodel.train import Recipe, _block_lengths, _loss, prepare
+    from pyllama_dflash.lab.draftmodel.train import Recipe, _block_lengths, _loss, prepare
 
     models = tiny_models()
     w = load_draft(models.draft, models.target)
@@ -249,7 +251,7 @@ def test_a_training_whose_loss_stops_being_a_number_stops_with_the_step_and_writ
     """A diverged training (the bench pair's 1024-wide draft at lr 3e-3, near step 500) left NaN weights that
     were written as a draft; it now stops at the first step whose loss is not finite, naming it."""
     pytest.importorskip("jax", reason="JAX is the train extra's (pip install -e '.[train]')")
-    from pyllama_dflash.draftmodel.train import Recipe, TrainingDiverged, train
+    from pyllama_dflash.lab.draftmodel.train import Recipe, TrainingDiverged, train
 
     models = tiny_models()
     w = load_draft(models.draft, models.target)
@@ -265,7 +267,7 @@ def test_the_draft_ffn_gate_keeps_a_finite_gradient_far_below_zero():
     one such gate turns every weight to NaN at the next step. The capped form has the same values above
     -80 (bit for bit, so the reference forward llama.cpp is judged against is unchanged) and a finite
     gradient everywhere."""
-    from pyllama_dflash.draftmodel.forward import silu
+    from pyllama_dflash.lab.draftmodel.forward import silu
 
     x = np.linspace(-80, 30, 20001, dtype=np.float32)
     assert np.array_equal(silu(np, x), x / (1 + np.exp(-x)))
@@ -299,7 +301,7 @@ def _block(w, anchor: int, n_max: int) -> np.ndarray:
 def test_the_one_pass_evaluation_drafts_what_a_context_of_each_round_drafts():
     """evaluate.accepted_per_round computes the context's K and V once; each round must draft what a
     context of the rows before its anchor alone drafts, on replies the draft misses and on one it hits."""
-    from pyllama_dflash.draftmodel import evaluate
+    from pyllama_dflash.lab.draftmodel import evaluate
 
     w = load_draft(tiny_models().draft, tiny_models().target).float64()
     rng = np.random.default_rng(9)

@@ -81,7 +81,7 @@ def test_a_record_no_command_writes_is_refused_by_name(tmp_path):
 @pytest.mark.parametrize("record", sorted((REPO / "docs" / "figures").glob("fuzz*.json")), ids=lambda p: p.name)
 def test_fuzz_writes_the_committed_runs_table_from_its_json_alone(record, tmp_path, capsys):
     """``fuzz --merge RECORD --markdown FILE`` runs nothing and writes the page's table again."""
-    from pyllama_dflash.fuzz.__main__ import main as fuzz_main
+    from pyllama_dflash.harness.fuzz.__main__ import main as fuzz_main
 
     out = tmp_path / "fuzz.md"
     assert fuzz_main(["--merge", str(record), "--markdown", str(out)]) == 0
@@ -109,7 +109,7 @@ def test_the_matrix_tables_in_the_docs_name_the_series_variants():
     a variant renamed or added in patches/series without the record run again fails here."""
     import json
 
-    from pyllama_dflash.llamabuild.patchset import load_series
+    from pyllama_dflash.product.llamabuild.patchset import load_series
 
     variants = load_series(REPO / "patches").variants
     record = json.loads((REPO / "docs" / "figures" / "repro.json").read_text())

@@ -1,6 +1,6 @@
-"""The schedule fuzzer (pyllama_dflash.fuzz): full keeps the invariant over the bounded examples, and
+"""The schedule fuzzer (pyllama_dflash.harness.fuzz): full keeps the invariant over the bounded examples, and
 run unaided on baseline and zero-fill it finds their failures, whose shrunk schedules replay to the
-same failure through ``python -m pyllama_dflash.repro --schedule FILE``.
+same failure through ``python -m pyllama_dflash.harness.repro --schedule FILE``.
 
 PYLLAMA_DFLASH_FUZZ_EXAMPLES raises the examples per variant (default 50), PYLLAMA_DFLASH_FUZZ_SEED
 changes the seed (default 0, so CI is deterministic). PYLLAMA_DFLASH_TEST_FUZZ_BUDGET=1 also fuzzes the
@@ -22,15 +22,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from series_variants import DEFINED, LAST, TWIN_FIX, VARIANTS
 
-from pyllama_dflash.engine.invariant import DraftAhead, DraftHole, SpecFailed, TargetFailed, failed_call
-from pyllama_dflash.engine.schedule import Schedule, ScheduleError, words
-from pyllama_dflash.engine.schedule_runner import examples_from_env, replay_variants, search_variants, seed_from_env
-from pyllama_dflash.engine.strategy import normalize, raw_steps, schedules
 from pyllama_dflash.env import FUZZ_BUDGET_TEST_ENV
-from pyllama_dflash.fuzz.__main__ import parser
-from pyllama_dflash.process.shard import Shard
-from pyllama_dflash.slotloop.record import Call
-from pyllama_dflash.tiny import DRAFTERS, TARGET_KINDS
+from pyllama_dflash.harness.engine.invariant import DraftAhead, DraftHole, SpecFailed, TargetFailed, failed_call
+from pyllama_dflash.harness.engine.schedule import Schedule, ScheduleError, words
+from pyllama_dflash.harness.engine.schedule_runner import (
+    examples_from_env,
+    replay_variants,
+    search_variants,
+    seed_from_env,
+)
+from pyllama_dflash.harness.engine.strategy import normalize, raw_steps, schedules
+from pyllama_dflash.harness.fuzz.__main__ import parser
+from pyllama_dflash.harness.slotloop.record import Call
+from pyllama_dflash.harness.tiny import DRAFTERS, TARGET_KINDS
+from pyllama_dflash.product.process.shard import Shard
 
 # -- the format and the strategy (no native code) ------------------------------------------------
 
@@ -187,7 +192,16 @@ def _replay_through_repro(found: dict, path):
     Schedule.from_json(found["schedule"]).save(path)
     report = path.with_suffix(".report.json")
     proc = subprocess.run(
-        [sys.executable, "-m", "pyllama_dflash.repro", "--no-build", "--schedule", str(path), "--json", str(report)],
+        [
+            sys.executable,
+            "-m",
+            "pyllama_dflash.harness.repro",
+            "--no-build",
+            "--schedule",
+            str(path),
+            "--json",
+            str(report),
+        ],
         check=False,
         capture_output=True,
         text=True,
@@ -362,9 +376,9 @@ def test_a_rewind_trims_both_memories_so_text_only_rewinds_pass_everywhere(varia
 _SESSION_REWIND = """
 import sys
 from pyllama_dflash import load
-from pyllama_dflash.slotloop.models import ModelSet
-from pyllama_dflash.slotloop.record import Record
-from pyllama_dflash.slotloop import Session, SessionConfig, replay_reference
+from pyllama_dflash.harness.slotloop.models import ModelSet
+from pyllama_dflash.harness.slotloop.record import Record
+from pyllama_dflash.harness.slotloop import Session, SessionConfig, replay_reference
 load("baseline")
 models, cfg, record = ModelSet.from_json(__import__("json").loads(sys.argv[1])), SessionConfig(), Record()
 with Session(models, cfg, record) as s:
@@ -421,7 +435,7 @@ def test_bad_seeds_and_shards_are_refused_naming_the_flag(capsys):
 
 
 def _fuzz(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pyllama_dflash.fuzz", "--variants", TWIN_FIX, "--examples", "2", *args]
+    cmd = [sys.executable, "-m", "pyllama_dflash.harness.fuzz", "--variants", TWIN_FIX, "--examples", "2", *args]
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=900)
 
 

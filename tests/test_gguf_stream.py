@@ -1,4 +1,4 @@
-"""The GGUF stream module (pyllama_dflash.gguf_stream) on its own: its reader agrees with gguf-py
+"""The GGUF stream module (pyllama_dflash.product.upgrade.gguf_stream) on its own: its reader agrees with gguf-py
 on every tiny model, reads every value type back, and refuses what it cannot read with the file
 named, through the upgrade too."""
 
@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pyllama_dflash import gguf_stream as gs
-from pyllama_dflash.slotloop.models import ModelSet
-from pyllama_dflash.upgrade import SECTIONS_KEY, DraftUpgradeError, upgrade
+from pyllama_dflash.harness.slotloop.models import ModelSet
+from pyllama_dflash.product.upgrade import SECTIONS_KEY, DraftUpgradeError, upgrade
+from pyllama_dflash.product.upgrade import gguf_stream as gs
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,12 @@ from dataclasses import replace
 import pytest
 from series_variants import VARIANTS
 
-from pyllama_dflash.engine.matrix import run_matrix
-from pyllama_dflash.llamabuild import BuildOptions, build
-from pyllama_dflash.llamabuild.toolchain import nvidia_gpu_present
-from pyllama_dflash.scenarios.catalog import SCENARIOS, expectations, meets
-from pyllama_dflash.scenarios.scenario_job import ScenarioJob
-from pyllama_dflash.slotloop.config import DEFAULT_CONFIG
+from pyllama_dflash.harness.engine.matrix import run_matrix
+from pyllama_dflash.harness.scenarios.catalog import SCENARIOS, expectations, meets
+from pyllama_dflash.harness.scenarios.scenario_job import ScenarioJob
+from pyllama_dflash.harness.slotloop.config import DEFAULT_CONFIG
+from pyllama_dflash.product.llamabuild import BuildOptions, build
+from pyllama_dflash.product.llamabuild.toolchain import nvidia_gpu_present
 
 pytestmark = [
     pytest.mark.gpu,

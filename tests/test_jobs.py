@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from pyllama_dflash.bench.job import TASKS, BatchCost, BenchJob, BindingsFill, FillCurve, RoundCosts, SpecLoop
-from pyllama_dflash.engine import schedule, schedule_job, search
-from pyllama_dflash.engine.schedule import Schedule
-from pyllama_dflash.engine.schedule_job import ReplayJob, SearchJob
-from pyllama_dflash.scenarios.scenario_job import ScenarioJob
-from pyllama_dflash.slotloop.config import DEFAULT_CONFIG, SessionConfig
-from pyllama_dflash.slotloop.models import ModelSet
+from pyllama_dflash.harness.engine import schedule, schedule_job, search
+from pyllama_dflash.harness.engine.schedule import Schedule
+from pyllama_dflash.harness.engine.schedule_job import ReplayJob, SearchJob
+from pyllama_dflash.harness.scenarios.scenario_job import ScenarioJob
+from pyllama_dflash.harness.slotloop.config import DEFAULT_CONFIG, SessionConfig
+from pyllama_dflash.harness.slotloop.models import ModelSet
+from pyllama_dflash.lab.bench.job import TASKS, BatchCost, BenchJob, BindingsFill, FillCurve, RoundCosts, SpecLoop
 
 MODELS = ModelSet(Path("/m/target.gguf"), Path("/m/draft.gguf"), Path("/m/mmproj.gguf"), Path("/m/twin.gguf"))
 CONFIG = dataclasses.replace(DEFAULT_CONFIG, n_batch=32, draft_n_ubatch=8, server_saves_draft=True)

@@ -22,9 +22,9 @@ PACKAGE_DIR = Path(pyllama_dflash.__file__).parent
 # Exceptions that steer control flow inside the harness and never reach a caller, so they need
 # not derive from PyllamaError: each is raised and caught within one run of the harness.
 INTERNAL = {
-    "pyllama_dflash.slotloop.record.StopScenario": "ends a scenario run at its first failing call; "
+    "pyllama_dflash.harness.slotloop.record.StopScenario": "ends a scenario run at its first failing call; "
     "the runner catches it",
-    "pyllama_dflash.engine.invariant.Violation": "a broken invariant handed to hypothesis, which shrinks and "
+    "pyllama_dflash.harness.engine.invariant.Violation": "a broken invariant handed to hypothesis, which shrinks and "
     "reports it",
 }
 
@@ -104,7 +104,10 @@ def test_one_except_catches_what_load_raises_for_a_missing_variant(tmp_path, mon
 def test_no_module_imports_a_module_that_imports_it_back():
     """Strongly connected components of the import graph, function-level imports included."""
     graph = import_graph()
-    assert "pyllama_dflash.api.model" in graph and "pyllama_dflash.process.guard" in graph["pyllama_dflash.api.model"]
+    assert (
+        "pyllama_dflash.product.api.model" in graph
+        and "pyllama_dflash.product.process.guard" in graph["pyllama_dflash.product.api.model"]
+    )
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -137,16 +140,18 @@ def test_no_module_imports_a_module_that_imports_it_back():
     assert cycles == [], cycles
 
 
-# A package with a __main__.py is a command (``python -m pyllama_dflash.<tool>``), on top of the rest.
-# llamabuild, tiny and draftmodel are the layers with a command of their own: the builds of the variants,
-# which everything that loads or runs one looks up; the tiny models, which the scenarios, the server
-# checks and every command run on; and the reference model of the draft with its trained drafts, which
-# the acceptance measurement runs on. Each __main__.py writes files, and nothing imports it.
+# A package with a __main__.py is a command (``python -m pyllama_dflash.<layer>.<tool>``), on top of the rest.
+# llamabuild, tiny, draftmodel and upgrade are the layers with a command of their own: the builds of the
+# variants, which everything that loads or runs one looks up; the tiny models, which the scenarios, the
+# server checks and every command run on; the reference model of the draft with its trained drafts, which
+# the acceptance measurement runs on; and the remedy's GGUF reading and writing, which the scenarios, the
+# tiny models and repro use. Each __main__.py writes files, and nothing imports it.
 # layer: a module below the commands that imports it
 LAYERS_WITH_A_COMMAND = {
-    "pyllama_dflash.llamabuild": "pyllama_dflash.engine.matrix",
-    "pyllama_dflash.tiny": "pyllama_dflash.slotloop.models",
-    "pyllama_dflash.draftmodel": "pyllama_dflash.acceptance.worker",
+    "pyllama_dflash.product.llamabuild": "pyllama_dflash.harness.engine.matrix",
+    "pyllama_dflash.harness.tiny": "pyllama_dflash.harness.slotloop.models",
+    "pyllama_dflash.lab.draftmodel": "pyllama_dflash.lab.acceptance.worker",
+    "pyllama_dflash.product.upgrade": "pyllama_dflash.harness.scenarios.catalog",
 }
 
 
@@ -167,7 +172,8 @@ def test_no_command_imports_another_command():
     them share lives below them (the engine, the scenarios, the GGUF modules), never in one of them."""
     graph = import_graph()
     commands = _commands()
-    assert {f"pyllama_dflash.{c}" for c in ("repro", "fuzz", "mutate", "bench", "soak", "upgrade")} <= set(commands)
+    named = ("harness.repro", "harness.fuzz", "lab.mutate", "lab.bench", "harness.soak")
+    assert {f"pyllama_dflash.{c}" for c in named} <= set(commands)
     crossing = sorted(
         f"{m} -> {d}"
         for m, deps in graph.items()
@@ -206,7 +212,7 @@ def test_every_folder_of_python_code_is_a_package():
 
 
 def test_the_api_modules_stay_small():
-    sizes = {p.name: len(p.read_text().splitlines()) for p in (PACKAGE_DIR / "api").glob("*.py")}
+    sizes = {p.name: len(p.read_text().splitlines()) for p in (PACKAGE_DIR / "product" / "api").glob("*.py")}
     assert max(sizes.values()) <= 350, sizes
 
 
@@ -217,7 +223,7 @@ LONG_MODULES: dict[str, str] = {}
 
 def test_no_module_is_too_long_to_read():
     """A module over 500 lines is split by idea, as its functions are (a package of modules, or a class
-    whose parts are mixed in from modules of their own: pyllama_dflash.slotloop)."""
+    whose parts are mixed in from modules of their own: pyllama_dflash.harness.slotloop)."""
     sizes = {str(p.relative_to(PACKAGE_DIR)): len(p.read_text().splitlines()) for p in PACKAGE_DIR.rglob("*.py")}
     too_long = sorted(f"{m}: {n} lines" for m, n in sizes.items() if n > MAX_MODULE_LINES and m not in LONG_MODULES)
     assert too_long == [], too_long
@@ -228,7 +234,14 @@ def test_no_module_is_too_long_to_read():
 # the slot loop's pipeline, bottom up: the child processes, guard and logs; the API over the bindings; the slot
 # loop over the API; the oracles, which say what the slot loop's reference runs mean; the scenarios, judged by
 # them; the engine, which runs scenarios and schedules in children
-PIPELINE = ("process", "api", "slotloop", "oracles", "scenarios", "engine")
+PIPELINE = (
+    "product.process",
+    "product.api",
+    "harness.slotloop",
+    "harness.oracles",
+    "harness.scenarios",
+    "harness.engine",
+)
 
 
 def test_the_pipeline_runs_one_way():
@@ -248,6 +261,32 @@ def test_the_pipeline_runs_one_way():
     )
     assert upward == [], upward
     assert all(any(rank_of(m) == i for m in graph) for i in rank.values()), "a PIPELINE package is gone"
+
+
+# the package's three folders, bottom up: what a user installs (product), what the fix is tested with
+# (harness), what it is measured and developed with (lab); the modules at the top are shared by all three
+LAYERS = ("product", "harness", "lab")
+
+
+def _layer_of(module: str) -> int | None:
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def test_the_layers_are_folders_and_import_one_way():
+    """product imports neither harness nor lab, harness not lab; a shared module at the top imports no
+    folder but product (the builder and the API it loads), and every package sits in one of the folders."""
+    top = {p.name for p in PACKAGE_DIR.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    assert top == set(LAYERS), top
+    graph = import_graph()
+    upward = sorted(
+        f"{m} -> {d}"
+        for m, deps in graph.items()
+        for d in deps
+        if d.startswith("pyllama_dflash.") and (_layer_of(d) or 0) > (_layer_of(m) if _layer_of(m) is not None else 0)
+    )
+    assert upward == [], upward
+    assert all(any(_layer_of(m) == i for m in graph) for i in range(len(LAYERS))), "a layer is empty"
 
 
 # ---- functions short enough to read, commands run one way -----------------------------------------

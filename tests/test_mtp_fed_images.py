@@ -23,14 +23,14 @@ import sys
 import pytest
 from series_variants import FEEDS_MTP
 
-from pyllama_dflash.slotloop.models import sibling_models
+from pyllama_dflash.harness.slotloop.models import sibling_models
 
 _CHILD = r"""
 import contextlib, json, sys
 import numpy as np
 from pyllama_dflash import api, load
-from pyllama_dflash.oracles.mtp_heads import token_embeddings
-from pyllama_dflash.slotloop.models import ModelSet
+from pyllama_dflash.harness.oracles.mtp_heads import token_embeddings
+from pyllama_dflash.harness.slotloop.models import ModelSet
 
 variant, models = sys.argv[1], ModelSet.from_json(json.loads(sys.argv[2]))
 load(variant)

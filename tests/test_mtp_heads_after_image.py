@@ -1,6 +1,6 @@
 """The MTP drafters with more than Qwen3.5's one head after an image (patch 0009), on tiny GGUF files: a
 chain of heads (Step 3.5) and an assistant that reads the target's memory (Gemma 4), judged against the
-definition (pyllama_dflash.oracles.mtp_heads: an image whose rows are some tokens' embeddings drafts what
+definition (pyllama_dflash.harness.oracles.mtp_heads: an image whose rows are some tokens' embeddings drafts what
 those tokens draft). b11434 skips the image for both heads, and the tests below show what that costs."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from series_variants import FEEDS_MTP
 
-from pyllama_dflash.oracles import mtp_heads
+from pyllama_dflash.harness.oracles import mtp_heads
 
 
 @pytest.fixture(scope="module")

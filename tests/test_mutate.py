@@ -1,4 +1,4 @@
-"""Mutation testing of the harness (pyllama_dflash.mutate): the mutants, and the opt-in full run."""
+"""Mutation testing of the harness (pyllama_dflash.lab.mutate): the mutants, and the opt-in full run."""
 
 from __future__ import annotations
 
@@ -12,17 +12,15 @@ import pytest
 from series_variants import AS_TRAINED, DEFINED, FEEDS_MTP, REPO, TWIN_FIX
 
 from pyllama_dflash.env import MUTATION_TEST_ENV
-from pyllama_dflash.llamabuild.manifest import variants_root
-from pyllama_dflash.llamabuild.patchset import (
-    apply_series,
-    load_series,
-    tree_reader,
-)
-from pyllama_dflash.mutate.__main__ import parser
-from pyllama_dflash.mutate.operators import line_mutations, mutants
-from pyllama_dflash.mutate.plan import MUTATED_ROLES
-from pyllama_dflash.mutate.report import markdown, merge, scored
-from pyllama_dflash.mutate.runner import (
+from pyllama_dflash.harness.oracles.drift import judge
+from pyllama_dflash.harness.scenarios.catalog import SIBLING_SCENARIOS
+from pyllama_dflash.harness.slotloop import DEFAULT_CONFIG
+from pyllama_dflash.harness.slotloop.models import tiny_models
+from pyllama_dflash.lab.mutate.__main__ import parser
+from pyllama_dflash.lab.mutate.operators import line_mutations, mutants
+from pyllama_dflash.lab.mutate.plan import MUTATED_ROLES
+from pyllama_dflash.lab.mutate.report import markdown, merge, scored
+from pyllama_dflash.lab.mutate.runner import (
     EQUIVALENT_FILE,
     KILLED,
     MUTATED_FILES,
@@ -34,11 +32,13 @@ from pyllama_dflash.mutate.runner import (
     load_equivalents,
     unmutated_eagle3_runs,
 )
-from pyllama_dflash.oracles.drift import judge
-from pyllama_dflash.process.shard import Shard, parse_shard
-from pyllama_dflash.scenarios.catalog import SIBLING_SCENARIOS
-from pyllama_dflash.slotloop import DEFAULT_CONFIG
-from pyllama_dflash.slotloop.models import tiny_models
+from pyllama_dflash.product.llamabuild.manifest import variants_root
+from pyllama_dflash.product.llamabuild.patchset import (
+    apply_series,
+    load_series,
+    tree_reader,
+)
+from pyllama_dflash.product.process.shard import Shard, parse_shard
 from pyllama_dflash.words import Role
 
 PRISTINE = "int f(int a, int b) {\n    return a;\n}\n"
@@ -115,7 +115,7 @@ def test_a_fix_that_serves_drafts_as_trained_meets_the_server_checks_with_marked
     checks run again with marked drafts, after every other (slice 5 of the whole series' run left
     offset-1c16dfdd, a refusal's row count, standing without them). The server checks are recorded here,
     not run: which checks run on which models, in which order, is what is tested."""
-    import pyllama_dflash.server as server
+    import pyllama_dflash.harness.server as server
 
     calls: list[tuple[str, bool, str]] = []
 
@@ -166,7 +166,7 @@ def test_one_mutant_is_killed_and_the_run_leaves_nothing_behind(variants, tmp_pa
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     report = tmp_path / "mutate.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pyllama_dflash.mutate", "--variant", TWIN_FIX, "--only", "negate-60968674"]
+        [sys.executable, "-m", "pyllama_dflash.lab.mutate", "--variant", TWIN_FIX, "--only", "negate-60968674"]
         + ["--json", str(report)],
         cwd=REPO,
         env=env,
@@ -217,7 +217,7 @@ def test_the_shards_partition_the_mutants_and_each_keeps_its_slice_whatever_else
 
 
 def _mutate(*args: str, env: dict) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pyllama_dflash.mutate", "--variant", TWIN_FIX, *args]
+    cmd = [sys.executable, "-m", "pyllama_dflash.lab.mutate", "--variant", TWIN_FIX, *args]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
 
 
@@ -298,7 +298,7 @@ def test_a_rerun_of_a_survivor_replaces_its_outcome_in_the_merge():
 def test_the_harness_kills_every_non_equivalent_mutant(variants, tmp_path):
     report = tmp_path / "mutate.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pyllama_dflash.mutate", "--variant", TWIN_FIX, "--json", str(report)],
+        [sys.executable, "-m", "pyllama_dflash.lab.mutate", "--variant", TWIN_FIX, "--json", str(report)],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 RETIRED: dict[str, tuple[str, tuple[str, ...]]] = {
     r"--fix\b": (
         "--must-pass (repro, fuzz) or --variant (mutate)",
-        ("pyllama_dflash/flags.py", "pyllama_dflash/mutate/__main__.py", "tests/test_cli.py"),
+        ("pyllama_dflash/flags.py", "pyllama_dflash/lab/mutate/__main__.py", "tests/test_cli.py"),
     ),
     r"\bdefault_fix\b|\bfix_of\b|\bfix_problems\b": ("default_must_pass, must_pass_of, must_pass_problems", ()),
     r"\bfix variant\b": ("must-pass variant", ()),
@@ -31,7 +31,7 @@ RETIRED: dict[str, tuple[str, tuple[str, ...]]] = {
     r"--image-rows\b": ("--trained-with-image-rows (the key, fuzz) or --rows-per-image (a size, bench)", ()),
     r"^FIX = |\bconftest import .*\bFIX\b": ("TWIN_FIX (the last variant of role twin)", ()),
     r"\bfrom conftest import\b": ("from series_variants import (conftest is pytest's to load)", ()),
-    r"\b_living_children\b|self\._children\b": ("owners and dependents (_internals.NativeHandle)", ()),
+    r"\b_living_children\b|self\._children\b": ("owners and dependents (owning.NativeHandle)", ()),
     r"\bfix_eagle3_runs\b": ("unmutated_eagle3_runs", ()),
     r"\bNO_HOLE\b": ("Scenario.hole and HOLE_SCENARIOS", ()),
     r"\bSEED_ROLE\b|\bFIX_ROLE\b|\bthe seed's\b": ("SHOWN_ROLE, TWIN_ROLE, the zero-fill", ()),
@@ -73,18 +73,18 @@ WORDS_MODULE = "pyllama_dflash/words.py"
 OTHER_MEANINGS = {
     # a variant name: b11434 unpatched, the series' last as-trained variant
     "pyllama_dflash/": {"baseline"},
-    "pyllama_dflash/vlm/__main__.py": {"as-trained"},
+    "pyllama_dflash/lab/vlm/__main__.py": {"as-trained"},
     # the acceptance columns' and modes' names: the draft served as its definition, or as it was trained
-    "pyllama_dflash/acceptance/": {"definition", "as-trained"},
+    "pyllama_dflash/lab/acceptance/": {"definition", "as-trained"},
     # the trained pair's acceptance columns, each named as the variant it runs on
-    "pyllama_dflash/vlm/library_paired.py": {"definition", "as-trained"},
+    "pyllama_dflash/lab/vlm/library_paired.py": {"definition", "as-trained"},
     # a module's name: server/checks/definition.py
-    "pyllama_dflash/server/checks/__init__.py": {"definition"},
+    "pyllama_dflash/harness/server/checks/__init__.py": {"definition"},
     # the draft kind's own enum (slotloop.models.DraftKind) and the tiny generator's file name part
-    "pyllama_dflash/slotloop/models.py": {"twin"},
-    "pyllama_dflash/tiny/__init__.py": {"twin"},
+    "pyllama_dflash/harness/slotloop/models.py": {"twin"},
+    "pyllama_dflash/harness/tiny/__init__.py": {"twin"},
     # pytest's own words, read from its output
-    "pyllama_dflash/mutate/runner.py": {"ERROR"},
+    "pyllama_dflash/lab/mutate/runner.py": {"ERROR"},
 }
 
 

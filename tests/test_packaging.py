@@ -14,7 +14,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from pyllama_dflash.llamabuild.patchset import load_series
+from pyllama_dflash.product.llamabuild.patchset import load_series
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -42,8 +42,8 @@ def test_the_wheel_carries_the_series_the_native_sources_and_every_package(tmp_p
     assert {"pyllama_dflash/_patches/series", "pyllama_dflash/_patches/pulls"} <= names
     assert {f"pyllama_dflash/_patches/{p.name}" for p in series.patches} <= names
     for native in ("CMakeLists.txt", "shim.cpp", "pyllama_dflash_shim.h"):
-        assert f"pyllama_dflash/native/{native}" in names
+        assert f"pyllama_dflash/product/native/{native}" in names
     decls = {p.name for p in (REPO / "pyllama_dflash" / "bindings" / "decl").glob("*.h")}
-    assert {f"pyllama_dflash/bindings/decl/{d}" for d in decls} <= names
+    assert {f"pyllama_dflash/product/bindings/decl/{d}" for d in decls} <= names
     packages = {str(p.parent.relative_to(REPO)) for p in (REPO / "pyllama_dflash").rglob("__init__.py")}
     assert {f"{pkg}/__init__.py" for pkg in packages} <= names, sorted(packages)

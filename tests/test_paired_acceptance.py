@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import pytest
 
-from pyllama_dflash.acceptance import paired
-from pyllama_dflash.acceptance.script import FIRST_POSITIONS, paired_results, phase_of
-from pyllama_dflash.draftmodel.trained import trained_models
-from pyllama_dflash.slotloop.record import Round
+from pyllama_dflash.harness.slotloop.record import Round
+from pyllama_dflash.lab.acceptance import paired
+from pyllama_dflash.lab.acceptance.script import FIRST_POSITIONS, paired_results, phase_of
+from pyllama_dflash.lab.draftmodel.trained import trained_models
 
 SEEDS = (2000, 2001)
 
@@ -80,7 +80,7 @@ AS_TRAINED = "as trained"
 def test_the_as_trained_variant_serves_each_committed_draft_as_it_was_trained(variants, trained_on, served_as):
     """0008 reads the image-rows key the image-trained draft carries and the text-trained one lacks:
     position by position it accepts what the column of the draft's own training semantics accepts."""
-    from pyllama_dflash.acceptance.job import Column
+    from pyllama_dflash.lab.acceptance.job import Column
 
     cols = (Column(served_as, "slots" if served_as == paired.TWIN else "definition"), Column(AS_TRAINED, "as-trained"))
     models = trained_models("dense", trained_on=trained_on)

@@ -22,7 +22,7 @@ _CHILD = r"""
 import hashlib, json, sys
 import numpy as np
 from pyllama_dflash import api, load
-from pyllama_dflash.slotloop.models import ModelSet
+from pyllama_dflash.harness.slotloop.models import ModelSet
 
 variant, twin, models = sys.argv[1], sys.argv[2] == "twin", ModelSet.from_json(json.loads(sys.argv[3]))
 load(variant)
@@ -297,11 +297,11 @@ _SAME_LAYOUT = r"""
 import hashlib, json, sys
 import numpy as np
 from pyllama_dflash import api, load
-from pyllama_dflash.engine.execute import execute
-from pyllama_dflash.engine.schedule import Schedule
-from pyllama_dflash import slotloop
-from pyllama_dflash.slotloop.config import DEFAULT_CONFIG
-from pyllama_dflash.slotloop.models import ModelSet
+from pyllama_dflash.harness.engine.execute import execute
+from pyllama_dflash.harness.engine.schedule import Schedule
+from pyllama_dflash.harness import slotloop
+from pyllama_dflash.harness.slotloop.config import DEFAULT_CONFIG
+from pyllama_dflash.harness.slotloop.models import ModelSet
 
 load("baseline")
 models, same_layout = ModelSet.from_json(json.loads(sys.argv[1])), sys.argv[3] == "same-layout"
@@ -332,8 +332,8 @@ def test_the_only_drift_left_is_a_tie_broken_by_the_cells_order(variants, model_
     order in the KV buffer differs (the freed fill cells are reused), so attention sums in another
     order. Laying the twin's cells out the same way on baseline makes it draft what full drafts. The
     oracle proves it by itself (TIE); this hand-made layout replay, written apart, agrees with it."""
-    from pyllama_dflash.engine.schedule import Schedule
-    from pyllama_dflash.engine.schedule_runner import replay_variants
+    from pyllama_dflash.harness.engine.schedule import Schedule
+    from pyllama_dflash.harness.engine.schedule_runner import replay_variants
 
     path = Path(__file__).parent / "data" / "schedules" / "tie-cell-order.json"
     fixed = replay_variants(Schedule.load(path), ["full"], model_set, work_dir=tmp_path)["full"]

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from pyllama_dflash.errors import PatchError
-from pyllama_dflash.llamabuild import default_must_pass, prerequisites
-from pyllama_dflash.llamabuild.patchset import (
+from pyllama_dflash.product.llamabuild import default_must_pass, prerequisites
+from pyllama_dflash.product.llamabuild.patchset import (
     BASELINE,
     CARRIED,
     apply_file_patch,
@@ -273,7 +273,7 @@ def _diff(path: str, old: str, new: str) -> str:
 def test_a_line_a_later_patch_removes_is_counted_against_the_patch_that_added_it(tmp_path):
     """undone_lines: 'two' removes one of 'one''s lines and one pristine line, and keeps the other line of
     'one' it only moves past; only the first counts, against 'one'."""
-    from pyllama_dflash.llamabuild.undone import by_pair, undone_lines
+    from pyllama_dflash.product.llamabuild.undone import by_pair, undone_lines
 
     pristine = "a\nb\nc\nd\ne\nf\ng\n"
     first = "a\nb\nfill the hole\nc\nd\nkeep me\ne\nf\ng\n"
@@ -291,7 +291,7 @@ def test_a_line_a_later_patch_removes_is_counted_against_the_patch_that_added_it
 def test_lines_are_counted_along_the_chain_and_a_variant_aside_on_what_it_stands_on(tmp_path):
     """series_undone: a fix after a variant aside does not stand on it, so its lines are the pristine ones
     (none counted); the variant aside's own removal of a carried patch's line is counted."""
-    from pyllama_dflash.llamabuild.undone import series_undone
+    from pyllama_dflash.product.llamabuild.undone import series_undone
 
     pristine = "a\nb\nc\nd\ne\nf\ng\n"
     carried = "a\nb\ncarried\nc\nd\ne\nf\ng\n"
@@ -320,7 +320,7 @@ FLOOR_NOW = {"0001": 4, "0004": 45, "0005": 6}
 
 
 def test_the_floor_of_any_split_is_counted_and_below_what_the_series_removes(pristine):
-    from pyllama_dflash.llamabuild.undone import by_pair, removed_between, series_undone
+    from pyllama_dflash.product.llamabuild.undone import by_pair, removed_between, series_undone
 
     series = load_series(REPO / "patches")
     read = tree_reader(pristine)
@@ -339,7 +339,7 @@ def test_the_floor_of_any_split_is_counted_and_below_what_the_series_removes(pri
 def test_the_series_undoes_no_more_than_it_does_now(pristine):
     """A ratchet toward an additive series: no patch takes out lines of one it did not before, and no pair
     more lines; a pair that drops lowers its figure here (and in docs/upstream.md)."""
-    from pyllama_dflash.llamabuild.undone import by_pair, series_undone
+    from pyllama_dflash.product.llamabuild.undone import by_pair, series_undone
 
     found = by_pair(series_undone(tree_reader(pristine), load_series(REPO / "patches")))
     pairs = {(patch[:4], added_by[:4]): n for (patch, added_by), n in found.items()}

@@ -13,8 +13,8 @@ import pytest
 
 from pyllama_dflash.env import CPU_ENV
 from pyllama_dflash.errors import PatchError
-from pyllama_dflash.llamabuild.patchset import EVERY, load_series
-from pyllama_dflash.llamabuild.pulls import load_pulls, with_fix, without
+from pyllama_dflash.product.llamabuild.patchset import EVERY, load_series
+from pyllama_dflash.product.llamabuild.pulls import load_pulls, with_fix, without
 from pyllama_dflash.words import PullVerdict
 
 REPO = Path(__file__).resolve().parent.parent
@@ -92,7 +92,7 @@ def test_each_request_with_a_test_fails_on_b11434_and_passes_with_its_fix(varian
     listed as such."""
     record = tmp_path / "pulls.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pyllama_dflash.pulls", "--json", str(record)],
+        [sys.executable, "-m", "pyllama_dflash.lab.pulls", "--json", str(record)],
         cwd=REPO,
         env={**os.environ, CPU_ENV: os.environ.get(CPU_ENV) or "native"},
         capture_output=True,

@@ -1,6 +1,6 @@
 """The scenario matrix on the tiny models, every variant: the table the fix is judged by.
 
-Each (scenario, variant) runs in its own child process (see pyllama_dflash.engine.matrix).
+Each (scenario, variant) runs in its own child process (see pyllama_dflash.harness.engine.matrix).
 These tests never skip: a missing build is built by the ``variants`` fixture, and a build
 failure fails them.
 """
@@ -16,15 +16,15 @@ from dataclasses import replace
 import pytest
 from series_variants import DEFINED, SERVED_AS_TRAINED, TWIN_FIX, VARIANTS
 
-from pyllama_dflash.engine.matrix import run_matrix, run_table
-from pyllama_dflash.llamabuild import default_must_pass
-from pyllama_dflash.llamabuild import variant as variant_of
-from pyllama_dflash.oracles.drift import compare
-from pyllama_dflash.oracles.references import DEFINITION, REFERENCE
-from pyllama_dflash.scenarios.catalog import SCENARIOS, expectations, meets
-from pyllama_dflash.scenarios.scenario_job import ScenarioJob
-from pyllama_dflash.slotloop.config import DEFAULT_CONFIG, server_config
-from pyllama_dflash.slotloop.models import IMAGE_ROWS_CASE
+from pyllama_dflash.harness.engine.matrix import run_matrix, run_table
+from pyllama_dflash.harness.oracles.drift import compare
+from pyllama_dflash.harness.oracles.references import DEFINITION, REFERENCE
+from pyllama_dflash.harness.scenarios.catalog import SCENARIOS, expectations, meets
+from pyllama_dflash.harness.scenarios.scenario_job import ScenarioJob
+from pyllama_dflash.harness.slotloop.config import DEFAULT_CONFIG, server_config
+from pyllama_dflash.harness.slotloop.models import IMAGE_ROWS_CASE
+from pyllama_dflash.product.llamabuild import default_must_pass
+from pyllama_dflash.product.llamabuild import variant as variant_of
 
 
 @pytest.fixture(scope="session")
@@ -183,7 +183,7 @@ def test_repro_cli_json_and_exit_status(variants, tmp_path):
         [
             sys.executable,
             "-m",
-            "pyllama_dflash.repro",
+            "pyllama_dflash.harness.repro",
             "--no-build",
             "--scenarios",
             "S1,S8",
@@ -233,7 +233,7 @@ def test_repro_exits_non_zero_when_the_fix_is_baseline(variants):
         [
             sys.executable,
             "-m",
-            "pyllama_dflash.repro",
+            "pyllama_dflash.harness.repro",
             "--no-build",
             "--scenarios",
             "S1",
@@ -356,12 +356,12 @@ def test_the_real_model_path_takes_an_image_of_a_thousand_rows_on_three_sequence
     it (they had 256 cells each, whatever the context, and every column ERRORed), and the image
     scenarios keep their verdicts: baseline fails at the hole, the fix and the definition pass. S14's
     image is one row there too (it was the given file at its own size, so baseline failed S14)."""
-    from pyllama_dflash.tiny import image
+    from pyllama_dflash.harness.tiny import image
 
     png = tmp_path / "large.png"
     png.write_bytes(image.png_bytes(image.rgb(896, 896, seed=896)))
     report = tmp_path / "repro.json"
-    cmd = [sys.executable, "-m", "pyllama_dflash.repro", "--no-build", "--scenarios", "S1,S13,S14"]
+    cmd = [sys.executable, "-m", "pyllama_dflash.harness.repro", "--no-build", "--scenarios", "S1,S13,S14"]
     cmd += ["--json", str(report)]
     cmd += ["--target", str(models.target), "--draft", str(models.draft), "--mmproj", str(models.mmproj)]
     proc = subprocess.run([*cmd, "--image", str(png)], capture_output=True, text=True, timeout=600)

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from pyllama_dflash.repro.__main__ import main as repro_main
-from pyllama_dflash.repro.__main__ import parser as repro_parser
-from pyllama_dflash.repro.plan import models_and_config
-from pyllama_dflash.scenarios.catalog import Env
-from pyllama_dflash.slotloop.config import DEFAULT_CONFIG
-from pyllama_dflash.slotloop.record import Record
-from pyllama_dflash.tiny.image import png_bytes
-from pyllama_dflash.vlm.judge import chat_scenes
+from pyllama_dflash.harness.repro.__main__ import main as repro_main
+from pyllama_dflash.harness.repro.__main__ import parser as repro_parser
+from pyllama_dflash.harness.repro.plan import models_and_config
+from pyllama_dflash.harness.scenarios.catalog import Env
+from pyllama_dflash.harness.slotloop.config import DEFAULT_CONFIG
+from pyllama_dflash.harness.slotloop.record import Record
+from pyllama_dflash.harness.tiny.image import png_bytes
+from pyllama_dflash.lab.vlm.judge import chat_scenes
 
 COMMITTED = Path(__file__).parent / "data" / "vlm"
 

@@ -2,7 +2,7 @@
 
 The builds come from the session fixture ``variants`` (tests/conftest.py), which builds
 what is missing: nothing here is skipped for want of a build. The checks themselves live
-in ``pyllama_dflash.server.checks`` (``python -m pyllama_dflash.repro --server`` runs the
+in ``pyllama_dflash.harness.server.checks`` (``python -m pyllama_dflash.harness.repro --server`` runs the
 same ones); these tests run them once per variant and assert the expected outcome of each.
 """
 
@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 from series_variants import AS_TRAINED, DEFINED, SERVED_AS_TRAINED, TWIN_FIX, VARIANTS
 
-from pyllama_dflash import tiny
-from pyllama_dflash.llamabuild import variant as variant_of
-from pyllama_dflash.server import (
+from pyllama_dflash.harness import tiny
+from pyllama_dflash.harness.server import (
     CHECKS,
     FAMILY,
     REGISTRY,
@@ -31,12 +30,13 @@ from pyllama_dflash.server import (
     run_server_checks,
     server_command,
 )
-from pyllama_dflash.server.checks.definition import positions_agree
-from pyllama_dflash.server.client import Client, Response
-from pyllama_dflash.server.drafts import LOGS_NO_DRAFTS, request_logs, rounds_with_history
-from pyllama_dflash.slotloop.models import tiny_models
-from pyllama_dflash.tiny import DRAFTERS
-from pyllama_dflash.tiny._vocab import text_for_test_vocab, tokenize_test_vocab
+from pyllama_dflash.harness.server.checks.definition import positions_agree
+from pyllama_dflash.harness.server.client import Client, Response
+from pyllama_dflash.harness.server.drafts import LOGS_NO_DRAFTS, request_logs, rounds_with_history
+from pyllama_dflash.harness.slotloop.models import tiny_models
+from pyllama_dflash.harness.tiny import DRAFTERS
+from pyllama_dflash.harness.tiny._vocab import text_for_test_vocab, tokenize_test_vocab
+from pyllama_dflash.product.llamabuild import variant as variant_of
 
 pytestmark = pytest.mark.server
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 import pytest
 from series_variants import DEFINED, FEEDS_MTP, VARIANTS
 
-from pyllama_dflash import tiny
-from pyllama_dflash.engine.matrix import case_name, run_cases
-from pyllama_dflash.llamabuild import variant as variant_of
-from pyllama_dflash.repro.report import drafting_around_images
-from pyllama_dflash.scenarios.catalog import HOLE_SCENARIOS
-from pyllama_dflash.server import SIBLINGS_CHECKS, run_server_checks
-from pyllama_dflash.slotloop.config import DEFAULT_CONFIG
-from pyllama_dflash.slotloop.models import SIBLINGS, sibling_models
+from pyllama_dflash.harness import tiny
+from pyllama_dflash.harness.engine.matrix import case_name, run_cases
+from pyllama_dflash.harness.repro.report import drafting_around_images
+from pyllama_dflash.harness.scenarios.catalog import HOLE_SCENARIOS
+from pyllama_dflash.harness.server import SIBLINGS_CHECKS, run_server_checks
+from pyllama_dflash.harness.slotloop.config import DEFAULT_CONFIG
+from pyllama_dflash.harness.slotloop.models import SIBLINGS, sibling_models
+from pyllama_dflash.product.llamabuild import variant as variant_of
 
 SCENARIOS = ["S8", "S1", "S2", "S3", "S5", "S10", "S11"]
 # the hole scenarios whose image follows text the draft holds: S2's image comes first (EAGLE3's memory
@@ -235,8 +235,8 @@ def test_b11434_reads_an_eagle3_drafts_rope_sections_as_plain_rope(variants, tmp
     config with mrope_section) drafts every round exactly as the plain one, before and after an image, on
     b11434 and on 0007: llama-model.cpp gives eagle3 LLAMA_ROPE_TYPE_NORM whatever the file says, so its
     batches carry one position a row and the encoder's single ``&pos`` is all there is to read."""
-    from pyllama_dflash.oracles.drift import drafts
-    from pyllama_dflash.tiny.eagle3 import write_eagle3
+    from pyllama_dflash.harness.oracles.drift import drafts
+    from pyllama_dflash.harness.tiny.eagle3 import write_eagle3
 
     plain = sibling_models("eagle3", tmp_path / "models")
     keyed_file = tmp_path / "models" / "tiny-eagle3-with-rope-sections.gguf"

@@ -1,4 +1,4 @@
-"""The soak: many requests from concurrent clients on four slots, every answer judged (pyllama_dflash.soak).
+"""The soak: many requests from concurrent clients on four slots, every answer judged (pyllama_dflash.harness.soak).
 
 CI runs a short one on the fix and on baseline; PYLLAMA_DFLASH_TEST_SOAK=1 runs the full one (and the
 weekly workflow does)."""
@@ -11,9 +11,9 @@ import pytest
 from series_variants import TWIN_FIX
 
 from pyllama_dflash.env import SOAK_TEST_ENV
-from pyllama_dflash.slotloop.models import tiny_models
-from pyllama_dflash.soak import soak, workload
-from pyllama_dflash.soak.workload import KINDS
+from pyllama_dflash.harness.slotloop.models import tiny_models
+from pyllama_dflash.harness.soak import soak, workload
+from pyllama_dflash.harness.soak.workload import KINDS
 
 pytestmark = pytest.mark.server
 

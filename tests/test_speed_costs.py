@@ -9,10 +9,10 @@ import hashlib
 
 import pytest
 
-from pyllama_dflash.bench.job import BatchCost, RoundCosts, measure
-from pyllama_dflash.slotloop.models import tiny_models
-from pyllama_dflash.tiny import write_models
-from pyllama_dflash.tiny.bench_pair import BENCH_PAIR, BENCH_PAIR_TARGET_SHA256, weight_bytes
+from pyllama_dflash.harness.slotloop.models import tiny_models
+from pyllama_dflash.harness.tiny import write_models
+from pyllama_dflash.harness.tiny.bench_pair import BENCH_PAIR, BENCH_PAIR_TARGET_SHA256, weight_bytes
+from pyllama_dflash.lab.bench.job import BatchCost, RoundCosts, measure
 
 
 def test_a_rounds_parts_are_each_timed_once_per_round(variants):
@@ -59,8 +59,8 @@ def test_the_bench_writes_the_speed_models_sections_and_their_table(variants, tm
     its table gives the break-even acceptance of each pair."""
     import json
 
-    from pyllama_dflash.bench.__main__ import main as bench_main
-    from pyllama_dflash.bench.report import markdown
+    from pyllama_dflash.lab.bench.__main__ import main as bench_main
+    from pyllama_dflash.lab.bench.report import markdown
 
     record = tmp_path / "bench.json"
     assert bench_main(["--only", "batch,round", "--rounds", "2", "--json", str(record)]) == 0
@@ -78,11 +78,11 @@ def test_the_speed_section_serves_the_bench_pair_with_and_without_the_draft_in_e
     """A smoke of ``bench --only speed`` on one remedy and one conversation: the bench pair's 830 MB target
     through the ``definition`` variant's llama-server, beside one without the draft, answers every turn,
     and each phase gets its tokens/s and time-to-first-token ratios."""
-    from pyllama_dflash.acceptance.chat import TURN_PHASES
-    from pyllama_dflash.acceptance.measure import columns
-    from pyllama_dflash.acceptance.served import measure_server
-    from pyllama_dflash.bench.__main__ import held_out_seeds
-    from pyllama_dflash.slotloop.models import bench_pair_models
+    from pyllama_dflash.harness.slotloop.models import bench_pair_models
+    from pyllama_dflash.lab.acceptance.chat import TURN_PHASES
+    from pyllama_dflash.lab.acceptance.measure import columns
+    from pyllama_dflash.lab.acceptance.served import measure_server
+    from pyllama_dflash.lab.bench.__main__ import held_out_seeds
 
     cols = [c for c in columns() if c.variant == "definition" and c.mode == "variant"]
     result = measure_server(bench_pair_models(), held_out_seeds(1), cols, log=lambda _line: None)
@@ -96,7 +96,7 @@ def test_the_speed_section_serves_the_bench_pair_with_and_without_the_draft_in_e
 def test_a_bench_pair_draft_is_found_in_the_record_by_its_sha256(tmp_path):
     import json
 
-    from pyllama_dflash.draftmodel.trained import bench_pair_draft_record
+    from pyllama_dflash.lab.draftmodel.trained import bench_pair_draft_record
 
     draft, other = (hashlib.sha256(b).hexdigest() for b in (b"the trained weights", b"trained on another CPU"))
     record = tmp_path / "bench-pair.json"
@@ -109,7 +109,7 @@ def test_a_bench_pair_draft_is_found_in_the_record_by_its_sha256(tmp_path):
 
 def test_the_speed_model_is_set_beside_the_measured_ratio_per_column_and_phase():
     """(1 + a) / c with a = the served acceptance rate x n_max: rate 0.5 of 3 and c = 1.25 give 2.00."""
-    from pyllama_dflash.bench.report import model_against_measure
+    from pyllama_dflash.lab.bench.report import model_against_measure
 
     ratio = {"ratio": 1.8, "ci95": [1.6, 2.0]}
     pair = {"drafted": 3, "round_over_decode": {"median": 1.25, "ci95": [1.0, 1.5]}}
@@ -130,11 +130,11 @@ def test_the_speed_section_runs_the_bench_pair_through_the_library_with_and_with
     """The library half of ``bench --only speed`` on one remedy and one conversation: the ``definition``
     variant's slot loop with the bench pair's draft and with none gives every phase its ratios, and the
     same replies both ways (drafting changes the speed, never the tokens)."""
-    from pyllama_dflash.acceptance.chat import TURN_PHASES
-    from pyllama_dflash.acceptance.measure import columns
-    from pyllama_dflash.acceptance.timed import measure_library_speed
-    from pyllama_dflash.bench.__main__ import held_out_seeds
-    from pyllama_dflash.slotloop.models import bench_pair_models
+    from pyllama_dflash.harness.slotloop.models import bench_pair_models
+    from pyllama_dflash.lab.acceptance.chat import TURN_PHASES
+    from pyllama_dflash.lab.acceptance.measure import columns
+    from pyllama_dflash.lab.acceptance.timed import measure_library_speed
+    from pyllama_dflash.lab.bench.__main__ import held_out_seeds
 
     cols = [c for c in columns() if c.variant == "definition" and c.mode == "variant"]
     result = measure_library_speed(bench_pair_models(), held_out_seeds(1), cols, log=lambda _line: None)

@@ -1,7 +1,7 @@
 """Tiny GGUF generators and the synthetic PNG: pure Python, no llama.cpp build needed.
 
 The GGUF tests need a llama.cpp gguf-py (with DFlash support): from
-$PYLLAMA_DFLASH_GGUF_PY or pyllama_dflash.llamabuild.source.pristine_tree(); they
+$PYLLAMA_DFLASH_GGUF_PY or pyllama_dflash.product.llamabuild.source.pristine_tree(); they
 skip with the reason when none is available.
 """
 
@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pyllama_dflash import tiny
-from pyllama_dflash.tiny import image
-from pyllama_dflash.tiny._write import FINGERPRINT_KEY
+from pyllama_dflash.harness import tiny
+from pyllama_dflash.harness.tiny import image
+from pyllama_dflash.harness.tiny._write import FINGERPRINT_KEY
 
 MB = 1 << 20
 
@@ -331,7 +331,7 @@ def test_gguf_module_leaves_sys_modules_alone(gguf, monkeypatch):
     import sys
     import types
 
-    from pyllama_dflash.tiny import _gguf
+    from pyllama_dflash.harness.tiny import _gguf
 
     assert tiny.gguf_module() is gguf  # cached
     # pretend another (e.g. PyPI) gguf is already imported: it must survive our import
@@ -351,9 +351,9 @@ def test_gguf_module_clear_error(tmp_path, monkeypatch):
 def test_a_long_context_target_differs_in_its_context_length_alone(tmp_path):
     """llama-server caps a slot at the training context the target records: the copy that lifts it keeps
     every other entry and every tensor byte, so it computes what the target computes."""
-    from pyllama_dflash.gguf_stream import read_gguf
-    from pyllama_dflash.slotloop.models import tiny_models
-    from pyllama_dflash.tiny.long_context import long_context_target
+    from pyllama_dflash.harness.slotloop.models import tiny_models
+    from pyllama_dflash.harness.tiny.long_context import long_context_target
+    from pyllama_dflash.product.upgrade.gguf_stream import read_gguf
 
     src = tiny_models().target
     out = long_context_target(src, 4096, tmp_path)

@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pyllama_dflash import gguf_stream as gs
-from pyllama_dflash.draft_upgrade import IMAGE_ROWS_KEY
-from pyllama_dflash.slotloop.models import ModelSet
-from pyllama_dflash.tiny._write import FINGERPRINT_KEY
-from pyllama_dflash.upgrade import SECTIONS_KEY, DraftUpgradeError, inspect, upgrade
-from pyllama_dflash.upgrade.__main__ import main
+from pyllama_dflash.harness.slotloop.models import ModelSet
+from pyllama_dflash.harness.tiny._write import FINGERPRINT_KEY
+from pyllama_dflash.product.upgrade import SECTIONS_KEY, DraftUpgradeError, inspect, upgrade
+from pyllama_dflash.product.upgrade import gguf_stream as gs
+from pyllama_dflash.product.upgrade.__main__ import main
+from pyllama_dflash.product.upgrade.draft import IMAGE_ROWS_KEY
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -61,7 +61,7 @@ def _finish(w: Any) -> None:
 
 def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pyllama_dflash.upgrade", *map(str, args)],
+        [sys.executable, "-m", "pyllama_dflash.product.upgrade", *map(str, args)],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -207,7 +207,7 @@ def test_cli_errors_exit_2_without_traceback(ms: ModelSet, tmp_path: Path) -> No
     for args in ([junk], [junk, "--check"], [ms.target, "--check"], [ms.draft, "--check", "--target", junk]):
         r = _cli(*args)
         assert r.returncode == 2, (args, r.stdout, r.stderr)
-        assert r.stderr.startswith("python -m pyllama_dflash.upgrade: error: ") and "Traceback" not in r.stderr
+        assert r.stderr.startswith("python -m pyllama_dflash.product.upgrade: error: ") and "Traceback" not in r.stderr
         assert str(args[-1] if "--target" in args else args[0]) in r.stderr
 
 
@@ -288,7 +288,7 @@ def test_missing_head_size_keys(tmp_path: Path, gguf: Any) -> None:
 
 
 def test_error_is_a_pyllama_error() -> None:
-    from pyllama_dflash._internals import PyllamaError
+    from pyllama_dflash.product.owning import PyllamaError
 
     assert issubclass(DraftUpgradeError, PyllamaError) and issubclass(DraftUpgradeError, ValueError)
 
@@ -434,10 +434,10 @@ def test_image_rows_in_place(legacy: Path, tmp_path: Path) -> None:
 
 
 def test_image_rows_key_encoded_as_the_generator_writes_it(legacy: Path, tmp_path: Path, gguf: Any) -> None:
-    from pyllama_dflash.tiny.draft import IMAGE_ROWS_KEY as TINY_KEY
-    from pyllama_dflash.tiny.draft import write_draft
+    from pyllama_dflash.harness.tiny.draft import IMAGE_ROWS_KEY as TINY_KEY
+    from pyllama_dflash.harness.tiny.draft import write_draft
 
-    assert TINY_KEY is IMAGE_ROWS_KEY  # one name, defined in draft_upgrade
+    assert TINY_KEY is IMAGE_ROWS_KEY  # one name, defined in product.upgrade.draft
     gen = tmp_path / "gen.gguf"
     write_draft(gen, mrope=True, image_rows=True, gguf=gguf)
     out = upgrade(legacy, tmp_path / "out.gguf", image_rows=True).out

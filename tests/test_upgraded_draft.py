@@ -1,5 +1,5 @@
 """The no-rebuild remedy, proven on the unpatched tree: a legacy draft upgraded by
-``python -m pyllama_dflash.upgrade`` behaves on ``baseline`` exactly like its reconverted twin.
+``python -m pyllama_dflash.product.upgrade`` behaves on ``baseline`` exactly like its reconverted twin.
 
 The upgrade adds ``dflash.rope.dimension_sections`` and nothing else (tests/test_upgrade.py checks
 the bytes); here the upgraded tiny drafts run the scenario matrix and llama-server on baseline.
@@ -13,12 +13,12 @@ from dataclasses import replace
 
 import pytest
 
-from pyllama_dflash.engine.matrix import run_table
-from pyllama_dflash.oracles.references import REFERENCE
-from pyllama_dflash.scenarios.catalog import SCENARIOS
-from pyllama_dflash.server import run_server_checks
-from pyllama_dflash.slotloop.config import DEFAULT_CONFIG
-from pyllama_dflash.upgrade import upgrade
+from pyllama_dflash.harness.engine.matrix import run_table
+from pyllama_dflash.harness.oracles.references import REFERENCE
+from pyllama_dflash.harness.scenarios.catalog import SCENARIOS
+from pyllama_dflash.harness.server import run_server_checks
+from pyllama_dflash.harness.slotloop.config import DEFAULT_CONFIG
+from pyllama_dflash.product.upgrade import upgrade
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,15 @@ def test_the_upgraded_draft_passes_every_scenario_on_baseline_without_drift(vari
 def test_the_check_mode_tells_an_affected_draft_from_an_upgraded_one(upgraded, model_set):
     def check(draft) -> int:
         return subprocess.run(
-            [sys.executable, "-m", "pyllama_dflash.upgrade", str(draft), "--check", "--target", str(upgraded.target)],
+            [
+                sys.executable,
+                "-m",
+                "pyllama_dflash.product.upgrade",
+                str(draft),
+                "--check",
+                "--target",
+                str(upgraded.target),
+            ],
             capture_output=True,
             text=True,
             timeout=60,

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from pyllama_dflash.acceptance.paired import DEFINITION, TWIN
-from pyllama_dflash.acceptance.script import PHASES
-from pyllama_dflash.vlm.__main__ import main as vlm_main
-from pyllama_dflash.vlm.library_paired import AS_TRAINED, COLUMNS, TrainedPair, measure, trained_plan
-from pyllama_dflash.vlm.report import markdown
-from pyllama_dflash.vlm.scenes import SIDE_FOR_ROWS
-from pyllama_dflash.vlm.vocab import IM_END
+from pyllama_dflash.lab.acceptance.paired import DEFINITION, TWIN
+from pyllama_dflash.lab.acceptance.script import PHASES
+from pyllama_dflash.lab.vlm.__main__ import main as vlm_main
+from pyllama_dflash.lab.vlm.library_paired import AS_TRAINED, COLUMNS, TrainedPair, measure, trained_plan
+from pyllama_dflash.lab.vlm.report import markdown
+from pyllama_dflash.lab.vlm.scenes import SIDE_FOR_ROWS
+from pyllama_dflash.lab.vlm.vocab import IM_END
 
 COMMITTED = Path(__file__).parent / "data" / "vlm"
 

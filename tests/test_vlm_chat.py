@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from pyllama_dflash.llamabuild.patchset import load_series
+from pyllama_dflash.harness.server.server_process import ServerOptions, serve
+from pyllama_dflash.lab.vlm.client_chat import ChatRefused, three_turns
+from pyllama_dflash.lab.vlm.evaluate import CAPTION
+from pyllama_dflash.lab.vlm.judge import chat_scenes
 from pyllama_dflash.paths import default_patches_dir
-from pyllama_dflash.server.server_process import ServerOptions, serve
-from pyllama_dflash.vlm.client_chat import ChatRefused, three_turns
-from pyllama_dflash.vlm.evaluate import CAPTION
-from pyllama_dflash.vlm.judge import chat_scenes
+from pyllama_dflash.product.llamabuild.patchset import load_series
 
 pytestmark = pytest.mark.server
 

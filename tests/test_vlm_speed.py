@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from pyllama_dflash.errors import UsageError
-from pyllama_dflash.vlm.__main__ import main as vlm_main
-from pyllama_dflash.vlm.drafts import TrainedOn
-from pyllama_dflash.vlm.scenes import SIDE_FOR_ROWS
-from pyllama_dflash.vlm.served_speed import PairFiles, conversation, measure
+from pyllama_dflash.lab.vlm.__main__ import main as vlm_main
+from pyllama_dflash.lab.vlm.drafts import TrainedOn
+from pyllama_dflash.lab.vlm.scenes import SIDE_FOR_ROWS
+from pyllama_dflash.lab.vlm.served_speed import PairFiles, conversation, measure
 
 COMMITTED = Path(__file__).parent / "data" / "vlm"
 FILES = PairFiles(COMMITTED / "vlm-target.gguf", COMMITTED / "vlm-mmproj.gguf", COMMITTED / "vlm-dflash-text.gguf")

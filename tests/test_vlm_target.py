@@ -11,19 +11,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pyllama_dflash import api
 from pyllama_dflash.files import sha256_file
-from pyllama_dflash.vlm.config import TOY
-from pyllama_dflash.vlm.corpus import Image, caption_turn, draw_conversation, prose_turn, render
-from pyllama_dflash.vlm.evaluate import llama_logits, nmse, reference_logits
-from pyllama_dflash.vlm.imagerows import encode_images, write_projector
-from pyllama_dflash.vlm.judge import captions, held_out_images
-from pyllama_dflash.vlm.padded import PaddingForm, pad_to, weight_bytes
-from pyllama_dflash.vlm.pipeline import HELD_OUT_IMAGE_SEEDS
-from pyllama_dflash.vlm.prose import Paragraph
-from pyllama_dflash.vlm.scenes import Scene
-from pyllama_dflash.vlm.train import pack
-from pyllama_dflash.vlm.weights import init_params, read_target, trained_names, write_target
+from pyllama_dflash.lab.vlm.config import TOY
+from pyllama_dflash.lab.vlm.corpus import Image, caption_turn, draw_conversation, prose_turn, render
+from pyllama_dflash.lab.vlm.evaluate import llama_logits, nmse, reference_logits
+from pyllama_dflash.lab.vlm.imagerows import encode_images, write_projector
+from pyllama_dflash.lab.vlm.judge import captions, held_out_images
+from pyllama_dflash.lab.vlm.padded import PaddingForm, pad_to, weight_bytes
+from pyllama_dflash.lab.vlm.pipeline import HELD_OUT_IMAGE_SEEDS
+from pyllama_dflash.lab.vlm.prose import Paragraph
+from pyllama_dflash.lab.vlm.scenes import Scene
+from pyllama_dflash.lab.vlm.train import pack
+from pyllama_dflash.lab.vlm.weights import init_params, read_target, trained_names, write_target
+from pyllama_dflash.product import api
 
 COMMITTED = Path(__file__).parent / "data" / "vlm"
 PARAGRAPHS = [

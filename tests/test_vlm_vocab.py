@@ -13,15 +13,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyllama_dflash import api
-from pyllama_dflash.server.server_process import ServerOptions, serve
-from pyllama_dflash.tiny.image import png_bytes
-from pyllama_dflash.vlm.config import TOY
-from pyllama_dflash.vlm.corpus import CAPTION_QUESTION
-from pyllama_dflash.vlm.judge import held_out_images
-from pyllama_dflash.vlm.roundtrip import library_text_round_trip, server_chat_round_trip, server_text_round_trip
-from pyllama_dflash.vlm.vocab import IM_END, SPECIALS, VOCAB
-from pyllama_dflash.vlm.weights import init_params, write_target
+from pyllama_dflash.harness.server.server_process import ServerOptions, serve
+from pyllama_dflash.harness.tiny.image import png_bytes
+from pyllama_dflash.lab.vlm.config import TOY
+from pyllama_dflash.lab.vlm.corpus import CAPTION_QUESTION
+from pyllama_dflash.lab.vlm.judge import held_out_images
+from pyllama_dflash.lab.vlm.roundtrip import library_text_round_trip, server_chat_round_trip, server_text_round_trip
+from pyllama_dflash.lab.vlm.vocab import IM_END, SPECIALS, VOCAB
+from pyllama_dflash.lab.vlm.weights import init_params, write_target
+from pyllama_dflash.product import api
 
 COMMITTED = Path(__file__).parent / "data" / "vlm"
 TEXTS = (

@@ -1,8 +1,0 @@
-"""A hypothesis fuzzer of image/text schedules for the DFlash draft.
-
-The command alone (``__main__``: ``python -m pyllama_dflash.fuzz``); the schedules' format,
-strategy, invariant, search and child processes are the engine's (``pyllama_dflash.engine``:
-``schedule``, ``strategy``, ``invariant``, ``execute``, ``reference``, ``search``, ``minimize``,
-``run_schedule``, ``schedule_runner``), which ``repro --schedule`` and ``mutate`` use too. A
-shrunk failing schedule replays with ``python -m pyllama_dflash.repro --schedule FILE``.
-"""

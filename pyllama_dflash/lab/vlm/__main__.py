@@ -1,0 +1,475 @@
+"""pyllama-dflash vlm: the trained vision-language target, stage by stage (the ``train`` extra: JAX).
+
+    pyllama-dflash vlm vocab --out F         # the character vocabulary, listed (nothing to train)
+    pyllama-dflash vlm corpus --out DIR      # the training pool: conversations, their images through mtmd
+    pyllama-dflash vlm target --out DIR      # training on the pool (made first if --corpus names none)
+    pyllama-dflash vlm judge [--target F]    # llama.cpp's logits against the reference; captions
+    pyllama-dflash vlm pad --out F [--form wide|deep]   # the padded target, its logits against the core's
+    pyllama-dflash vlm drafts --out DIR      # the text- and image-trained DFlash drafts
+    pyllama-dflash vlm speed --target F      # tokens/s with a draft over without, through llama-server
+    pyllama-dflash vlm pair A.json B.json    # two speed records' acceptance, paired over conversations
+    pyllama-dflash vlm accept                # paired acceptance through the libraries, every semantics
+    pyllama-dflash vlm plot R.json --out F   # an accept record's picture, by tokens since the image
+    pyllama-dflash vlm images --out DIR      # two held-out scenes as PNG, for repro on the trained pair
+
+``--smoke`` runs a stage at toy size in seconds (what CI runs). Each stage writes a JSON record
+beside what it made: the command, its inputs, the time it took and the sha256 of every output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from ... import command
+from ...errors import GGUFError, UsageError
+from ...files import atomic_write_bytes, atomic_write_json, sha256_file
+from ...paths import REPO_DIR
+from .config import CORE, TOY, CoreConfig
+from .imagerows import write_projector
+from .pipeline import PHASES, SMOKE_PHASES, SMOKE_POOL, Phase, PoolSpec, build_pool, train_core
+from .poolfile import load_pool, save_pool
+from .weights import init_params, read_target, write_target
+
+COMMITTED = REPO_DIR / "tests" / "data" / "vlm"
+TARGET_FILE = "vlm-target.gguf"
+MMPROJ_FILE = "vlm-mmproj.gguf"
+RECORD_FILE = "vlm-target.json"
+POOL_FILE = "vlm-pool.npz"
+
+
+def _log(msg: str) -> None:
+    print(f"[vlm {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _machine() -> dict:
+    import os
+
+    return {
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "load_at_start": round(os.getloadavg()[0], 2),
+    }
+
+
+def _existing(path: str | Path, what: str) -> Path:
+    p = Path(path)
+    if not p.is_file():
+        raise GGUFError(p, f"no such file (the {what})")
+    return p
+
+
+def _shown(path: Path) -> str:
+    """A path as a record shows it: relative to the working folder where it lies inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _load_baseline() -> dict:
+    """The images are encoded, and the target judged, on baseline's build (made here if missing); returns
+    the provenance a record carries (figures.provenance)."""
+    from pyllama_dflash import load
+    from pyllama_dflash.figures import provenance
+    from pyllama_dflash.product.llamabuild import BuildOptions, build
+
+    build(["baseline"], BuildOptions(quiet=True))
+    return provenance(load("baseline"))
+
+
+def _phases(args: argparse.Namespace) -> tuple[CoreConfig, tuple[Phase, ...]]:
+    """The target's size and its phases: the two default ones (or the smoke's), or one the flags describe."""
+    cfg = TOY if args.smoke else CORE
+    phases = SMOKE_PHASES if args.smoke else PHASES
+    if not (args.steps or args.lr or args.mix or args.init or args.corpus):
+        return cfg, phases
+    spec, recipe = phases[0].pool, phases[0].recipe
+    if args.steps:
+        recipe = replace(recipe, steps=args.steps)
+    if args.lr:
+        recipe = replace(recipe, lr=args.lr, lr_final=min(recipe.lr_final, args.lr / 10))
+    if args.mix:
+        try:
+            prose, caption, mixed = (int(x) for x in args.mix.split(","))
+        except ValueError:
+            raise UsageError(f"--mix {args.mix!r}: three counts, prose,caption,mixed") from None
+        spec = replace(spec, prose=prose, caption=caption, mixed=mixed)
+    return cfg, (Phase("as asked", spec, recipe),)
+
+
+def _pool(args: argparse.Namespace, cfg: CoreConfig, spec: PoolSpec, target: Path, mmproj: Path) -> tuple:
+    """The pool ``--corpus`` names (checked to be this size's), else one drawn and encoded here."""
+    if not args.corpus:
+        return (*build_pool(spec, target, mmproj, log=_log), spec)
+    pool, rows_of, meta = load_pool(_existing(Path(args.corpus) / POOL_FILE, "training pool"))
+    if meta["config"] != json.loads(json.dumps(cfg.as_dict())):
+        size = "the toy size" if not args.smoke else "the core's size"
+        raise UsageError(f"--corpus {args.corpus}: its pool was made at {size}, not this run's")
+    _log(f"read the pool of {len(pool)} conversations from {args.corpus}")
+    spec = PoolSpec(**{k: tuple(map(tuple, v)) if isinstance(v, list) else v for k, v in meta["pool"].items()})
+    return pool, rows_of, spec
+
+
+def _start(args: argparse.Namespace, cfg: CoreConfig) -> dict | None:
+    """The weights ``--init`` names (checked to be this size's), or None: fresh ones."""
+    if not args.init:
+        return None
+    init_cfg, init = read_target(_existing(args.init, "target to start from"))
+    if init_cfg != cfg:
+        raise UsageError(f"--init {args.init}: a target of another shape than this run's")
+    _log(f"starting from {args.init}")
+    return init
+
+
+def cmd_target(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg, phases = _phases(args)
+    target, mmproj = out / TARGET_FILE, out / MMPROJ_FILE
+    machine = _machine()
+    write_projector(mmproj, cfg)
+    record_provenance = _load_baseline()
+    params = _start(args, cfg)
+    write_target(target, cfg, params or init_params(cfg, 0), name="pyllama-dflash vlm target (untrained)")
+    done = []
+    for phase in phases:
+        _log(f"phase {phase.name}: {phase.recipe.steps} steps")
+        started = time.monotonic()
+        pool, rows_of, spec = _pool(args, cfg, phase.pool, target, mmproj)
+        pool_seconds = round(time.monotonic() - started, 1)
+
+        def checkpoint(p: dict, step: int, name: str = phase.name) -> None:
+            write_target(target, cfg, p, name=f"pyllama-dflash vlm target ({name}, step {step})")
+            _log(f"checkpoint at step {step}: {target}")
+
+        params, record = train_core(cfg, pool, rows_of, phase.recipe, log=_log, checkpoint=checkpoint, init=params)
+        done.append({"phase": phase.name, "pool": asdict(spec), "pool_seconds": pool_seconds, **record})
+    write_target(target, cfg, params, name="pyllama-dflash vlm target")
+    record = {
+        "command": args.command_line,
+        "started_from": Path(args.init).name if args.init else None,
+        "config": cfg.as_dict(),
+        "phases": done,
+        **record_provenance,
+        "machine_at_start": machine,
+        "files": {p.name: sha256_file(p) for p in (target, mmproj)},
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    atomic_write_json(out / RECORD_FILE, record)
+    _log(f"wrote {target} ({json.dumps(record['files'])})")
+    return 0
+
+
+def cmd_vocab(args: argparse.Namespace) -> int:
+    from .vocab import VOCAB
+
+    listing = [
+        {"id": i, "token": t, "type": ty} for i, (t, ty) in enumerate(zip(VOCAB.tokens, VOCAB.token_types, strict=True))
+    ]
+    atomic_write_json(
+        Path(args.out), {"n_vocab": VOCAB.n_vocab, "tokenizer": "llama (SPM), characters", "tokens": listing}
+    )
+    _log(f"wrote {args.out}: {VOCAB.n_vocab} tokens")
+    return 0
+
+
+def cmd_corpus(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = TOY if args.smoke else CORE
+    spec = SMOKE_POOL if args.smoke else PoolSpec()
+    started = time.monotonic()
+    mmproj, scratch = out / MMPROJ_FILE, out / "vlm-target-untrained.gguf"
+    write_projector(mmproj, cfg)
+    _load_baseline()
+    write_target(scratch, cfg, init_params(cfg, 0), name="pyllama-dflash vlm target (untrained: its width for mtmd)")
+    pool, rows_of = build_pool(spec, scratch, mmproj, log=_log)
+    meta = {"pool": asdict(spec), "config": cfg.as_dict(), "seconds": round(time.monotonic() - started, 1)}
+    save_pool(out / POOL_FILE, pool, rows_of, meta)
+    scratch.unlink()
+    _log(f"wrote {out / POOL_FILE}: {len(pool)} conversations, {len(rows_of)} images ({meta['seconds']} s)")
+    return 0
+
+
+def cmd_judge(args: argparse.Namespace) -> int:
+    from .judge import judge
+
+    target = _existing(args.target, "target")
+    mmproj = _existing(args.mmproj or target.with_name(MMPROJ_FILE), "projector")
+    prov = _load_baseline()
+    report = judge(target, mmproj, n_images=args.images, n_conversations=args.conversations, log=_log)
+    report |= {"kind": "judge", "images": args.images, "conversations": args.conversations, **prov}
+    if args.json:
+        atomic_write_json(Path(args.json), report)
+    print(json.dumps({k: v for k, v in report.items() if k != "samples"}, indent=1))
+    return 0
+
+
+def cmd_pad(args: argparse.Namespace) -> int:
+    from .padded import PaddingForm, pad_and_check
+
+    core = _existing(args.core, "core target")
+    mmproj = _existing(args.mmproj or core.with_name(MMPROJ_FILE), "projector")
+    prov = _load_baseline()
+    record = pad_and_check(core, mmproj, Path(args.out), PaddingForm(args.form), args.min_mib << 20, log=_log)
+    record |= {"kind": "padded", **prov}
+    atomic_write_json(Path(args.out).with_suffix(".json"), record)
+    if args.json:
+        atomic_write_json(Path(args.json), record)
+    print(json.dumps(record, indent=1))
+    return 0
+
+
+def cmd_drafts(args: argparse.Namespace) -> int:
+    from .drafts import TrainedOn, draft_file, make_draft
+
+    target = _existing(args.target, "target")
+    mmproj = _existing(args.mmproj or target.with_name(MMPROJ_FILE), "projector")
+    prov = _load_baseline()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    made = []
+    for kind in [TrainedOn(k) for k in args.trained_on.split(",") if k != "none"]:
+        record = make_draft(target, mmproj, out, kind, smoke=args.smoke, steps=args.steps, log=_log)
+        _log(f"{kind.value}-trained draft: held-out mean accepted {record['held_out_mean_accepted']} of 3")
+        made.append(record)
+    if args.json:  # every draft recorded in --out, those of an earlier run included
+        records = [(out / draft_file(k)).with_suffix(".json") for k in TrainedOn]
+        made = [json.loads(r.read_text()) for r in records if r.exists()]
+        atomic_write_json(Path(args.json), {"kind": "drafts", "drafts": made, **prov})
+    return 0
+
+
+def cmd_speed(args: argparse.Namespace) -> int:
+    from pyllama_dflash import load
+    from pyllama_dflash.figures import provenance
+    from pyllama_dflash.product.llamabuild import BuildOptions, build
+
+    from .drafts import TrainedOn
+    from .served_speed import PairFiles, measure
+
+    target = _existing(args.target, "target")
+    files = PairFiles(
+        target,
+        _existing(args.mmproj or COMMITTED / MMPROJ_FILE, "projector"),
+        _existing(args.draft or COMMITTED / "vlm-dflash-text.gguf", "draft"),
+    )
+    n_maxes = [int(n) for n in args.n_max.split(",")]
+    build([args.variant], BuildOptions(server=True, quiet=True))
+    prov = provenance(load(args.variant))
+    seeds = range(args.conversations)
+    started = time.monotonic()
+    report = measure(args.variant, files, TrainedOn(args.kind), seeds, n_maxes, args.rows_per_image, log=_log)
+    report |= {
+        "kind": "vlm-speed",
+        "conversations": args.conversations,
+        "files": {k: {"name": v.name, "sha256": sha256_file(v)} for k, v in asdict(files).items()},
+        "seconds": round(time.monotonic() - started, 1),
+        "command": f"pyllama-dflash vlm speed --target {_shown(target)} --draft {_shown(files.draft)} "
+        f"--variant {args.variant} --kind {args.kind} --conversations {args.conversations} --n-max {args.n_max}"
+        + (f" --rows-per-image {args.rows_per_image}" if args.rows_per_image else "")
+        + (f" --json {_shown(Path(args.json))}" if args.json else ""),
+        **prov,
+    }
+    if args.json:
+        atomic_write_json(Path(args.json), report)
+    print(json.dumps(report["table"], indent=1))
+    return 0
+
+
+def cmd_pair(args: argparse.Namespace) -> int:
+    from .served_speed import paired_acceptance
+
+    records = [json.loads(_existing(f, "speed record").read_text()) for f in (args.first, args.second)]
+    for f, r in zip((args.first, args.second), records, strict=True):
+        if r.get("kind") != "vlm-speed" or f"n_max {args.n_max}" not in r["turns"]:
+            raise UsageError(f"{f}: not a vlm speed record with n_max {args.n_max}")
+    if records[0]["files"]["draft"] != records[1]["files"]["draft"]:
+        raise UsageError(f"{args.first} and {args.second}: records of different drafts")
+    report = {
+        "kind": "vlm-paired",
+        "first": {"record": Path(args.first).name, "variant": records[0]["variant"]},
+        "second": {"record": Path(args.second).name, "variant": records[1]["variant"]},
+        "draft": records[0]["files"]["draft"]["name"],
+        "n_max": args.n_max,
+        **paired_acceptance(records[0], records[1], args.n_max),
+        "command": f"pyllama-dflash vlm pair {_shown(Path(args.first))} {_shown(Path(args.second))} "
+        f"--n-max {args.n_max}" + (f" --json {_shown(Path(args.json))}" if args.json else ""),
+        **{k: records[0][k] for k in ("date", "machine", "llama_cpp")},
+    }
+    if args.json:
+        atomic_write_json(Path(args.json), report)
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+def cmd_accept(args: argparse.Namespace) -> int:
+    from pyllama_dflash import load
+    from pyllama_dflash.figures import provenance
+    from pyllama_dflash.product.llamabuild import BuildOptions, build
+
+    from .drafts import TrainedOn, draft_file
+    from .library_paired import COLUMNS, TrainedPair, measure
+
+    rows = [int(r) for r in args.rows.split(",")]
+    kinds = [TrainedOn(k) for k in args.drafts.split(",")]
+    build(sorted({c.variant for c in COLUMNS}), BuildOptions(server=True, quiet=True))
+    prov = provenance(load("as-trained"))
+    started = time.monotonic()
+    runs = {}
+    for kind in kinds:
+        pair = TrainedPair(
+            _existing(args.target or COMMITTED / TARGET_FILE, "target"),
+            _existing(args.mmproj or COMMITTED / MMPROJ_FILE, "projector"),
+            _existing(COMMITTED / draft_file(kind), "draft"),
+        )
+        for n in rows:
+            _log(f"{kind.value}-trained draft, images of {n} rows:")
+            runs[f"trained/{kind.value}/{n}"] = measure(pair, range(args.conversations), n, args.n_max, log=_log)
+    report = {
+        "kind": "vlm-accept",
+        "conversations": args.conversations,
+        "n_max": args.n_max,
+        "runs": runs,
+        "seconds": round(time.monotonic() - started, 1),
+        "command": f"pyllama-dflash vlm accept --drafts {args.drafts} --rows {args.rows} "
+        f"--conversations {args.conversations} --n-max {args.n_max}"
+        + (f" --json {_shown(Path(args.json))}" if args.json else ""),
+        **prov,
+    }
+    if args.json:
+        atomic_write_json(Path(args.json), report)
+    from .report import markdown
+
+    print(markdown(report))
+    return 0
+
+
+def cmd_images(args: argparse.Namespace) -> int:
+    from pyllama_dflash.harness.tiny.image import png_bytes
+
+    from .judge import chat_scenes
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, image in chat_scenes().items():
+        atomic_write_bytes(out / name, png_bytes(image.pixels()))
+        print(out / name, f"({image.scene.caption()})")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from pyllama_dflash.lab.acceptance.plot import plot_since_image
+
+    record = json.loads(_existing(args.record, "accept record").read_text())
+    if record.get("kind") != "vlm-accept":
+        raise UsageError(f"{args.record}: not a record of `vlm accept` (its kind is {record.get('kind')!r})")
+    print(plot_since_image(record["runs"], "trained", Path(args.out)))
+    return 0
+
+
+def _add_serving_stages(sub: argparse._SubParsersAction) -> None:
+    """The stages that measure the pair through llama-server: ``speed`` and ``pair``."""
+    sp = sub.add_parser("speed", help="tokens/s with a draft over without, through llama-server, side by side")
+    sp.add_argument("--target", required=True, help="the target GGUF (the core, or its padded form: vlm pad)")
+    sp.add_argument("--mmproj", default=None, help="its projector (default: the committed vlm-mmproj.gguf)")
+    sp.add_argument("--draft", default=None, help="the draft (default: the committed vlm-dflash-text.gguf)")
+    sp.add_argument("--variant", default="as-trained", help="the build the servers run (default as-trained)")
+    sp.add_argument("--kind", choices=["text", "images"], default="text", help="prose chats, or the bench's shape")
+    sp.add_argument(
+        "--rows-per-image", type=int, choices=[64, 256, 1024], default=None, help="image size (default: drawn)"
+    )
+    sp.add_argument("--conversations", type=int, default=24, help="held-out conversations (default 24)")
+    sp.add_argument("--n-max", default="3,7", help="draft lengths, comma-separated (default 3,7)")
+    sp.add_argument("--json", default=None, help="write the record here")
+    sp.set_defaults(func=cmd_speed)
+    pa = sub.add_parser("pair", help="accepted tokens a round of one speed record minus another's, paired")
+    pa.add_argument("first", help="a vlm speed record (e.g. the draft under definition)")
+    pa.add_argument("second", help="another of the same draft and conversations (e.g. under slots)")
+    pa.add_argument("--n-max", type=int, default=7, help="the draft length both records ran (default 7)")
+    pa.add_argument("--json", default=None, help="write the record here (docs/figures/vlm-paired-*.json)")
+    pa.set_defaults(func=cmd_pair)
+    ac = sub.add_parser("accept", help="paired acceptance through each variant's libraries, every semantics")
+    ac.add_argument("--target", default=None, help="the target GGUF (default: the committed core)")
+    ac.add_argument("--mmproj", default=None, help="its projector (default: the committed vlm-mmproj.gguf)")
+    ac.add_argument("--drafts", default="text,images", help="the committed drafts, by what they were trained on")
+    ac.add_argument("--rows", default="64,256,1024", help="image sizes in rows, comma-separated")
+    ac.add_argument("--conversations", type=int, default=24, help="held-out conversations (default 24)")
+    ac.add_argument("--n-max", type=int, default=7, help="the draft length (default 7, both drafts' block)")
+    ac.add_argument("--json", default=None, help="write the record here (docs/figures/vlm-accept.json)")
+    ac.set_defaults(func=cmd_accept)
+    im = sub.add_parser("images", help="the two held-out scenes of the chat and of repro on the pair, as PNG")
+    im.add_argument("--out", required=True, help="folder for scene-7.png and scene-23.png")
+    im.set_defaults(func=cmd_images)
+    pl = sub.add_parser("plot", help="an accept record's picture: accepted length against tokens since the image")
+    pl.add_argument("record", help="a record of `vlm accept` (docs/figures/vlm-accept.json)")
+    pl.add_argument("--out", required=True, help="the SVG to write (the plot extra: matplotlib)")
+    pl.set_defaults(func=cmd_plot)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pyllama-dflash vlm", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="stage", required=True)
+    t = sub.add_parser("target", help="train the target core; write its GGUF, projector and record")
+    t.add_argument("--out", required=True, help="folder for the GGUFs and the record")
+    t.add_argument("--steps", type=int, default=0, help="training steps (default: the recipe's)")
+    t.add_argument("--smoke", action="store_true", help="toy sizes: a few conversations and steps")
+    t.add_argument("--corpus", default=None, help="a folder `vlm corpus` wrote (default: make the pool here)")
+    t.add_argument("--init", default=None, help="a target GGUF to start from (default: fresh weights)")
+    t.add_argument("--lr", type=float, default=0.0, help="the peak learning rate (default: the recipe's)")
+    t.add_argument(
+        "--mix",
+        default=None,
+        help="conversations of each kind, prose,caption,mixed (default: the pool's 4000,3000,1500)",
+    )
+    t.set_defaults(func=cmd_target)
+    v = sub.add_parser("vocab", help="list the character vocabulary (ids, tokens, types) as JSON")
+    v.add_argument("--out", required=True, help="the JSON file to write")
+    v.set_defaults(func=cmd_vocab)
+    c = sub.add_parser("corpus", help="draw the training pool and encode its images through mtmd")
+    c.add_argument("--out", required=True, help="folder for the pool and the projector")
+    c.add_argument("--smoke", action="store_true", help="toy sizes: a few conversations")
+    c.set_defaults(func=cmd_corpus)
+    j = sub.add_parser("judge", help="llama.cpp's logits against the reference forward, and the captions")
+    j.add_argument("--target", default=str(COMMITTED / TARGET_FILE), help="the target GGUF (default: the committed)")
+    j.add_argument("--mmproj", default=None, help="its projector (default: vlm-mmproj.gguf beside it)")
+    j.add_argument("--images", type=int, default=90, help="held-out images to caption")
+    j.add_argument("--conversations", type=int, default=6, help="held-out conversations for the logits")
+    j.add_argument("--json", default=None, help="write the report here")
+    j.set_defaults(func=cmd_judge)
+    p = sub.add_parser("pad", help="the padded target: the core's function, weights 8x the last-level cache")
+    p.add_argument("--core", default=str(COMMITTED / TARGET_FILE), help="the core target GGUF")
+    p.add_argument("--mmproj", default=None, help="its projector (default: vlm-mmproj.gguf beside it)")
+    p.add_argument("--out", required=True, help="the padded GGUF to write (its record beside it, .json)")
+    p.add_argument("--form", choices=["wide", "deep"], default="wide", help="wider FFNs, or identity layers")
+    p.add_argument("--min-mib", type=int, default=256, help="the least MiB of weights (default 256: 8 x 32 MiB)")
+    p.add_argument("--json", default=None, help="also write the record here (docs/figures/vlm-padded-FORM.json)")
+    p.set_defaults(func=cmd_pad)
+    d = sub.add_parser("drafts", help="train DFlash drafts for the target with the project's draft pipeline")
+    d.add_argument("--target", default=str(COMMITTED / TARGET_FILE), help="the target GGUF")
+    d.add_argument("--mmproj", default=None, help="its projector (default: vlm-mmproj.gguf beside it)")
+    d.add_argument("--out", required=True, help="folder for the drafts and their records")
+    d.add_argument(
+        "--trained-on",
+        default="text,images",
+        help="which drafts: text, images, both (text,images), or none (train nothing: --json gathers the records)",
+    )
+    d.add_argument("--steps", type=int, default=0, help="training steps (default: the recipe's)")
+    d.add_argument("--smoke", action="store_true", help="toy sizes: a few conversations and steps")
+    d.add_argument("--json", default=None, help="write both records here (docs/figures/vlm-drafts.json)")
+    d.set_defaults(func=cmd_drafts)
+    _add_serving_stages(sub)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    args.command_line = "pyllama-dflash vlm " + " ".join(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(command.run(main))

@@ -1,0 +1,149 @@
+"""The padded target: the trained core's function at a size whose decode streams its weights.
+
+Drafting pays where a verify of several tokens costs about what one token costs: a decode that
+streams weights far larger than the last-level cache. Two ways to get there without changing the
+function, both exact in arithmetic (they only add terms that are exactly zero):
+
+- ``wide``: every layer's FFN widened to ``n_ff`` with zero rows in ``ffn_gate``/``ffn_up`` and zero
+  columns in ``ffn_down`` (a zero hidden unit is ``silu(0) * 0 = 0``, times a zero column);
+- ``deep``: identity layers appended after the core (a gated-delta-net and an attention layer per
+  pair, every output projection zero), so the feature layers a draft reads keep their ids.
+
+llama.cpp reads no value: zeros are streamed and multiplied like any weight.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from .config import CoreConfig
+from .weights import trained_names
+
+PARAM_BYTES = 4  # F32
+
+
+class PaddingForm(enum.Enum):
+    WIDE = "wide"
+    DEEP = "deep"
+
+
+def weight_bytes(cfg: CoreConfig) -> int:
+    """The bytes of every tensor llama.cpp streams for one decode (the output head included)."""
+    E, F, V, d = cfg.n_embd, cfg.n_ff, cfg.n_vocab, cfg.head_dim
+    attn = E * 2 * cfg.n_head * d + 2 * E * cfg.n_head_kv * d + cfg.n_head * d * E
+    key_dim = cfg.ssm_state_size * cfg.ssm_group_count
+    val_dim = cfg.ssm_state_size * cfg.ssm_time_step_rank
+    mixer = E * (2 * key_dim + val_dim) + E * val_dim + val_dim * E + 2 * E * cfg.ssm_time_step_rank
+    total = 2 * V * E
+    for il in range(cfg.n_layer):
+        total += 3 * E * F + (attn if cfg.is_attention(il) else mixer)
+    return total * PARAM_BYTES
+
+
+def pad_wide(cfg: CoreConfig, params: dict[str, np.ndarray], n_ff: int) -> tuple[CoreConfig, dict[str, np.ndarray]]:
+    if n_ff < cfg.n_ff:
+        raise ValueError(f"n_ff {n_ff} is narrower than the core's {cfg.n_ff}")
+    out = dict(params)
+    for il in range(cfg.n_layer):
+        pre = f"blk.{il}."
+        for name in ("ffn_gate.weight", "ffn_up.weight"):
+            wide = np.zeros((n_ff, cfg.n_embd), np.float32)
+            wide[: cfg.n_ff] = params[pre + name]
+            out[pre + name] = wide
+        down = np.zeros((cfg.n_embd, n_ff), np.float32)
+        down[:, : cfg.n_ff] = params[pre + "ffn_down.weight"]
+        out[pre + "ffn_down.weight"] = down
+    return replace(cfg, n_ff=n_ff), out
+
+
+def pad_deep(
+    cfg: CoreConfig, params: dict[str, np.ndarray], extra_layers: int
+) -> tuple[CoreConfig, dict[str, np.ndarray]]:
+    if extra_layers % cfg.full_attention_interval:
+        raise ValueError(
+            f"extra_layers {extra_layers} must keep the layer pattern: a multiple of {cfg.full_attention_interval}"
+        )
+    padded = replace(cfg, n_layer=cfg.n_layer + extra_layers)
+    out = dict(params)
+    for name in trained_names(padded):
+        if name not in out:  # an appended layer's tensor: zero, its norms one
+            shape = _shape(padded, name)
+            out[name] = np.ones(shape, np.float32) if name.endswith("norm.weight") else np.zeros(shape, np.float32)
+    return padded, out
+
+
+def _shape(cfg: CoreConfig, name: str) -> tuple[int, ...]:
+    E, F, d = cfg.n_embd, cfg.n_ff, cfg.head_dim
+    leaf = name.split(".", 2)[2]
+    return {
+        "post_attention_norm.weight": (E,),
+        "attn_norm.weight": (E,),
+        "ffn_gate.weight": (F, E),
+        "ffn_up.weight": (F, E),
+        "ffn_down.weight": (E, F),
+        "attn_q.weight": (2 * cfg.n_head * d, E),
+        "attn_k.weight": (cfg.n_head_kv * d, E),
+        "attn_v.weight": (cfg.n_head_kv * d, E),
+        "attn_output.weight": (E, cfg.n_head * d),
+        "attn_q_norm.weight": (d,),
+        "attn_k_norm.weight": (d,),
+    }[leaf]
+
+
+def pad_to(
+    form: PaddingForm, cfg: CoreConfig, params: dict[str, np.ndarray], min_bytes: int
+) -> tuple[CoreConfig, dict[str, np.ndarray]]:
+    """The smallest padding of ``form`` whose weights reach ``min_bytes``."""
+    if form is PaddingForm.WIDE:
+        n_ff = cfg.n_ff
+        while weight_bytes(replace(cfg, n_ff=n_ff)) < min_bytes:
+            n_ff *= 2
+        return pad_wide(cfg, params, n_ff)
+    step = cfg.full_attention_interval
+    extra = 0
+    while weight_bytes(replace(cfg, n_layer=cfg.n_layer + extra)) < min_bytes:
+        extra += step
+    return pad_deep(cfg, params, extra)
+
+
+def pad_and_check(core: Path, mmproj: Path, out: Path, form: PaddingForm, min_bytes: int, *, log=print) -> dict:
+    """Write the padded target and judge its logits against the core's on a held-out mixed conversation,
+    both through llama.cpp. What a verify costs on it is the bench's to measure (``bench --only batch
+    --batch-target``)."""
+    import time
+
+    from pyllama_dflash.files import sha256_file
+
+    from .corpus import draw_conversation, render
+    from .evaluate import llama_logits, nmse
+    from .imagerows import encode_images
+    from .pipeline import HELD_OUT_IMAGE_SEEDS
+    from .prose import topic_paragraphs
+    from .weights import read_target, write_target
+
+    started = time.monotonic()
+    cfg, params = read_target(core)
+    padded_cfg, padded = pad_to(form, cfg, {k: params[k] for k in trained_names(cfg)}, min_bytes)
+    write_target(out, padded_cfg, padded, name=f"pyllama-dflash vlm target, padded ({form.value})")
+    log(f"wrote {out}: {weight_bytes(padded_cfg) / 2**20:.0f} MiB of weights ({form.value})")
+    held = [p for p in topic_paragraphs() if p.held_out]
+    conv = draw_conversation("mixed", np.random.default_rng([3, 59]), held, 64, HELD_OUT_IMAGE_SEEDS)
+    encoded = encode_images(core, mmproj, [t.image for t in conv if t.image is not None])
+    rendered = render(conv, {key[3]: (nx, ny) for key, (_r, nx, ny) in encoded.items()})
+    rows_of = {key: r for key, (r, _nx, _ny) in encoded.items()}
+    err = nmse(llama_logits(out, rendered, rows_of), llama_logits(core, rendered, rows_of))
+    log(f"logits against the core's: NMSE {err:.3g} over {rendered.n} rows")
+    return {
+        "form": form.value,
+        "core": core.name,
+        "core_weight_bytes": weight_bytes(cfg),
+        "padded": {"file": out.name, "sha256": sha256_file(out), "config": padded_cfg.as_dict()},
+        "weight_bytes": weight_bytes(padded_cfg),
+        "logits_nmse_against_core": err,
+        "rows_compared": rendered.n,
+        "seconds": round(time.monotonic() - started, 1),
+    }
