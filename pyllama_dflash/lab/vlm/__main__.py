@@ -310,17 +310,16 @@ def cmd_pair(args: argparse.Namespace) -> int:
 
 
 def cmd_accept(args: argparse.Namespace) -> int:
-    from pyllama_dflash import load
     from pyllama_dflash.figures import provenance
     from pyllama_dflash.product.llamabuild import BuildOptions, build
 
     from .drafts import TrainedOn, draft_file
-    from .library_paired import COLUMNS, TrainedPair, measure
+    from .library_paired import AS_TRAINED, COLUMNS, TrainedPair, measure
 
     rows = [int(r) for r in args.rows.split(",")]
     kinds = [TrainedOn(k) for k in args.drafts.split(",")]
-    build(sorted({c.variant for c in COLUMNS}), BuildOptions(server=True, quiet=True))
-    prov = provenance(load("as-trained"))
+    built = {m.variant: m for m in build(sorted({c.variant for c in COLUMNS}), BuildOptions(server=True, quiet=True))}
+    prov = provenance(built[AS_TRAINED])  # each column runs in a child: this process loads no variant
     started = time.monotonic()
     runs = {}
     for kind in kinds:
