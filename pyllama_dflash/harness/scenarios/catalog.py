@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from ...product.llamabuild.variants import Variant, variant
-from ...product.upgrade.gguf_stream import read_gguf
+from ...product.upgrade.draft import inspect
 from ...words import Judged
 from ..oracles.drift import compare, drafts
 from ..slotloop import Session
@@ -48,9 +48,8 @@ class Env:
 
     @property
     def draft_block_size(self) -> int:
-        """The DFlash draft's block size (``dflash.block_size``, as libcommon reads it); 0 for other drafts."""
-        value = read_gguf(self.models.draft).get("dflash.block_size")
-        return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
+        """The DFlash draft's block size, as libcommon reads it (upgrade.draft.inspect); 0 for other drafts."""
+        return inspect(self.models.draft).block_size
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,9 @@ HEAD_COUNT_KEY = f"{DFLASH_ARCH}.attention.head_count"
 # the bool key of a draft trained with the target's image rows (patch 0008's
 # COMMON_SPECULATIVE_DFLASH_IMAGE_ROWS_KEY): the drafts of the DFlash family read it under this prefix
 IMAGE_ROWS_KEY = f"{DFLASH_ARCH}.trained_with_image_rows"
+# the rows of a DFlash draft's block (the anchor and the masks); libcommon assumes 16 without the key
+BLOCK_SIZE_KEY = f"{DFLASH_ARCH}.block_size"
+DEFAULT_BLOCK_SIZE = 16
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class DraftInfo:
     target: Path | None
     target_mrope: bool | None  # None when no target was given
     image_rows: bool = False  # the draft carries IMAGE_ROWS_KEY = true (trained with image rows)
+    block_size: int = 0  # a DFlash draft's block, as libcommon reads it (0: not a DFlash draft)
 
     @property
     def has_sections(self) -> bool:
@@ -151,6 +155,7 @@ def inspect(draft: Path | str, target: Path | str | None = None) -> DraftInfo:
         Path(target) if target is not None else None,
         mrope,
         is_dflash and _marked(g),
+        _int(g, BLOCK_SIZE_KEY) or (DEFAULT_BLOCK_SIZE if is_dflash else 0),
     )
 
 
