@@ -68,8 +68,10 @@ def test_the_project_series_applies():
     assert proc.returncode == 0, proc.stderr
     assert "0003-speculative-dflash-zero-fill-image-hole.patch: applies" in proc.stdout
     assert "every patch applies with only the prerequisites its header names" in proc.stdout
-    # what an additive series would bring to 0: the lines later patches take out of earlier ones
-    assert re.search(r"lines a patch removes that an earlier patch of the series added: \d+", proc.stdout)
+    # what an additive series would bring to 0: the lines later fix patches take out of earlier ones; and
+    # apart, what a variant aside takes out of the fixes it stands on (0007 of 0004's path)
+    assert re.search(r"lines a fix patch removes that an earlier fix patch added: \d+", proc.stdout)
+    assert re.search(r"lines a variant aside removes of the patches it stands on .*: [1-9]\d*", proc.stdout)
 
 
 @pytest.mark.slow

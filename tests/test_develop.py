@@ -29,8 +29,8 @@ REPO = Path(__file__).resolve().parent.parent
 PATCHES = REPO / "patches"
 SERIES = load_series(PATCHES)
 LAST = SERIES.variants[-1]  # the variant that carries every patch
-# the last variant judged against the twin: 0007 (the definition) replaces 0004's fill, so
-# its added lines are edited in the tree of the last variant that still holds them
+# the last variant judged against the twin (slots): its patches' added lines are edited in its tree, which
+# holds them all (0007, aside, takes out 0004's path, and 0008 moves a few lines of 0001's and 0005's)
 TWIN_FIX = next(v for v in reversed(SERIES.variants[1:]) if SERIES.role(v) == Role.TWIN)
 # (variant, index): each patch edited in the tree of the last variant that still holds its lines
 EDITS = [(TWIN_FIX, i) for i in range(len(SERIES.prefix(TWIN_FIX)))] + [
@@ -234,7 +234,8 @@ def test_an_edit_folded_into_its_commit_changes_that_patch_and_that_line_only(re
         git(tree, "commit", "-q", "-a", "--amend", "--no-edit")
     else:
         fold_into(tree, sha)
-    # an edit in the fix's tree of a line 0007 rewrites would stop 0007 applying: write-back refuses it
+    # an edit in slots' tree of a line a later patch rewrites or reads as context (0007's, 0008's) would
+    # stop it applying: write-back refuses it
     # (test_a_change_that_breaks_a_later_variant_is_refused_unless_forced); forced here, the round trip is the point
     outcomes = writeback.write_back(tree, patches_copy, force=variant != LAST)
     assert [o.name for o in outcomes if o.changed] == [patch.name]

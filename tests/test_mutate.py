@@ -149,8 +149,9 @@ def test_the_equivalent_mutants_on_file_exist_in_the_fix(pristine):
         fixed = apply_series(tree_reader(pristine), series.prefix(fix))
         read = tree_reader(pristine)
         per_file = {rel: {m.id for m in mutants(rel, read(rel), fixed[rel])} for rel in MUTATED_FILES if rel in fixed}
-        # 0007 replaces most of 0004's lines: the definition's libcommon has fewer (14); 0008 brings
-        # 0004's back beside them; 0007 changes two lines of the prompt cache's (server-task.cpp)
+        # 0007 (aside) replaces most of 0004's lines: the definition's libcommon has fewer (14); 0008 keeps
+        # 0004's and adds the definition's beside them; both change two lines of the prompt cache's
+        # (server-task.cpp)
         assert all(10 < len(per_file[rel]) < 300 for rel in MUTATED_FILES[:2]), (fix, per_file)
         assert all(of_file for of_file in per_file.values()), (fix, per_file)
         ids |= set().union(*per_file.values())

@@ -17,7 +17,7 @@ from ...words import Role
 from . import builder, ctest, prerequisites
 from . import manifest as manifests
 from .patchset import CARRIED, Series, check_series, load_series, tree_reader
-from .undone import by_pair, removed_between, series_undone
+from .undone import asides_undone, by_pair, fixes_undone, removed_between
 
 
 def parser() -> argparse.ArgumentParser:
@@ -123,9 +123,13 @@ def _check(opts: builder.BuildOptions) -> int:
         print(line, file=sys.stderr)
     if not problems:
         print("every patch applies with only the prerequisites its header names")
-    undone = by_pair(series_undone(tree_reader(p.src.path), p.series))
-    print(f"lines a patch removes that an earlier patch of the series added: {sum(undone.values())}")
+    undone = by_pair(fixes_undone(tree_reader(p.src.path), p.series))
+    print(f"lines a fix patch removes that an earlier fix patch added: {sum(undone.values())}")
     for (patch, added_by), n in sorted(undone.items()):
+        print(f"  {patch} removes {n} of {added_by}'s")
+    aside = by_pair(asides_undone(tree_reader(p.src.path), p.series))
+    print(f"lines a variant aside removes of the patches it stands on (shown beside the fixes): {sum(aside.values())}")
+    for (patch, added_by), n in sorted(aside.items()):
         print(f"  {patch} removes {n} of {added_by}'s")
     for since, until in _first_and_last_fix(p.series):
         floor = Counter(u.added_by for u in removed_between(tree_reader(p.src.path), p.series, since, until))

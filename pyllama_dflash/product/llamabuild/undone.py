@@ -59,9 +59,16 @@ def by_pair(found: list[Undone]) -> Counter[tuple[str, str]]:
     return Counter((u.patch, u.added_by) for u in found)
 
 
-def series_undone(read: Callable[[str], str | None], series: Series) -> list[Undone]:
-    """:func:`undone_lines` along the series' chain, and each variant aside on the patches before it."""
-    found = undone_lines(read, series.chain)
+def fixes_undone(read: Callable[[str], str | None], series: Series) -> list[Undone]:
+    """:func:`undone_lines` along the series' chain: the fix patches as they merge, each on the ones before
+    it. A variant aside is not among them (see :func:`asides_undone`)."""
+    return undone_lines(read, series.chain)
+
+
+def asides_undone(read: Callable[[str], str | None], series: Series) -> list[Undone]:
+    """What each variant aside removes of the patches it stands on: shown beside the fixes, never merged
+    under them, so a fix patch never has to put its lines back."""
+    found: list[Undone] = []
     for aside in (p for p in series.own if p.aside):
         found += [u for u in undone_lines(read, series.own_prefix(aside.variant)) if u.patch == aside.name]
     return found
