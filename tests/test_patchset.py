@@ -184,16 +184,18 @@ def test_every_patch_of_the_project_applies_with_only_the_prerequisites_its_head
     alone = ["0001", "0002", "0003", "0004", "0005", "0006", "0009", "0010"]
     assert [n for n, needs in named.items() if not needs] == alone
     assert named["0007"] == ["0001", "0004", "0005"]
+    assert named["0008"] == ["0001", "0004", "0005"]  # the request stands on the fixes, not on 0007 aside
 
 
-def test_no_fix_stands_on_the_zero_fill():
-    """The zero-fill is shown beside the fixes, not under them: no later variant carries it, and no patch's
-    header names it among its prerequisites."""
+def test_no_fix_stands_on_a_variant_aside():
+    """The zero-fill and the definition for every draft are shown beside the fixes, not under them: no later
+    variant carries either, and no patch's header names one among its prerequisites."""
     series = load_series(REPO / "patches")
-    (zero_fill,) = [p for p in series.own if p.role == Role.SHOWN]
-    assert zero_fill.aside
-    assert [v for v in series.variants if zero_fill in series.prefix(v)] == [zero_fill.variant]
-    assert [p.name for p in series.patches if zero_fill in prerequisites.named(series, p)] == []
+    asides = [p for p in series.own if p.aside]
+    assert [(p.name[:4], p.role) for p in asides] == [("0003", Role.SHOWN), ("0007", Role.DEFINITION)]
+    for aside in asides:
+        assert [v for v in series.variants if aside in series.prefix(v)] == [aside.variant]
+        assert [p.name for p in series.patches if aside in prerequisites.named(series, p)] == []
 
 
 def test_a_header_that_names_no_prerequisites_or_a_later_patch_is_refused(tmp_path):
