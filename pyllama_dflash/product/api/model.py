@@ -15,6 +15,7 @@ from ..owning import (
     runtime,
 )
 from ..process import guard
+from ..upgrade.draft import BLOCK_SIZE_KEY, DEFAULT_BLOCK_SIZE
 from ._base import _Owner
 
 
@@ -73,8 +74,8 @@ class Model(_Owner):
         """Block size of a DFlash draft (libcommon assumes 16 without the key); 0 for other models."""
         if not self.is_draft_model:
             return 0
-        value = self.meta("dflash.block_size")
-        return int(value) if value else 16
+        value = self.meta(BLOCK_SIZE_KEY)
+        return int(value) if value else DEFAULT_BLOCK_SIZE
 
     @property
     def mask_token(self) -> int:
