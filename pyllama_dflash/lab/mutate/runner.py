@@ -45,7 +45,6 @@ equivalent.json says why no harness could tell it apart, and *survived* otherwis
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import shutil
@@ -70,7 +69,7 @@ from ...harness.slotloop.record import PASS
 from ...harness.tiny import DRAFTERS, TARGET_KINDS
 from ...paths import REPO_DIR
 from ...product.llamabuild import BuildOptions, build, variant
-from ...product.llamabuild.patchset import BASELINE, Series
+from ...product.llamabuild.patchset import BASELINE, Series, diff_files, tree_reader
 from ...product.llamabuild.variants import Variant
 from ...words import Role, Status
 from .operators import Mutant
@@ -188,21 +187,10 @@ def write_series(
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    files = {**fixed, mutant.path: mutant.text}
-    diff = []
-    for rel, text in sorted(files.items()):
-        # a file the fix adds (0009's C++ test) has no pristine version: the patch creates it
-        new = not (pristine / rel).is_file()
-        old = "" if new else (pristine / rel).read_text(encoding="utf-8")
-        diff += difflib.unified_diff(
-            old.splitlines(keepends=True),
-            text.splitlines(keepends=True),
-            "/dev/null" if new else f"a/{rel}",
-            f"b/{rel}",
-            n=3,
-        )
+    # a file the fix adds (0009's C++ test) has no pristine version: the patch creates it
+    diff = diff_files(tree_reader(pristine), {**fixed, mutant.path: mutant.text})
     header = f"Subject: [PATCH] mutant {mutant.id}\n\n{mutant.describe()}\n\n---\n"
-    (dest / "0001-mutant.patch").write_text(header + "".join(diff), encoding="utf-8")
+    (dest / "0001-mutant.patch").write_text(header + diff, encoding="utf-8")
     lines = [f"0001-mutant.patch {VARIANT} {role}"]
     for patch in series.every:
         shutil.copy2(series.directory / patch.name, dest / patch.name)

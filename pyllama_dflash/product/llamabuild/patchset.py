@@ -19,8 +19,9 @@ that does not apply is reported with the patch, the file and the hunk header.
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -290,6 +291,23 @@ def apply_series(read: callable, patches: tuple[Patch, ...]) -> dict[str, str]:
                 contents[fp.path] = read(fp.path)
             contents[fp.path] = apply_file_patch(contents[fp.path], fp, patch.name)
     return {path: text for path, text in contents.items() if text is not None}
+
+
+def diff_files(read: Callable[[str], str | None], files: Mapping[str, str]) -> str:
+    """The unified diff, 3 lines of context, that turns each of ``files`` (path -> text) from what ``read(path)``
+    gives, in path order: the diff of a patch :func:`parse_patch` reads, a file ``read`` has none of (None)
+    created from /dev/null. A file the same on both sides adds nothing."""
+    diff: list[str] = []
+    for path in sorted(files):
+        old = read(path)
+        diff += difflib.unified_diff(
+            (old or "").splitlines(keepends=True),
+            files[path].splitlines(keepends=True),
+            "/dev/null" if old is None else f"a/{path}",
+            f"b/{path}",
+            n=3,
+        )
+    return "".join(diff)
 
 
 def check_series(series: Series, tree: Path) -> list[str]:

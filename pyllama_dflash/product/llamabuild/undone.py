@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .patchset import Patch, Series, apply_series, each_hunk, parse_patch, split_lines
+from .patchset import Patch, Series, apply_series, diff_files, each_hunk, parse_patch, split_lines
 
 
 @dataclass(frozen=True)
@@ -83,11 +83,7 @@ def removed_between(read: Callable[[str], str | None], series: Series, since: st
     if after[: len(before)] != before:
         raise ValueError(f"variant {until!r} does not carry {since!r}'s patches")
     old, new = apply_series(read, before), apply_series(read, after)
-    text = ""
-    for path in sorted(set(old) | set(new)):
-        a, b = old.get(path, read(path) or ""), new.get(path, read(path) or "")
-        if a != b:
-            text += "".join(difflib.unified_diff(a.splitlines(True), b.splitlines(True), f"a/{path}", f"b/{path}", n=3))
+    text = diff_files(lambda path: old.get(path, read(path)), new)
     name = f"{since}..{until}"
     direct = Patch(name, until, "", parse_patch(text, name))
     return [u for u in undone_lines(read, (*before, direct)) if u.patch == name]
