@@ -151,21 +151,20 @@ def _with_draft(models: ModelSet, draft: Path) -> ModelSet:
     draft itself when it has sections, else a copy upgraded into the cache (the drift reference).
     A draft marked as trained with image rows is judged as such (as-trained serves it as the
     definition). The sliding-window drafts are the tiny generator's and do not go with another draft."""
-    from pyllama_dflash.product.upgrade.draft import DraftUpgradeError, inspect, reconverted_twin
+    from pyllama_dflash.product.upgrade.draft import DraftUpgradeError, judged_draft
 
     if not draft.is_file():
         raise ValueError(f"--draft {draft}: no such file")
     try:
-        twin = reconverted_twin(draft, cache_root() / "twins")
-        marked = inspect(draft).image_rows
+        judged = judged_draft(draft, cache_root() / "twins")
     except DraftUpgradeError as e:
         raise ValueError(f"--draft: {e}") from None
     return replace(
         models,
         draft=draft.resolve(),
-        twin=twin,
+        twin=judged.twin,
         draft_swa=None,
         swa_twin=None,
         swa_window=None,
-        image_rows=marked,
+        image_rows=judged.image_rows,
     )

@@ -32,7 +32,7 @@ from ...harness.slotloop.config import SessionConfig
 from ...harness.slotloop.models import ModelSet
 from ...paths import cache_root
 from ...product.llamabuild.patchset import BASELINE
-from ...product.upgrade.draft import inspect, reconverted_twin
+from ...product.upgrade.draft import judged_draft
 from ..acceptance.job import Column
 from ..acceptance.measure import SESSION
 from ..acceptance.paired import (
@@ -85,9 +85,8 @@ class TrainedPair:
 
     def models(self) -> ModelSet:
         """The model set the acceptance children take, with the draft's reconverted twin for b11434."""
-        twin = reconverted_twin(self.draft, cache_root() / "vlm-twins")
-        marked = inspect(self.draft).image_rows
-        return ModelSet(self.target, self.draft, self.mmproj, twin=twin, real=True, image_rows=marked)
+        judged = judged_draft(self.draft, cache_root() / "vlm-twins")
+        return ModelSet(self.target, self.draft, self.mmproj, twin=judged.twin, real=True, image_rows=judged.image_rows)
 
 
 def _script_turn(t: Turn) -> ScriptTurn:

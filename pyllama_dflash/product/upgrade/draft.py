@@ -299,3 +299,18 @@ def reconverted_twin(draft: Path | str, cache_dir: Path | str) -> Path:
         out.parent.mkdir(parents=True, exist_ok=True)
         upgrade(draft, out)
     return out
+
+
+@dataclass(frozen=True)
+class JudgedDraft:
+    """What a run needs to judge a draft as the series serves it: its reconverted twin (the reference where
+    the draft is served as b11434 serves it) and whether it is marked as trained with image rows (then
+    as-trained serves it as its definition has it)."""
+
+    twin: Path
+    image_rows: bool
+
+
+def judged_draft(draft: Path | str, cache_dir: Path | str) -> JudgedDraft:
+    """The draft's :class:`JudgedDraft`, its twin made in cache_dir where needed (:func:`reconverted_twin`)."""
+    return JudgedDraft(reconverted_twin(draft, cache_dir), inspect(draft).image_rows)
