@@ -72,6 +72,15 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
+def _kept(args: argparse.Namespace, report: dict, command: str) -> dict:
+    """The record: the report with the command line that makes it (``--json`` included where given),
+    written to ``--json`` atomically where given."""
+    report = {**report, "command": command + (f" --json {_shown(Path(args.json))}" if args.json else "")}
+    if args.json:
+        atomic_write_json(Path(args.json), report)
+    return report
+
+
 def _load_baseline() -> dict:
     """The images are encoded, and the target judged, on baseline's build (made here if missing); returns
     the provenance a record carries (figures.provenance)."""
@@ -271,14 +280,14 @@ def cmd_speed(args: argparse.Namespace) -> int:
         "conversations": args.conversations,
         "files": {k: {"name": v.name, "sha256": sha256_file(v)} for k, v in asdict(files).items()},
         "seconds": round(time.monotonic() - started, 1),
-        "command": f"pyllama-dflash vlm speed --target {_shown(target)} --draft {_shown(files.draft)} "
-        f"--variant {args.variant} --kind {args.kind} --conversations {args.conversations} --n-max {args.n_max}"
-        + (f" --rows-per-image {args.rows_per_image}" if args.rows_per_image else "")
-        + (f" --json {_shown(Path(args.json))}" if args.json else ""),
         **prov,
     }
-    if args.json:
-        atomic_write_json(Path(args.json), report)
+    command = (
+        f"pyllama-dflash vlm speed --target {_shown(target)} --draft {_shown(files.draft)} "
+        f"--variant {args.variant} --kind {args.kind} --conversations {args.conversations} --n-max {args.n_max}"
+        + (f" --rows-per-image {args.rows_per_image}" if args.rows_per_image else "")
+    )
+    report = _kept(args, report, command)
     print(json.dumps(report["table"], indent=1))
     return 0
 
@@ -299,12 +308,10 @@ def cmd_pair(args: argparse.Namespace) -> int:
         "draft": records[0]["files"]["draft"]["name"],
         "n_max": args.n_max,
         **paired_acceptance(records[0], records[1], args.n_max),
-        "command": f"pyllama-dflash vlm pair {_shown(Path(args.first))} {_shown(Path(args.second))} "
-        f"--n-max {args.n_max}" + (f" --json {_shown(Path(args.json))}" if args.json else ""),
         **{k: records[0][k] for k in ("date", "machine", "llama_cpp")},
     }
-    if args.json:
-        atomic_write_json(Path(args.json), report)
+    command = f"pyllama-dflash vlm pair {_shown(Path(args.first))} {_shown(Path(args.second))} --n-max {args.n_max}"
+    report = _kept(args, report, command)
     print(json.dumps(report, indent=1))
     return 0
 
@@ -337,13 +344,13 @@ def cmd_accept(args: argparse.Namespace) -> int:
         "n_max": args.n_max,
         "runs": runs,
         "seconds": round(time.monotonic() - started, 1),
-        "command": f"pyllama-dflash vlm accept --drafts {args.drafts} --rows {args.rows} "
-        f"--conversations {args.conversations} --n-max {args.n_max}"
-        + (f" --json {_shown(Path(args.json))}" if args.json else ""),
         **prov,
     }
-    if args.json:
-        atomic_write_json(Path(args.json), report)
+    command = (
+        f"pyllama-dflash vlm accept --drafts {args.drafts} --rows {args.rows} "
+        f"--conversations {args.conversations} --n-max {args.n_max}"
+    )
+    report = _kept(args, report, command)
     from .report import markdown
 
     print(markdown(report))
