@@ -291,6 +291,16 @@ def test_a_rerun_of_a_survivor_replaces_its_outcome_in_the_merge():
         merge([*slices, other | {"selection": other["selection"] | {"series_sha256": "0" * 64}}])
 
 
+def test_a_run_of_some_mutants_merges_with_a_rerun_of_its_survivor():
+    """An --only run (the mutants of the lines a change touched) and a rerun of its survivor after a check
+    was added: the first given is the run, the rerun replaces its outcome."""
+    run = _report([("a", "killed"), ("b", "survived")], None, only=["a", "b"])
+    merged = merge([run, _report([("b", "killed")], None, only=["b"])])
+    assert merged["counts"] == {"killed": 2} and merged["reruns"][0]["mutants"] == ["b"]
+    with pytest.raises(ValueError, match="rerun mutant c is not one the slices tried"):
+        merge([run, _report([("c", "killed")], None, only=["c"])])
+
+
 @pytest.mark.slow
 @pytest.mark.build
 @pytest.mark.skipif(

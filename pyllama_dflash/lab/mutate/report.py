@@ -70,10 +70,14 @@ def exit_code(report: dict, *, slice_of_run: bool = False) -> int:
 def merge(reports: list[dict]) -> dict:
     """The slices' reports as one run's: the same variant, files and selection in each, every slice 1..N once,
     and together every mutant selected tried exactly once. A rerun (a whole ``--only`` report, not a slice)
-    of mutants the slices tried, on the same patches, replaces their outcomes. ValueError says what does not
-    fit."""
-    reruns = [r for r in reports if _is_rerun(r)] if not all(map(_is_rerun, reports)) else []
-    reports = [r for r in reports if not any(r is x for x in reruns)]
+    of mutants the slices tried, on the same patches, replaces their outcomes; where every report is an
+    ``--only`` one, the first is the run and the others its reruns. ValueError says what does not fit."""
+    if reports and all(map(_is_rerun, reports)):
+        # a run of some mutants (--only) and reruns of some of them: the first given is the run
+        reports, reruns = reports[:1], reports[1:]
+    else:
+        reruns = [r for r in reports if _is_rerun(r)]
+        reports = [r for r in reports if not any(r is x for x in reruns)]
     if not reports:
         raise ValueError("no reports to merge")
     first = reports[0]
