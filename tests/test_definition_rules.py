@@ -212,6 +212,17 @@ with api.Model(models.target) as tm, api.Model(models.draft_for("plain")) as dm:
         out["back"] = spec.process_tokens_ok(toks[:3], [15, 17, 16])
         out["back_log"] = [str(x) for x in spec.last_log if "ERROR" in str(x)]
         out["back_pos_max"] = draft.pos_max(0)
+    # more rows than the draft has cells: a draft context sized apart (256 cells) given 288 rows in one
+    # batch; the decode of the chunk that does not fit fails, and process() must say so
+    with api.Context(tm, n_ctx=512, n_batch=512, n_ubatch=64) as target, \
+         api.Context.draft(dm, target, n_ctx=256, n_batch=32, n_ubatch=32) as draft, \
+         api.Speculative(target, draft, n_max=3) as spec:
+        many = tm.tokenize("tree blue moon rock fish lamp wind gold ship " * 60, add_special=False)[:288]
+        assert len(many) == 288
+        assert target.process_rc(api.Batch.tokens(many)) == 0
+        out["overflow"] = spec.process_ok(api.Batch.tokens(many))
+        out["overflow_log"] = [str(x) for x in spec.last_log if "ERROR" in str(x)]
+        out["overflow_pos_max"] = draft.pos_max(0)
 # the slot loop's check of a draft with positions of its own: a gap inside its memory, which its first
 # and last positions do not show
 from pyllama_dflash.harness.slotloop.config import DEFAULT_CONFIG
@@ -329,6 +340,14 @@ def test_the_slot_loop_sees_a_gap_inside_the_drafts_memory(runs, ruled):
 def test_positions_that_go_back_are_refused_before_anything_is_injected(ruled):
     assert ruled["back"] is False and ruled["back_pos_max"] == 12, ruled
     assert any("positions go back" in line for line in ruled["back_log"]), ruled["back_log"]
+
+
+def test_rows_past_the_drafts_cells_are_refused(ruled):
+    """A decode of the draft that fails (its cells are full) is process()'s failure, as on b11434: the
+    eight chunks of 32 that fit stay, the ninth is refused, and the caller hears of it."""
+    assert ruled["overflow"] is False, ruled["overflow_log"]
+    assert ruled["overflow_pos_max"] == 255
+    assert any("llama_process(ctx_dft) failed" in line for line in ruled["overflow_log"]), ruled["overflow_log"]
 
 
 @pytest.mark.parametrize(

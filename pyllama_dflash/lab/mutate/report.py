@@ -47,7 +47,7 @@ def print_summary(report: dict, stale: list[str] | None = None, equivalent_file:
     killed, n_scored = counts.get(KILLED, 0), counts.get(KILLED, 0) + counts.get(SURVIVED, 0)
     print()
     where = f" (slice {report['shard']})" if report.get("shard") else ""
-    shards = f", {len(report['shards'])} slices merged" if report.get("shards") else ""
+    shards = f", {_merged(report)}" if report.get("shards") else ""
     print(f"mutate: {len(report['outcomes'])} mutants{where} in {report['wall_s']:.0f}s{shards}: {counts}")
     print(f"mutation score: {killed}/{n_scored} = {report['score']:.3f} (equivalent and stillborn mutants not counted)")
     for o in report["outcomes"]:
@@ -144,6 +144,12 @@ def _replace_rerun(by_id: dict[str, dict], reruns: list[dict]) -> None:
             by_id[o["id"]] = o
 
 
+def _merged(report: dict) -> str:
+    """What a merged report was merged from: its slices, or the one run its reruns were laid over."""
+    n = len(report["shards"])
+    return f"{n} slices merged" if n > 1 else "merged with its reruns"
+
+
 def _few(ids: list[str]) -> str:
     return ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
 
@@ -177,7 +183,7 @@ def markdown(report: dict) -> str:
         rows.append([f"`{path}`", str(len(outcomes)), *(str(counts[k]) for k in statuses), _killers(killers)])
     counts, n = report["counts"], len(report["outcomes"])
     scored_n = counts.get(KILLED, 0) + counts.get(SURVIVED, 0)
-    slices = f", {len(report['shards'])} slices merged" if report.get("shards") else ""
+    slices = f", {_merged(report)}" if report.get("shards") else ""
     rerun = [m for r in report.get("reruns", []) for m in r["mutants"]]
     slices += f" ({', '.join(f'`{m}`' for m in rerun)} tried again with `--only`: that run's outcome)" if rerun else ""
     out = [
