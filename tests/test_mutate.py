@@ -110,7 +110,7 @@ def test_a_fix_that_serves_drafts_as_trained_meets_the_rules_of_both_semantics()
 
 
 def test_a_fix_that_serves_drafts_as_trained_meets_the_server_checks_with_marked_drafts_last(monkeypatch, tmp_path):
-    """On an as-trained fix an unmarked DFlash draft keeps the target's positions, so 0007's branches for a
+    """On an as-trained fix an unmarked DFlash draft keeps the target's positions, so the definition's branches for a
     draft with positions of its own are reached through llama-server only with a marked one: the family's
     checks run again with marked drafts, after every other (slice 5 of the whole series' run left
     offset-1c16dfdd, a refusal's row count, standing without them). The server checks are recorded here,

@@ -428,7 +428,7 @@ def _server_stage(
 ) -> None:
     """0005's and 0007's mutants: the slot and image checks on the mutant's llama-server (``family``), then
     the sibling drafters' (``siblings``), then for a fix that serves drafts as trained (``marked``) the
-    family's again with drafts marked as trained with image rows (``<check> marked``: 0007's branches for a
+    family's again with drafts marked as trained with image rows (``<check> marked``: the definition's branches for a
     DFlash draft with positions of its own), in order, stopping at the first that notices. A check that
     errs (a server that died, say) notices too."""
     from pyllama_dflash.harness.server import run_server_checks
