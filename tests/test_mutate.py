@@ -167,7 +167,7 @@ def test_one_mutant_is_killed_and_the_run_leaves_nothing_behind(variants, tmp_pa
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     report = tmp_path / "mutate.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pyllama_dflash.lab.mutate", "--variant", TWIN_FIX, "--only", "negate-60968674"]
+        [sys.executable, "-m", "pyllama_dflash.lab.mutate", "--variant", TWIN_FIX, "--only", "negate-7b1a71bf"]
         + ["--json", str(report)],
         cwd=REPO,
         env=env,
