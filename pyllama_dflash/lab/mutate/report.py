@@ -147,7 +147,9 @@ def _replace_rerun(by_id: dict[str, dict], reruns: list[dict]) -> None:
 def _merged(report: dict) -> str:
     """What a merged report was merged from: its slices, or the one run its reruns were laid over."""
     n = len(report["shards"])
-    return f"{n} slices merged" if n > 1 else "merged with its reruns"
+    if n == 1 and report.get("reruns"):
+        return "merged with its reruns"
+    return f"{n} slice{'s' if n > 1 else ''} merged"
 
 
 def _few(ids: list[str]) -> str:
