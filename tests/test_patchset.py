@@ -1,6 +1,5 @@
 """The patch series parser and applier (pure Python, no build)."""
 
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -311,42 +310,20 @@ def test_fix_patches_are_counted_along_the_chain_and_a_variant_aside_apart(tmp_p
     assert aside == [("side.patch", "one.patch", "carried")]
 
 
-# what the fix patches undo today (pyllama-dflash build --check): only the request "as-trained" (0008) takes
-# out lines that the requests before it add: 0001's copy of the bridged row's g, which 0008 keeps at another
-# depth under EAGLE3's own bridge condition, and the line of 0005's check that 0008 makes an "else if"; the
-# aim is none (docs/upstream.md)
-UNDONE_NOW = {("0008", "0001"): 4, ("0008", "0005"): 1}
+def test_no_fix_patch_removes_a_line_an_earlier_fix_patch_added(pristine):
+    """The series is additive (pyllama-dflash build --check): each fix patch, applied on the ones before it,
+    keeps every line they add. A line it takes out is named here, by the patch that added it."""
+    from pyllama_dflash.product.llamabuild.undone import fixes_undone
+
+    found = fixes_undone(tree_reader(pristine), load_series(REPO / "patches"))
+    assert [(u.patch, u.added_by, u.path, u.line) for u in found] == []
 
 
-# what the last variant's tree no longer has of slots' patches (build --check): however the patches after
-# slots are split, they remove at least this; an additive series needs the tree itself to keep these lines
-FLOOR_NOW = {"0001": 4, "0005": 1}
-
-
-def test_the_floor_of_any_split_is_counted_and_below_what_the_series_removes(pristine):
-    from pyllama_dflash.product.llamabuild.undone import by_pair, fixes_undone, removed_between
+def test_the_last_tree_keeps_every_line_that_slots_patches_add(pristine):
+    """However the patches after slots were split, the last variant's tree against slots' removes nothing
+    of slots' patches: the floor that no split can go below is 0."""
+    from pyllama_dflash.product.llamabuild.undone import removed_between
 
     series = load_series(REPO / "patches")
-    read = tree_reader(pristine)
-    last = series.variants[-1]
-    floor = Counter(u.added_by[:4] for u in removed_between(read, series, "slots", last))
-    assert floor and set(floor) <= set(FLOOR_NOW), floor
-    assert all(n <= FLOOR_NOW[k] for k, n in floor.items()), floor
-    between = {p.name[:4] for p in series.own_prefix(last)} - {p.name[:4] for p in series.own_prefix("slots")}
-    removed: Counter[str] = Counter()
-    for (patch, added_by), n in by_pair(fixes_undone(read, series)).items():
-        if patch[:4] in between:
-            removed[added_by[:4]] += n
-    assert all(floor[k] <= removed[k] for k in floor), (floor, removed)
-
-
-def test_the_fix_patches_undo_no_more_than_they_do_now(pristine):
-    """A ratchet toward an additive series: no patch takes out lines of one it did not before, and no pair
-    more lines; a pair that drops lowers its figure here (and in docs/upstream.md)."""
-    from pyllama_dflash.product.llamabuild.undone import by_pair, fixes_undone
-
-    found = by_pair(fixes_undone(tree_reader(pristine), load_series(REPO / "patches")))
-    pairs = {(patch[:4], added_by[:4]): n for (patch, added_by), n in found.items()}
-    assert set(pairs) <= set(UNDONE_NOW), sorted(set(pairs) - set(UNDONE_NOW))
-    assert all(n <= UNDONE_NOW[pair] for pair, n in pairs.items()), pairs
-    assert not any(patch in ("0001", "0004", "0005") for patch, _ in pairs)  # the requests before as-trained
+    floor = removed_between(tree_reader(pristine), series, "slots", series.variants[-1])
+    assert [(u.added_by, u.path, u.line) for u in floor] == []
