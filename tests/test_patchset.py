@@ -310,6 +310,31 @@ def test_fix_patches_are_counted_along_the_chain_and_a_variant_aside_apart(tmp_p
     assert aside == [("side.patch", "one.patch", "carried")]
 
 
+def test_the_floor_counts_what_a_later_tree_no_longer_has_of_an_earlier_variants_patches(tmp_path):
+    """removed_between: 'two' takes out one's line and 'three' puts it back, so the chain counts it undone
+    while three's tree still has it (floor 0); two's tree lacks it (floor 1), however the patches are split."""
+    from pyllama_dflash.product.llamabuild.undone import fixes_undone, removed_between
+
+    pristine = "a\nb\nc\nd\ne\nf\ng\n"
+    first = "a\nb\nfrom one\nc\nd\ne\nf\ng\n"
+    second = "a\nb\nc\nd\ne\nfrom two\nf\ng\n"
+    third = "a\nb\nfrom one\nc\nd\ne\nfrom two\nf\ng\n"
+    (tmp_path / "one.patch").write_text(_diff("x.c", pristine, first))
+    (tmp_path / "two.patch").write_text(_diff("x.c", first, second))
+    (tmp_path / "three.patch").write_text(_diff("x.c", second, third))
+    (tmp_path / "series").write_text("one.patch one\ntwo.patch two\nthree.patch three\n")
+    series = load_series(tmp_path)
+
+    def read(rel):
+        return pristine if rel == "x.c" else None
+
+    assert [(u.patch, u.added_by, u.line) for u in fixes_undone(read, series)] == [
+        ("two.patch", "one.patch", "from one")
+    ]
+    assert [(u.added_by, u.line) for u in removed_between(read, series, "one", "two")] == [("one.patch", "from one")]
+    assert removed_between(read, series, "one", "three") == []
+
+
 def test_no_fix_patch_removes_a_line_an_earlier_fix_patch_added(pristine):
     """The series is additive (pyllama-dflash build --check): each fix patch, applied on the ones before it,
     keeps every line they add. A line it takes out is named here, by the patch that added it."""
