@@ -90,6 +90,9 @@ def test_every_patch_builds_with_only_the_prerequisites_its_header_names(variant
     assert "(prerequisites: none)" in by_number["0005"] and "llama-server" in by_number["0005"]
     assert "(prerequisites: none)" in by_number["0004"]
     assert "(prerequisites: 0001, 0004, 0005)" in by_number["0007"]
+    # the tests of 0008 and 0009: 0011 changes 0006's test, 0012 compiles on b11434 without 0009
+    assert "(prerequisites: 0006)" in by_number["0011"] and "test-speculative-dflash-image" in by_number["0011"]
+    assert "(prerequisites: none)" in by_number["0012"] and "test-speculative-mtp-image" in by_number["0012"]
 
 
 def test_a_fingerprint_mismatch_is_refused(pristine, tmp_path):

@@ -1,5 +1,5 @@
-"""The series' C++ regression tests (patches 0002 and 0006), built with every variant and run by ctest, and the
-test patch 0009 brings, built where 0009 is."""
+"""The series' C++ regression tests (patches 0002 and 0006, changed by 0011 where 0008 is), built with every
+variant and run by ctest, and the test patch 0009 brings, built where 0009 is."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import shutil
 import subprocess
 
 import pytest
-from series_variants import DEFINED, FEEDS_MTP, REPO, TWIN_FIX, VARIANTS
+from series_variants import AS_TRAINED, DEFINED, FEEDS_MTP, REPO, TWIN_FIX, VARIANTS
 
 from pyllama_dflash.harness.engine import ctest_row
 from pyllama_dflash.harness.scenarios.catalog import expectations, meets
@@ -27,7 +27,7 @@ def row(variants) -> dict[str, dict]:
 def test_every_variant_baseline_included_carries_the_tests():
     series = load_series(REPO / "patches")
     # the C++ tests among the patches for every variant (0010 is a test of llama-server's kind)
-    test_patches = [p for p in series.every if any(path.startswith("tests/") for path in p.touched)]
+    test_patches = [p for p in series.every if p.on is None and any(path.startswith("tests/") for path in p.touched)]
     every_tests = list(ctest.TESTS[:2])
     assert [ctest.source(t) in p.touched for p, t in zip(test_patches, every_tests, strict=True)] == [True, True]
     assert all(p.variant == EVERY for p in test_patches)
@@ -35,7 +35,20 @@ def test_every_variant_baseline_included_carries_the_tests():
     for variant in VARIANTS:
         mtp_test = ["test-speculative-mtp-image"] if variant in feeds_mtp else []
         assert ctest.built_with(series, variant) == every_tests + mtp_test
-        assert series.prefix(variant)[-len(series.every) :] == series.every  # on top of the variant's own patches
+        on_top = series.every_on(variant)
+        assert series.prefix(variant)[-len(on_top) :] == on_top  # on top of the variant's own patches
+        assert {p.name for p in test_patches} <= {p.name for p in on_top}
+
+
+def test_the_test_of_serving_drafts_as_trained_is_applied_where_the_fix_is():
+    """0011 runs 0006's cases with drafts marked as trained with image rows on every tree it reaches, and a
+    tree without 0008 fails them by design: it is applied on as-trained and the variants that carry it, so
+    the twin-judged variants' C1 keeps judging them as before."""
+    series = load_series(REPO / "patches")
+    marked = next(p for p in series.every if p.on is not None)
+    assert (marked.name[:4], marked.on) == ("0011", AS_TRAINED)
+    carrying = VARIANTS[VARIANTS.index(AS_TRAINED) :]
+    assert [v for v in series.variants if marked in series.prefix(v)] == [v for v in carrying if v != DEFINED]
 
 
 def eagle3_checks(r: dict) -> list[dict]:
@@ -56,11 +69,11 @@ def test_the_eagle3_passes_test_fails_on_b11434_and_passes_on_every_variant_that
 
 
 def test_the_mtp_image_test_passes_where_0009_is(row):
-    """Patch 0009's test: a state row beside an embedding is read as the hidden state, to the bit; a batch, and
+    """Patch 0012's test of 0009: a state row beside an embedding is read as the hidden state, to the bit; a batch, and
     common_batch as well, takes one state per entry it has, of the model's width; and MTP's memory after an image
     is, byte for byte, that of the head fed the same rows by hand."""
     checks = [c for c in row[FEEDS_MTP]["checks"] if c["test"] == "test-speculative-mtp-image"]
-    assert {c["case"] for c in checks} == {"state-row", "state-api", "mtp-after-image"} and len(checks) == 16, checks
+    assert {c["case"] for c in checks} == {"state-row", "state-api", "mtp-after-image"} and len(checks) == 17, checks
     assert all(c["ok"] for c in checks), [c for c in checks if not c["ok"]]
     assert not any(c["test"] == "test-speculative-mtp-image" for c in row[DEFINED]["checks"])
 

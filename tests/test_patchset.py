@@ -99,7 +99,7 @@ def test_the_project_series_names_zero_fill_first():
     # definition for every draft, aside) and 0008 (each draft as trained, on slots) each change both, the
     # header libcommon's callers read, and the prompt cache's entries (which carry the drafter's state with
     # it): llama-server asks the drafter which positions it keeps; 0009 (MTP fed the image) changes
-    # libllama's batches and graph input, step35's MTP graph, libcommon's batch and MTP, and brings its test
+    # libllama's batches and graph input, step35's MTP graph, libcommon's batch and MTP (its test is 0012)
     assert [(p.variant, p.touched) for p in series.own][:1] == [(CARRIED, ["common/speculative.cpp"])]
     own_positions = [
         "common/speculative.cpp",
@@ -121,17 +121,18 @@ def test_the_project_series_names_zero_fill_first():
             "src/llama-graph.cpp",
             "src/llama-kv-cache-dsv4.cpp",
             "src/models/step35.cpp",
-            "tests/CMakeLists.txt",
-            "tests/test-speculative-mtp-image.cpp",
         ],
     ]
     assert all(series.prefix(v)[0] == series.own[0] for v in series.variants[1:])
     # and the regression tests every variant carries, baseline included: two C++ ones (test_ctest.py) and one
-    # of llama-server's kind (test_pulls.py)
-    assert [p.touched for p in series.every] == [
-        ["tests/CMakeLists.txt", "tests/test-speculative-eagle3-passes.cpp"],
-        ["tests/CMakeLists.txt", "tests/test-speculative-dflash-image.cpp"],
-        ["tools/server/tests/unit/test_speculative_dflash_image.py", "tools/server/tests/utils.py"],
+    # of llama-server's kind (test_pulls.py); then 0011, which changes the DFlash test where 0008 is, and 0012,
+    # MTP's test where 0009 is
+    assert [(p.touched, p.on) for p in series.every] == [
+        (["tests/CMakeLists.txt", "tests/test-speculative-eagle3-passes.cpp"], None),
+        (["tests/CMakeLists.txt", "tests/test-speculative-dflash-image.cpp"], None),
+        (["tools/server/tests/unit/test_speculative_dflash_image.py", "tools/server/tests/utils.py"], None),
+        (["tests/test-speculative-dflash-image.cpp"], "as-trained"),
+        (["tests/CMakeLists.txt", "tests/test-speculative-mtp-image.cpp"], "mtp-fed-images"),
     ]
 
 
@@ -180,10 +181,11 @@ def test_every_patch_of_the_project_applies_with_only_the_prerequisites_its_head
     named = {p.name[:4]: [q.name[:4] for q in prerequisites.named(series, p)] for p in series.patches}
     # the EAGLE3 bridge, the tests, the zero-fill, the twin's fix, the server's slots and MTP fed the image
     # stand alone
-    alone = ["0001", "0002", "0003", "0004", "0005", "0006", "0009", "0010"]
+    alone = ["0001", "0002", "0003", "0004", "0005", "0006", "0009", "0010", "0012"]
     assert [n for n, needs in named.items() if not needs] == alone
     assert named["0007"] == ["0001", "0004", "0005"]
     assert named["0008"] == ["0001", "0004", "0005"]  # the request stands on the fixes, not on 0007 aside
+    assert named["0011"] == ["0006"]  # new cases in 0006's test; MTP's test (0012) compiles without 0009
 
 
 def test_no_fix_stands_on_a_variant_aside():
@@ -221,6 +223,36 @@ def test_a_patch_for_every_variant_goes_on_top_of_each(tmp_path):
     assert series.adds(BASELINE, "tests/t.cpp") and not series.adds(BASELINE, "f.txt")
 
 
+def test_a_patch_on_a_variant_goes_on_top_of_it_and_of_the_variants_that_carry_it_only(tmp_path):
+    (tmp_path / "a.patch").write_text(PATCH)
+    (tmp_path / "b.patch").write_text("--- /dev/null\n+++ b/common/b.cpp\n@@ -0,0 +1 @@\n+int b;\n")
+    (tmp_path / "c.patch").write_text("--- /dev/null\n+++ b/common/c.cpp\n@@ -0,0 +1 @@\n+int c;\n")
+    (tmp_path / "t.patch").write_text("--- /dev/null\n+++ b/tests/t.cpp\n@@ -0,0 +1 @@\n+int main() {}\n")
+    (tmp_path / "u.patch").write_text("--- /dev/null\n+++ b/tests/u.cpp\n@@ -0,0 +1 @@\n+int main() {}\n")
+    (tmp_path / "series").write_text("a.patch one\nc.patch aside-one aside\nb.patch two\nt.patch *\nu.patch * one\n")
+    series = load_series(tmp_path)
+    assert series.variants == [BASELINE, "one", "aside-one", "two"]
+    on = {v: [p.name for p in series.every_on(v)] for v in series.variants}
+    assert on == {
+        BASELINE: ["t.patch"],
+        "one": ["t.patch", "u.patch"],
+        "aside-one": ["t.patch", "u.patch"],
+        "two": ["t.patch", "u.patch"],
+    }
+    assert [p.name for p in series.prefix("two")] == ["a.patch", "b.patch", "t.patch", "u.patch"]
+    (tmp_path / "series").write_text("a.patch one\nc.patch aside-one aside\nb.patch two\nt.patch *\nu.patch * two\n")
+    series = load_series(tmp_path)
+    assert [v for v in series.variants if series.adds(v, "tests/u.cpp")] == ["two"]  # not the aside before it
+    (tmp_path / "series").write_text("u.patch * one\na.patch one\n")  # a variant below the line
+    with pytest.raises(
+        PatchError, match=r"series:1: '\* one' names no variant made above this line \(made so far: none"
+    ):
+        load_series(tmp_path)
+    (tmp_path / "series").write_text("a.patch one\nu.patch * baseline\n")
+    with pytest.raises(PatchError, match=r"series:2: '\* baseline' names no variant made above this line"):
+        load_series(tmp_path)
+
+
 def test_bad_series_lines_are_refused(tmp_path):
     (tmp_path / "series").write_text("missing.patch  some-variant\n")
     with pytest.raises(PatchError, match="missing.patch not found"):
@@ -241,7 +273,7 @@ def test_a_series_line_names_its_role_or_is_refused_naming_the_line(tmp_path):
     with pytest.raises(PatchError, match=r"series:1: bad role 'twinned'"):
         load_series(tmp_path)
     (tmp_path / "series").write_text("a.patch  *  shown\n")  # a patch for every variant makes none
-    with pytest.raises(PatchError, match=r"series:1: bad role 'shown'"):
+    with pytest.raises(PatchError, match=r"series:1: '\* shown' names no variant made above this line"):
         load_series(tmp_path)
     for old, new in (("seed", "shown"), ("fix", "twin")):  # the roles' retired names say their new ones
         (tmp_path / "series").write_text(f"a.patch  one  {old}\n")

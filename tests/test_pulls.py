@@ -40,13 +40,18 @@ def test_each_side_holds_the_prerequisites_and_the_test_and_then_the_fixes():
         ["0006", "0010"],
     ]
     assert _numbers(with_fix(SERIES, pulls["dflash-after-image"])) == ["0004", "0006", "0010"]
-    # the fixes go in the order a build applies them, the test last
-    assert _numbers(without(SERIES, pulls["as-trained"])) == ["0001", "0004", "0005"]
-    assert _numbers(with_fix(SERIES, pulls["as-trained"])) == ["0001", "0004", "0005", "0008"]  # 0007 stands aside
+    # the fixes go in the order a build applies them, the tests last: 0011 changes 0006's test, its prerequisite
+    assert _numbers(without(SERIES, pulls["as-trained"])) == ["0001", "0004", "0005", "0006", "0011"]
+    assert _numbers(with_fix(SERIES, pulls["as-trained"])) == ["0001", "0004", "0005", "0008", "0006", "0011"]
     assert pulls["eagle3-bridge"].test_names == ["test-speculative-eagle3-passes"]
     assert pulls["eagle3-bridge"].server_tests == []
     assert pulls["dflash-after-image"].test_names == ["test-speculative-dflash-image"]
     assert pulls["dflash-after-image"].server_tests == ["unit/test_speculative_dflash_image.py"]
+    assert pulls["as-trained"].test_names == ["test-speculative-dflash-image"]  # new cases in 0006's test
+    assert pulls["mtp-fed-images"].test_names == ["test-speculative-mtp-image"]
+    # the slot file's draft part is the one request whose test upstream could run is still to write
+    assert [name for name, pull in pulls.items() if not pull.tests] == ["draft-in-slot-file"]
+    assert "0007" not in _numbers(with_fix(SERIES, pulls["as-trained"]))  # the definition stands aside
 
 
 def _series_with_pulls(tmp_path: Path, pulls: str) -> Path:
@@ -67,8 +72,8 @@ def _series_with_pulls(tmp_path: Path, pulls: str) -> Path:
         ("eagle3-bridge 0001,0042 0002", "0042 is not a patch of"),
         ("zero-fill 0003 0006", "a fix is a patch that makes or carries a variant, and not one aside"),
         ("tests 0002 0006", "a fix is a patch that makes or carries a variant, and not one aside"),
-        ("eagle3-bridge 0001 0004", "the test 0004-.* is not a patch that brings a test to every variant"),
-        ("eagle3-bridge 0001 0002,0005", "the test 0005-.* is not a patch that brings a test to every variant"),
+        ("eagle3-bridge 0001 0004", "the test 0004-.* is not a '\\*' patch that brings or changes a test"),
+        ("eagle3-bridge 0001 0002,0005", "the test 0005-.* is not a '\\*' patch that brings or changes a test"),
     ],
 )
 def test_a_bad_request_is_refused_naming_its_line(tmp_path, line, why):

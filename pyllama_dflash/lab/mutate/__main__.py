@@ -147,7 +147,7 @@ def _write_series(p: Plan, folder: Path) -> int:
     if folder.exists() and any(folder.iterdir()):
         raise UsageError(f"--write-series {folder}: not empty (nothing is overwritten)")
     (m,) = p.selected
-    written = write_series(m, p.own, p.series, p.pristine, folder, p.role)
+    written = write_series(m, p.own, p.series, p.variant, p.pristine, folder, p.role)
     print(f"{m.id}: {m.describe()}")
     print(f"series written to {written}; build it with: python build.py --patches {written} --variant mutant")
     return 0

@@ -60,8 +60,8 @@ def plan(args: argparse.Namespace) -> Plan:
     (base,) = build(["baseline"], BuildOptions(cpu="native", quiet=True))
     pristine = Path(base.data["source"]["path"])
     read = tree_reader(pristine)
-    # the fix's own files, without the tests every variant carries: a mutant's series applies those again on
-    # top, and a file both touch (0009's tests/CMakeLists.txt) must come without them
+    # the fix's own files, without the test patches: a mutant's series applies those again on top, so a file
+    # both touch must come without them
     own_patches = [p for p in series.prefix(fix) if p.variant != EVERY]
     fixed = apply_series(read, own_patches)
     own = {rel: fixed[rel] for p in own_patches for rel in p.touched}

@@ -180,19 +180,25 @@ def load_equivalents(path: Path = EQUIVALENT_FILE) -> dict[str, dict]:
 
 
 def write_series(
-    mutant: Mutant, fixed: dict[str, str], series: Series, pristine: Path, dest: Path, role: str = Role.TWIN
+    mutant: Mutant,
+    fixed: dict[str, str],
+    series: Series,
+    variant: str,
+    pristine: Path,
+    dest: Path,
+    role: str = Role.TWIN,
 ) -> Path:
-    """A series folder whose one variant is the fix with this mutant, judged as the fix is (``role``);
-    returns the folder."""
+    """A series folder whose one variant is the fix with this mutant, judged as the fix ``variant`` is
+    (``role``), with the tests the series applies on that fix; returns the folder."""
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    # a file the fix adds (0009's C++ test) has no pristine version: the patch creates it
+    # a file the fix adds has no pristine version: the patch creates it
     diff = diff_files(tree_reader(pristine), {**fixed, mutant.path: mutant.text})
     header = f"Subject: [PATCH] mutant {mutant.id}\n\n{mutant.describe()}\n\n---\n"
     (dest / "0001-mutant.patch").write_text(header + diff, encoding="utf-8")
     lines = [f"0001-mutant.patch {VARIANT} {role}"]
-    for patch in series.every:
+    for patch in series.every_on(variant):
         shutil.copy2(series.directory / patch.name, dest / patch.name)
         lines.append(f"{patch.name} *")
     (dest / "series").write_text("\n".join(lines) + "\n")

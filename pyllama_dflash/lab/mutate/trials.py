@@ -45,7 +45,7 @@ def try_all(p: Plan, models: ModelSet, equivalents: dict[str, dict], *, jobs: in
     outcomes: list[Outcome] = []
     try:
         for k, m in enumerate(p.selected, 1):
-            series_dir = write_series(m, p.own, p.series, p.pristine, work / "series", p.role)
+            series_dir = write_series(m, p.own, p.series, p.variant, p.pristine, work / "series", p.role)
             o = try_mutant(
                 m,
                 series_dir,

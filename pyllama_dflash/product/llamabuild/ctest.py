@@ -3,7 +3,7 @@
 The series' test patches (variant column ``*``) add each test to every variant, baseline included,
 and register it with upstream's ``llama_build_and_test``: ``test-speculative-eagle3-passes`` (EAGLE3
 after a prompt split into passes) and ``test-speculative-dflash-image`` (DFlash across images). Patch
-0009 brings its own, ``test-speculative-mtp-image`` (MTP fed an image's rows), to the variants that
+0012 brings ``test-speculative-mtp-image`` (MTP fed an image's rows) to 0009's variant and those that
 carry it. The builder compiles those a variant has with it and copies them into the variant's
 folder, recording the labels upstream's registration gives each. :func:`testfile` writes a ``CTestTestfile.cmake``
 registering those copies the same way, so ctest runs them long after the shared build folder has

@@ -1,20 +1,22 @@
 """The patch series: ``patches/series`` lists patches in order; a variant is a prefix of it.
 
-Series line format: ``<patch file> <variant name> [<role>] [aside]``; ``#`` starts a comment. The
-variant called ``baseline`` is the empty prefix. A variant line that ends in ``aside`` (ASIDE) makes a
-variant that stands beside the series: it carries the patches before it, and no later variant carries it
-(the zero-fill, shown beside the fixes rather than under them). A patch whose variant column is ``-``
-(CARRIED) makes no variant either: every variant after it carries it, as a fix of its own that
-later fixes build on. A patch whose variant column is ``*``
-(EVERY) makes no variant: it is applied on top of every variant, baseline included, after
-the variant's own patches. That is how a regression test that must exist on the unfixed
-tree (to fail there) travels with the series. The role says what a variant is judged as
-(:class:`~pyllama_dflash.words.Role`; default ``twin``): the zero-fill, a fix judged against the draft's reconverted
-twin, a fix judged against the draft's definition, or a fix that serves each draft as it was trained
-(judged as a ``definition`` fix with a draft trained with image rows, as a ``twin`` fix with any other).
-Patches are unified diffs (as ``git format-patch`` writes them, header and all) applied with ``git apply``
-semantics: exact context, a hunk may have moved by some lines, no fuzz. A hunk
-that does not apply is reported with the patch, the file and the hunk header.
+Series line format: ``<patch file> <variant name> [<role>] [aside]``, or ``<patch file> * [<variant name>]``;
+``#`` starts a comment. The variant called ``baseline`` is the empty prefix. A variant line that ends in
+``aside`` (ASIDE) makes a variant that stands beside the series: it carries the patches before it, and no
+later variant carries it (the zero-fill, shown beside the fixes rather than under them). A patch whose
+variant column is ``-`` (CARRIED) makes no variant either: every variant after it carries it, as a fix of
+its own that later fixes build on. A patch whose variant column is ``*`` (EVERY) makes no variant: it is
+applied on top of every variant, baseline included, after the variant's own patches. That is how a
+regression test that must exist on the unfixed tree (to fail there) travels with the series. A ``*`` line
+that names a variant made earlier in the file is applied on top of that variant and every variant that
+carries it, and nowhere else: the test of a fix that a tree without the fix fails by design (each
+request's test must fail there). The role says what a variant is judged as
+(:class:`~pyllama_dflash.words.Role`; default ``twin``): the zero-fill, a fix judged against the draft's
+reconverted twin, a fix judged against the draft's definition, or a fix that serves each draft as it was
+trained (judged as a ``definition`` fix with a draft trained with image rows, as a ``twin`` fix with any
+other). Patches are unified diffs (as ``git format-patch`` writes them, header and all) applied with ``git
+apply`` semantics: exact context, a hunk may have moved by some lines, no fuzz. A hunk that does not apply
+is reported with the patch, the file and the hunk header.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class Patch:
     files: tuple[FilePatch, ...]
     role: Role = Role.TWIN  # what the variant it makes is judged as
     aside: bool = False  # a variant no later variant carries (ASIDE)
+    on: str | None = None  # EVERY only: applied on this variant and those that carry it, not on every one
 
     @property
     def touched(self) -> list[str]:
@@ -86,8 +89,17 @@ class Series:
 
     @property
     def every(self) -> tuple[Patch, ...]:
-        """The patches applied on top of every variant, baseline included."""
+        """The patches applied on top of the variants' own (EVERY), those named ``on`` a variant included."""
         return tuple(p for p in self.patches if p.variant == EVERY)
+
+    def every_on(self, variant: str) -> tuple[Patch, ...]:
+        """The EVERY patches applied on top of ``variant``: those for every variant, and those ``on`` a
+        variant whose patch ``variant`` carries."""
+        own = {p.name for p in self.own_prefix(variant)}
+        return tuple(p for p in self.every if p.on is None or self._maker(p.on).name in own)
+
+    def _maker(self, variant: str) -> Patch:
+        return next(p for p in self.own if p.variant == variant)
 
     @property
     def chain(self) -> tuple[Patch, ...]:
@@ -96,8 +108,8 @@ class Series:
 
     def prefix(self, variant: str) -> tuple[Patch, ...]:
         """The patches that make up a variant, in the order they apply: its :meth:`own_prefix`, then the
-        EVERY patches."""
-        return self.own_prefix(variant) + self.every
+        EVERY patches applied on it (:meth:`every_on`)."""
+        return self.own_prefix(variant) + self.every_on(variant)
 
     def own_prefix(self, variant: str) -> tuple[Patch, ...]:
         """The variant's prefix of the series' own patches, less the variants aside before it."""
@@ -151,8 +163,11 @@ def load_series(directory: Path) -> Series:
         if len(parts) not in (2, 3) or (aside and parts[1] in (EVERY, CARRIED)):
             raise PatchError(
                 f"{series_file}:{lineno}: expected '<patch file> <variant name> [<role>] [{ASIDE}]' "
-                f"({ASIDE} only for a patch that makes a variant), got {raw!r}"
+                f"({ASIDE} only for a patch that makes a variant) or '<patch file> {EVERY} [<variant name>]', "
+                f"got {raw!r}"
             )
+        on = _on_variant(parts, names, f"{series_file}:{lineno}")
+        parts = parts[:2] if on else parts
         filename, variant, role = (*parts, Role.TWIN.value) if len(parts) == 2 else parts
         if role in RETIRED_ROLES:
             raise PatchError(f"{series_file}:{lineno}: role {role!r} is now '{RETIRED_ROLES[role]}'")
@@ -175,9 +190,31 @@ def load_series(directory: Path) -> Series:
             raise PatchError(f"{series_file}:{lineno}: patch {filename} not found in {directory}")
         data = path.read_bytes()
         patches.append(
-            Patch(filename, variant, sha256_bytes(data), parse_patch(data.decode("utf-8"), filename), Role(role), aside)
+            Patch(
+                filename,
+                variant,
+                sha256_bytes(data),
+                parse_patch(data.decode("utf-8"), filename),
+                Role(role),
+                aside,
+                on,
+            )
         )
     return Series(directory, tuple(patches))
+
+
+def _on_variant(parts: list[str], names: set[str], where: str) -> str | None:
+    """The variant an EVERY line is applied on (its third column), checked to be one made above it."""
+    if len(parts) != 3 or parts[1] != EVERY:
+        return None
+    on = parts[2]
+    if on == BASELINE or on not in names:
+        made = ", ".join(sorted(names - {BASELINE})) or "none"
+        raise PatchError(
+            f"{where}: '{EVERY} {on}' names no variant made above this line (made so far: {made}); "
+            f"a '{EVERY}' line's third column is the variant it is applied on, with those that carry it"
+        )
+    return on
 
 
 def parse_patch(text: str, name: str) -> tuple[FilePatch, ...]:
@@ -316,11 +353,18 @@ def check_series(series: Series, tree: Path) -> list[str]:
     for variant in series.variants:
         apply_series(tree_reader(tree), series.prefix(variant))
     for patch in series.patches:
-        made = {EVERY: "every variant, on top of its own patches", CARRIED: "carried by every later variant"}.get(
-            patch.variant, f"variant {patch.variant}" + (", aside: no later variant carries it" if patch.aside else "")
-        )
-        report.append(f"{patch.name}: applies ({', '.join(patch.touched)}) -> {made}")
+        report.append(f"{patch.name}: applies ({', '.join(patch.touched)}) -> {_where(patch)}")
     return report
+
+
+def _where(patch: Patch) -> str:
+    """Which variants a patch reaches, in words."""
+    if patch.variant == EVERY:
+        on = f"variant {patch.on} and every variant that carries it" if patch.on else "every variant"
+        return f"{on}, on top of its own patches"
+    if patch.variant == CARRIED:
+        return "carried by every later variant"
+    return f"variant {patch.variant}" + (", aside: no later variant carries it" if patch.aside else "")
 
 
 def tree_reader(root: Path) -> Callable[[str], str | None]:

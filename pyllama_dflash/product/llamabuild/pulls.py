@@ -25,7 +25,7 @@ _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 class Pull:
     name: str
     fixes: tuple[Patch, ...]
-    tests: tuple[Patch, ...]  # series patches that bring tests (their lines say '*'); none: no test yet
+    tests: tuple[Patch, ...]  # series patches that bring or change tests (their lines say '*'); none: no test yet
 
     @property
     def test_names(self) -> list[str]:
@@ -39,8 +39,10 @@ class Pull:
 
 
 def cpp_tests(patches: tuple[Patch, ...]) -> list[str]:
-    """The series' C++ tests (ctest.TESTS) that ``patches`` bring."""
-    return [t for t in ctest.TESTS if ctest.source(t) in _added(patches)]
+    """The series' C++ tests (ctest.TESTS) that ``patches`` bring, or change: a request's test may be new
+    cases in a test an earlier request brought."""
+    touched = {path for p in patches for path in p.touched}
+    return [t for t in ctest.TESTS if ctest.source(t) in touched]
 
 
 def server_tests(patches: tuple[Patch, ...]) -> list[str]:
@@ -83,7 +85,7 @@ def _check(pull: Pull, where: str) -> None:
         raise PatchError(f"{where}: a fix is a patch that makes or carries a variant, and not one aside")
     for test in pull.tests:
         if test.variant != EVERY or not (cpp_tests((test,)) or server_tests((test,))):
-            raise PatchError(f"{where}: the test {test.name} is not a patch that brings a test to every variant")
+            raise PatchError(f"{where}: the test {test.name} is not a '{EVERY}' patch that brings or changes a test")
 
 
 def without(series: Series, pull: Pull) -> tuple[Patch, ...]:
