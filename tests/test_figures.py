@@ -8,6 +8,7 @@ options, what a file owns) are listed below, each with what it holds.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -80,11 +81,13 @@ def test_a_record_no_command_writes_is_refused_by_name(tmp_path):
 
 @pytest.mark.parametrize("record", sorted((REPO / "docs" / "figures").glob("fuzz*.json")), ids=lambda p: p.name)
 def test_fuzz_writes_the_committed_runs_table_from_its_json_alone(record, tmp_path, capsys):
-    """``fuzz --merge RECORD --markdown FILE`` runs nothing and writes the page's table again."""
+    """``fuzz --merge RECORD --markdown FILE`` runs nothing and writes the page's table again, its exit status
+    the record's verdict (a record whose must-pass variant did not run says NOT OK, and is kept as it is)."""
     from pyllama_dflash.harness.fuzz.__main__ import main as fuzz_main
 
     out = tmp_path / "fuzz.md"
-    assert fuzz_main(["--merge", str(record), "--markdown", str(out)]) == 0
+    broken = json.loads(record.read_text())["broken"]
+    assert fuzz_main(["--merge", str(record), "--markdown", str(out)]) == (1 if broken else 0)
     assert out.read_text() == records.render(record)
 
 
