@@ -95,7 +95,9 @@ def file_lock(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator
 
     The kernel drops flock locks when the last holder of the open file dies, so a killed
     build never leaves a stale lock behind. A child given the fd (``pass_fds``) holds the
-    lock too: a compiler that outlives a killed build keeps the next one waiting.
+    lock too: a compiler that outlives a build killed with SIGKILL keeps the next one waiting.
+    The ``LOCK_UN`` below runs on any other exit and frees the lock for those children as well
+    (docs/building.md, "Known, not yet fixed").
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as f:
