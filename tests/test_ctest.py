@@ -1,5 +1,5 @@
 """The series' C++ regression tests (patches 0002 and 0006, changed by 0011 where 0008 is), built with every
-variant and run by ctest, and the test patch 0009 brings, built where 0009 is."""
+variant and run by ctest, and 0009's test (patch 0012), built where 0009 is."""
 
 from __future__ import annotations
 

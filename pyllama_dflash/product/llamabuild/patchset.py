@@ -95,8 +95,11 @@ class Series:
     def every_on(self, variant: str) -> tuple[Patch, ...]:
         """The EVERY patches applied on top of ``variant``: those for every variant, and those ``on`` a
         variant whose patch ``variant`` carries."""
-        own = {p.name for p in self.own_prefix(variant)}
-        return tuple(p for p in self.every if p.on is None or self._maker(p.on).name in own)
+        return self._every_over(self.own_prefix(variant))
+
+    def _every_over(self, own: tuple[Patch, ...]) -> tuple[Patch, ...]:
+        names = {p.name for p in own}
+        return tuple(p for p in self.every if p.on is None or self._maker(p.on).name in names)
 
     def _maker(self, variant: str) -> Patch:
         return next(p for p in self.own if p.variant == variant)
@@ -109,7 +112,8 @@ class Series:
     def prefix(self, variant: str) -> tuple[Patch, ...]:
         """The patches that make up a variant, in the order they apply: its :meth:`own_prefix`, then the
         EVERY patches applied on it (:meth:`every_on`)."""
-        return self.own_prefix(variant) + self.every_on(variant)
+        own = self.own_prefix(variant)
+        return own + self._every_over(own)
 
     def own_prefix(self, variant: str) -> tuple[Patch, ...]:
         """The variant's prefix of the series' own patches, less the variants aside before it."""
