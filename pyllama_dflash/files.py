@@ -93,11 +93,12 @@ def replace_dir(tmp_dir: Path, final_dir: Path) -> None:
 def file_lock(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator[int]:
     """An exclusive advisory lock; blocks while another build holds it. Yields the lock's fd.
 
-    The kernel drops flock locks when the last holder of the open file dies, so a killed
-    build never leaves a stale lock behind. A child given the fd (``pass_fds``) holds the
-    lock too: a compiler that outlives a build killed with SIGKILL keeps the next one waiting.
-    The ``LOCK_UN`` below runs on any other exit and frees the lock for those children as well
-    (docs/building.md, "Known, not yet fixed").
+    The kernel drops flock locks when the last holder of the open file closes it, so a killed
+    build never leaves a stale lock behind. A child given the fd (``pass_fds``) holds the lock
+    too, and keeps holding it when the build ends: a compiler that outlives its build, however
+    the build ended, keeps the next one waiting until it exits. So the lock is never released
+    explicitly (``LOCK_UN`` would free it for those children as well): closing the file drops
+    this process's hold alone.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as f:
@@ -109,11 +110,8 @@ def file_lock(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator
             if on_wait is not None:
                 on_wait()
             fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        try:
-            f.seek(0)
-            f.truncate()
-            f.write(f"{os.getpid()}\n")
-            f.flush()
-            yield f.fileno()
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        yield f.fileno()

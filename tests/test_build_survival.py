@@ -128,6 +128,13 @@ def _lock_holders(work: Path) -> list[int]:
     return pids
 
 
+def _command_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:  # gone meanwhile
+        return ""
+
+
 def _lock_frees(work: Path, timeout: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout
     while _lock_is_held(work):
@@ -215,25 +222,32 @@ def test_a_variant_appears_whole_under_its_name_or_not_at_all(env: Env, clean: C
     assert not list(manifests.variants_root().glob(f".{final.name}*")), "a temporary folder was left beside it"
 
 
-@pytest.mark.parametrize("victim", ["process-group", "build.py-only"])
+@pytest.mark.parametrize("victim", ["process-group", "build.py-only", "build.py-sigterm"])
 def test_a_build_killed_mid_compile_resumes_to_the_same_bytes(env: Env, clean: CleanBuild, victim: str) -> None:
     env.fresh()
     killed = Build(env.series)
     killed.wait_for("compile [")
     # SIGKILL: no cleanup runs. Either way the compiler it was running lives on, orphaned: ninja
     # starts each command in a process group of its own, so even killing build.py's group
-    # (what a CI timeout does) leaves it, and killing build.py alone also leaves ninja
+    # (what a CI timeout does) leaves it, and killing build.py alone also leaves ninja.
+    # SIGTERM: build.py stops as for Ctrl-C, its finally blocks run, and it kills cmake and ninja
+    # on its way out; the compiles already running finish orphaned
     if victim == "process-group":
         os.killpg(killed.proc.pid, signal.SIGKILL)
-    else:
+    elif victim == "build.py-only":
         os.kill(killed.proc.pid, signal.SIGKILL)
-    assert killed.finish() == -signal.SIGKILL
+    else:
+        os.kill(killed.proc.pid, signal.SIGTERM)
+    assert killed.finish() == (130 if victim == "build.py-sigterm" else -signal.SIGKILL), killed.text
     assert not _published(env).exists()
     # the orphans inherited the build folder's lock: until they are gone, a new build waits
     # instead of compiling into the same object files beside them. A compile may end between the kill
     # and this check, leaving no orphan and a free lock; so the lock is looked at first, then the
     # orphans: one still holding the file open after the lock was seen free is the failure
     assert _lock_is_held(env.work) or not _lock_holders(env.work), _lock_holders(env.work)
+    if victim == "build.py-sigterm":
+        # a build that stopped itself leaves no ninja to start more compiles
+        assert not [pid for pid in _lock_holders(env.work) if _command_name(pid) in ("cmake", "ninja")]
     assert _lock_frees(env.work), "the killed build's lock was never released"
 
     again = Build(env.series)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -25,6 +27,10 @@ def run_logged(
     """Run ``cmd`` appending its output to ``log_path``; report ``[n/m]`` steps as they pass.
 
     ``keep_fds`` are inherited by the command and everything it starts (the build folder's lock).
+    The command runs in a process group of its own, which is killed whole when this function is
+    interrupted: cmake and the ninja it started stop together, and no orphaned ninja starts more
+    compiles. The compiles already running (ninja gives each a process group of its own) finish
+    holding ``keep_fds``, so the lock stays held until the last of them exits.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "a", encoding="utf-8", errors="replace") as log:
@@ -39,6 +45,7 @@ def run_logged(
             errors="replace",
             bufsize=1,
             pass_fds=keep_fds,
+            start_new_session=True,
         )
         assert proc.stdout is not None
         last_report = 0.0
@@ -62,9 +69,17 @@ def run_logged(
                     last_report = now
             rc = proc.wait()
         except BaseException:
-            proc.kill()
-            proc.wait()
+            _kill_group(proc)
             raise
     if rc != 0:
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-40:])
         raise BuildError(f"{what} failed (exit {rc}); full log: {log_path}\n--- last lines ---\n{tail}")
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL to the command's process group (cmake, its ninja), then wait for the command."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # the group is gone already
+        pass
+    proc.wait()
