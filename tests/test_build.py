@@ -93,6 +93,8 @@ def test_every_patch_builds_with_only_the_prerequisites_its_header_names(variant
     # the tests of 0008 and 0009: 0011 changes 0006's test, 0012 compiles on b11434 without 0009
     assert "(prerequisites: 0006)" in by_number["0011"] and "test-speculative-dflash-image" in by_number["0011"]
     assert "(prerequisites: none)" in by_number["0012"] and "test-speculative-mtp-image" in by_number["0012"]
+    # 0005's test is of llama-server's kind: a Python file, nothing to compile
+    assert "(prerequisites: none)" in by_number["0013"]
 
 
 def test_a_fingerprint_mismatch_is_refused(pristine, tmp_path):

@@ -125,14 +125,15 @@ def test_the_project_series_names_zero_fill_first():
     ]
     assert all(series.prefix(v)[0] == series.own[0] for v in series.variants[1:])
     # and the regression tests every variant carries, baseline included: two C++ ones (test_ctest.py) and one
-    # of llama-server's kind (test_pulls.py); then 0011, which changes the DFlash test where 0008 is, and 0012,
-    # MTP's test where 0009 is
+    # of llama-server's kind (test_pulls.py); then 0011, which changes the DFlash test where 0008 is, 0012,
+    # MTP's test where 0009 is, and 0013, llama-server's test of a slot restored with its draft where 0005 is
     assert [(p.touched, p.on) for p in series.every] == [
         (["tests/CMakeLists.txt", "tests/test-speculative-eagle3-passes.cpp"], None),
         (["tests/CMakeLists.txt", "tests/test-speculative-dflash-image.cpp"], None),
         (["tools/server/tests/unit/test_speculative_dflash_image.py", "tools/server/tests/utils.py"], None),
         (["tests/test-speculative-dflash-image.cpp"], "as-trained"),
         (["tests/CMakeLists.txt", "tests/test-speculative-mtp-image.cpp"], "mtp-fed-images"),
+        (["tools/server/tests/unit/test_speculative_slot_restore.py"], "slots"),
     ]
 
 
@@ -181,7 +182,7 @@ def test_every_patch_of_the_project_applies_with_only_the_prerequisites_its_head
     named = {p.name[:4]: [q.name[:4] for q in prerequisites.named(series, p)] for p in series.patches}
     # the EAGLE3 bridge, the tests, the zero-fill, the twin's fix, the server's slots and MTP fed the image
     # stand alone
-    alone = ["0001", "0002", "0003", "0004", "0005", "0006", "0009", "0010", "0012"]
+    alone = ["0001", "0002", "0003", "0004", "0005", "0006", "0009", "0010", "0012", "0013"]
     assert [n for n, needs in named.items() if not needs] == alone
     assert named["0007"] == ["0001", "0004", "0005"]
     assert named["0008"] == ["0001", "0004", "0005"]  # the request stands on the fixes, not on 0007 aside

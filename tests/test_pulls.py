@@ -49,8 +49,12 @@ def test_each_side_holds_the_prerequisites_and_the_test_and_then_the_fixes():
     assert pulls["dflash-after-image"].server_tests == ["unit/test_speculative_dflash_image.py"]
     assert pulls["as-trained"].test_names == ["test-speculative-dflash-image"]  # new cases in 0006's test
     assert pulls["mtp-fed-images"].test_names == ["test-speculative-mtp-image"]
-    # the slot file's draft part is the one request whose test upstream could run is still to write
-    assert [name for name, pull in pulls.items() if not pull.tests] == ["draft-in-slot-file"]
+    assert _numbers(without(SERIES, pulls["draft-in-slot-file"])) == ["0013"]
+    assert _numbers(with_fix(SERIES, pulls["draft-in-slot-file"])) == ["0005", "0013"]
+    assert pulls["draft-in-slot-file"].test_names == []
+    assert pulls["draft-in-slot-file"].server_tests == ["unit/test_speculative_slot_restore.py"]
+    # every request has a test upstream can run
+    assert [name for name, pull in pulls.items() if not pull.tests] == []
     assert "0007" not in _numbers(with_fix(SERIES, pulls["as-trained"]))  # the definition stands aside
 
 
@@ -114,3 +118,7 @@ def test_each_request_with_a_test_fails_on_b11434_and_passes_with_its_fix(varian
     (dflash,) = [e for e in json.loads(record.read_text())["pulls"] if e["name"] == "dflash-after-image"]
     assert [c["ok"] for c in dflash["without"]["server"]["checks"]] == [True, False]
     assert "500" in dflash["without"]["server"]["first_failure"]
+    # a slot restored on b11434 drafts from the other conversation's rows its draft still holds
+    (slots,) = [e for e in json.loads(record.read_text())["pulls"] if e["name"] == "draft-in-slot-file"]
+    assert [c["ok"] for c in slots["without"]["server"]["checks"]] == [False]
+    assert [c["ok"] for c in slots["with"]["server"]["checks"]] == [True]
