@@ -27,10 +27,10 @@ def run_logged(
     """Run ``cmd`` appending its output to ``log_path``; report ``[n/m]`` steps as they pass.
 
     ``keep_fds`` are inherited by the command and everything it starts (the build folder's lock).
-    The command runs in a process group of its own, which is killed whole when this function is
-    interrupted: cmake and the ninja it started stop together, and no orphaned ninja starts more
-    compiles. The compiles already running (ninja gives each a process group of its own) finish
-    holding ``keep_fds``, so the lock stays held until the last of them exits.
+    Interrupted (Ctrl-C, or SIGTERM turned into one), it stops the command and everything it started
+    before raising: left alone, cmake's ninja would go on compiling. Killed outright, it cannot, and
+    whatever outlives it keeps ``keep_fds``, so the build folder stays locked until the last of them
+    exits (files.file_lock).
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "a", encoding="utf-8", errors="replace") as log:
@@ -45,7 +45,6 @@ def run_logged(
             errors="replace",
             bufsize=1,
             pass_fds=keep_fds,
-            start_new_session=True,
         )
         assert proc.stdout is not None
         last_report = 0.0
@@ -69,17 +68,58 @@ def run_logged(
                     last_report = now
             rc = proc.wait()
         except BaseException:
-            _kill_group(proc)
+            _stop_tree(proc)
             raise
     if rc != 0:
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-40:])
         raise BuildError(f"{what} failed (exit {rc}); full log: {log_path}\n--- last lines ---\n{tail}")
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL to the command's process group (cmake, its ninja), then wait for the command."""
+def _stop_tree(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
+    """SIGTERM to the command and everything it started, as Ctrl-C in a terminal would reach them:
+    ninja then stops its compiles (the compiler removes its half-written output) and waits for them.
+    Whatever still runs after ``grace_s`` gets SIGKILL. Returns once none of them runs."""
+    tree = [proc.pid, *_descendants(proc.pid)]
+    for pid in tree:
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while any(_alive(pid) for pid in tree[1:]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in tree[1:]:
+        _signal(pid, signal.SIGKILL)
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:  # the group is gone already
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes below ``pid``, children first, read from /proc (empty where there is none)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, queue = [], list(children.get(pid, []))
+    while queue:
+        found.append(queue.pop(0))
+        queue.extend(children.get(found[-1], []))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Running and not a zombie: a zombie has already closed every file it held."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:  # gone meanwhile
         pass
-    proc.wait()
