@@ -109,16 +109,17 @@ def test_each_request_with_a_test_fails_on_b11434_and_passes_with_its_fix(varian
         timeout=3600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    verdicts = {e["name"]: e["verdict"] for e in json.loads(record.read_text())["pulls"]}
+    entries = {e["name"]: e for e in json.loads(record.read_text())["pulls"]}
+    verdicts = {name: e["verdict"] for name, e in entries.items()}
     tested = {p.name for p in load_pulls(SERIES) if p.tests}
     assert {n for n, v in verdicts.items() if v == PullVerdict.PROVEN} == tested
     assert {n for n, v in verdicts.items() if v == PullVerdict.NO_TEST} == set(verdicts) - tested
     assert len(proc.stdout.splitlines()) == len(verdicts)
     # the server test is upstream's harness over each side's llama-server: b11434 answers the image with HTTP 500
-    (dflash,) = [e for e in json.loads(record.read_text())["pulls"] if e["name"] == "dflash-after-image"]
+    dflash = entries["dflash-after-image"]
     assert [c["ok"] for c in dflash["without"]["server"]["checks"]] == [True, False]
     assert "500" in dflash["without"]["server"]["first_failure"]
     # a slot restored on b11434 drafts from the other conversation's rows its draft still holds
-    (slots,) = [e for e in json.loads(record.read_text())["pulls"] if e["name"] == "draft-in-slot-file"]
+    slots = entries["draft-in-slot-file"]
     assert [c["ok"] for c in slots["without"]["server"]["checks"]] == [False]
     assert [c["ok"] for c in slots["with"]["server"]["checks"]] == [True]

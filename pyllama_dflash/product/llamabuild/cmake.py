@@ -78,7 +78,8 @@ def run_logged(
 def _stop_tree(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
     """SIGTERM to the command and everything it started, as Ctrl-C in a terminal would reach them:
     ninja then stops its compiles (the compiler removes its half-written output) and waits for them.
-    Whatever still runs after ``grace_s`` gets SIGKILL. Returns once none of them runs."""
+    Whatever still runs after ``grace_s`` gets SIGKILL. Returns once the command has exited; what it
+    started has exited too, or has just been sent SIGKILL (the build folder's lock covers the rest)."""
     tree = [proc.pid, *_descendants(proc.pid)]
     for pid in tree:
         _signal(pid, signal.SIGTERM)
@@ -97,12 +98,10 @@ def _stop_tree(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
 def _descendants(pid: int) -> list[int]:
     """The processes below ``pid``, children first, read from /proc (empty where there is none)."""
     children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:  # gone meanwhile
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    for entry in Path("/proc").glob("[0-9]*"):
+        fields = _stat_fields(int(entry.name))
+        if fields:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
     found, queue = [], list(children.get(pid, []))
     while queue:
         found.append(queue.pop(0))
@@ -112,10 +111,16 @@ def _descendants(pid: int) -> list[int]:
 
 def _alive(pid: int) -> bool:
     """Running and not a zombie: a zombie has already closed every file it held."""
+    fields = _stat_fields(pid)
+    return bool(fields) and fields[0] != "Z"
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """/proc/PID/stat after the command's name (state, parent, ...); empty for a process gone."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
-        return False
+        return []
 
 
 def _signal(pid: int, sig: int) -> None:
