@@ -223,6 +223,24 @@ with api.Model(models.target) as tm, api.Model(models.draft_for("plain")) as dm:
         out["overflow"] = spec.process_ok(api.Batch.tokens(many))
         out["overflow_log"] = [str(x) for x in spec.last_log if "ERROR" in str(x)]
         out["overflow_pos_max"] = draft.pos_max(0)
+    # a batch of more rows than the draft's n_ubatch, within its n_batch: the draft's attention is not
+    # causal, so one decode takes one ubatch at most, and process() must inject the rows in pieces of
+    # n_ubatch; the draft then drafts what it drafts after the same rows in calls of n_ubatch rows
+    many = tm.tokenize("tree blue moon rock fish lamp wind gold ship " * 10, add_special=False)[:40]
+    assert len(many) == 40
+    out["past_n_ubatch"] = []
+    for calls in ([many], [many[i : i + 16] for i in range(0, 40, 16)]):
+        with api.Context(tm, n_ctx=256, n_batch=64, n_ubatch=64) as target, \
+             api.Context.draft(dm, target, n_batch=64, n_ubatch=16) as draft, \
+             api.Speculative(target, draft, n_max=3) as spec:
+            pos0, took = 0, []
+            for rows in calls:
+                batch = api.Batch.tokens(rows, pos0=pos0)
+                assert target.process_rc(batch) == 0
+                took.append(spec.process_ok(batch))
+                pos0 += len(rows)
+            drafted = spec.draft(0, target.argmax(-1), pos0)
+            out["past_n_ubatch"].append({"took": took, "pos_max": draft.pos_max(0), "drafted": drafted})
 # the slot loop's check of a draft with positions of its own: a gap inside its memory, which its first
 # and last positions do not show
 from pyllama_dflash.harness.slotloop.config import DEFAULT_CONFIG
@@ -323,6 +341,16 @@ def test_an_images_pinned_rows_go_in_one_draft_position_each(runs, ruled):
     refused the jump, stays empty)."""
     assert ruled["pinned"] is True and ruled["pinned_pos_max"] == 12
     assert runs["baseline"]["pinned"] is True and runs["baseline"]["pinned_pos_max"] == -1
+
+
+def test_a_batch_past_the_drafts_n_ubatch_goes_in_in_pieces(ruled):
+    """A DFlash draft's attention is not causal, so one decode takes one ubatch at most (llama_decode
+    asserts it): 40 rows in one call to a draft of n_ubatch 16 and n_batch 64 go in in pieces of 16,
+    and the draft drafts what it drafts after the same rows handed over in calls of 16."""
+    whole, pieces = ruled["past_n_ubatch"]
+    assert whole["took"] == [True] and pieces["took"] == [True] * 3
+    assert whole["pos_max"] == pieces["pos_max"] == 39
+    assert whole["drafted"] == pieces["drafted"]
 
 
 def test_the_slot_loop_sees_a_gap_inside_the_drafts_memory(runs, ruled):
