@@ -95,6 +95,7 @@ def test_every_patch_builds_with_only_the_prerequisites_its_header_names(variant
     assert "(prerequisites: none)" in by_number["0012"] and "test-speculative-mtp-image" in by_number["0012"]
     # 0005's test is of llama-server's kind: a Python file, nothing to compile
     assert "(prerequisites: none)" in by_number["0013"]
+    assert "(prerequisites: 0010)" in by_number["0014"]
 
 
 def test_a_fingerprint_mismatch_is_refused(pristine, tmp_path):

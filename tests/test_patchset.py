@@ -126,7 +126,8 @@ def test_the_project_series_names_zero_fill_first():
     assert all(series.prefix(v)[0] == series.own[0] for v in series.variants[1:])
     # and the regression tests every variant carries, baseline included: two C++ ones (test_ctest.py) and one
     # of llama-server's kind (test_pulls.py); then 0011, which changes the DFlash test where 0008 is, 0012,
-    # MTP's test where 0009 is, and 0013, llama-server's test of a slot restored with its draft where 0005 is
+    # MTP's test where 0009 is, 0013, llama-server's test of a slot restored with its draft where 0005 is, and
+    # 0014, EAGLE3's cases in 0010's llama-server test where 0008 is
     assert [(p.touched, p.on) for p in series.every] == [
         (["tests/CMakeLists.txt", "tests/test-speculative-eagle3-passes.cpp"], None),
         (["tests/CMakeLists.txt", "tests/test-speculative-dflash-image.cpp"], None),
@@ -134,6 +135,7 @@ def test_the_project_series_names_zero_fill_first():
         (["tests/test-speculative-dflash-image.cpp"], "as-trained"),
         (["tests/CMakeLists.txt", "tests/test-speculative-mtp-image.cpp"], "mtp-fed-images"),
         (["tools/server/tests/unit/test_speculative_slot_restore.py"], "slots"),
+        (["tools/server/tests/unit/test_speculative_dflash_image.py"], "as-trained"),
     ]
 
 
@@ -187,6 +189,7 @@ def test_every_patch_of_the_project_applies_with_only_the_prerequisites_its_head
     assert named["0007"] == ["0001", "0004", "0005"]
     assert named["0008"] == ["0001", "0004", "0005"]  # the request stands on the fixes, not on 0007 aside
     assert named["0011"] == ["0006"]  # new cases in 0006's test; MTP's test (0012) compiles without 0009
+    assert named["0014"] == ["0010"]  # EAGLE3's cases in 0010's llama-server test
 
 
 def test_no_fix_stands_on_a_variant_aside():

@@ -41,13 +41,18 @@ def test_each_side_holds_the_prerequisites_and_the_test_and_then_the_fixes():
     ]
     assert _numbers(with_fix(SERIES, pulls["dflash-after-image"])) == ["0004", "0006", "0010"]
     # the fixes go in the order a build applies them, the tests last: 0011 changes 0006's test, its prerequisite
-    assert _numbers(without(SERIES, pulls["as-trained"])) == ["0001", "0004", "0005", "0006", "0011"]
-    assert _numbers(with_fix(SERIES, pulls["as-trained"])) == ["0001", "0004", "0005", "0008", "0006", "0011"]
+    # and 0014 changes 0010's llama-server test
+    assert _numbers(without(SERIES, pulls["as-trained"])) == ["0001", "0004", "0005", "0006", "0010", "0011", "0014"]
+    assert _numbers(with_fix(SERIES, pulls["as-trained"])) == [
+        *("0001", "0004", "0005", "0008"),
+        *("0006", "0010", "0011", "0014"),
+    ]
     assert pulls["eagle3-bridge"].test_names == ["test-speculative-eagle3-passes"]
     assert pulls["eagle3-bridge"].server_tests == []
     assert pulls["dflash-after-image"].test_names == ["test-speculative-dflash-image"]
     assert pulls["dflash-after-image"].server_tests == ["unit/test_speculative_dflash_image.py"]
     assert pulls["as-trained"].test_names == ["test-speculative-dflash-image"]  # new cases in 0006's test
+    assert pulls["as-trained"].server_tests == ["unit/test_speculative_dflash_image.py"]  # and in 0010's
     assert pulls["mtp-fed-images"].test_names == ["test-speculative-mtp-image"]
     assert _numbers(without(SERIES, pulls["draft-in-slot-file"])) == ["0013"]
     assert _numbers(with_fix(SERIES, pulls["draft-in-slot-file"])) == ["0005", "0013"]
@@ -123,3 +128,8 @@ def test_each_request_with_a_test_fails_on_b11434_and_passes_with_its_fix(varian
     slots = entries["draft-in-slot-file"]
     assert [c["ok"] for c in slots["without"]["server"]["checks"]] == [False]
     assert [c["ok"] for c in slots["with"]["server"]["checks"]] == [True]
+    # EAGLE3 after an image (0014's cases in 0010's file): the same 500 until each draft is served as trained
+    trained = entries["as-trained"]
+    assert "test_eagle3_draft_answers_as_without_it" in trained["without"]["server"]["first_failure"]
+    assert "500" in trained["without"]["server"]["first_failure"]
+    assert all(c["ok"] for c in trained["with"]["server"]["checks"])

@@ -46,13 +46,11 @@ def cpp_tests(patches: tuple[Patch, ...]) -> list[str]:
 
 
 def server_tests(patches: tuple[Patch, ...]) -> list[str]:
-    """The tests of llama-server's kind that ``patches`` bring, relative to ``tools/server/tests``."""
+    """The tests of llama-server's kind that ``patches`` bring, or change (a request's test may be new cases
+    in a file an earlier request brought), relative to ``tools/server/tests``."""
     prefix = SERVER_TESTS.removesuffix("unit/")
-    return sorted(p.removeprefix(prefix) for p in _added(patches) if p.startswith(SERVER_TESTS) and p.endswith(".py"))
-
-
-def _added(patches: tuple[Patch, ...]) -> set[str]:
-    return {f.path for p in patches for f in p.files if f.new_file}
+    touched = {path for p in patches for path in p.touched}
+    return sorted(t.removeprefix(prefix) for t in touched if t.startswith(SERVER_TESTS) and t.endswith(".py"))
 
 
 def load_pulls(series: Series) -> list[Pull]:
