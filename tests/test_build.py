@@ -18,6 +18,7 @@ from pyllama_dflash.files import file_lock, sha256_file
 from pyllama_dflash.paths import cache_root
 from pyllama_dflash.product.llamabuild import BuildOptions, pinned, toolchain
 from pyllama_dflash.product.llamabuild import manifest as manifest_mod
+from pyllama_dflash.product.llamabuild.builder import holding_stage
 from pyllama_dflash.product.llamabuild.builder import stage as stage_variant
 from pyllama_dflash.product.llamabuild.patchset import apply_series, load_series, tree_reader
 from pyllama_dflash.product.llamabuild.stage import Stage
@@ -34,6 +35,37 @@ def build_py(*args: str, env: dict | None = None) -> subprocess.CompletedProcess
         env={**os.environ, **(env or {})},
         timeout=3600,
     )
+
+
+_TAKE_LOCK = """
+import fcntl, sys
+with open(sys.argv[1], "a+") as f:
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | (fcntl.LOCK_NB if sys.argv[2] == "now" else 0))
+    except BlockingIOError:
+        sys.exit(3)
+"""
+
+
+def _another_process_takes(lock: Path, now: bool) -> bool:
+    """Whether another process takes the shared build folder's lock: at once (``now``), or at all, waiting for
+    whatever other build of this cache holds it meanwhile."""
+    proc = subprocess.run([sys.executable, "-c", _TAKE_LOCK, str(lock), "now" if now else "wait"], timeout=1800)
+    return proc.returncode == 0
+
+
+def test_a_stage_held_keeps_other_builds_out_until_its_block_ends(variants):
+    """What runs on a staged folder (a pull request's side: ctest, llama-server) finds the variant there only if
+    no other build stages the folder anew meanwhile: holding_stage keeps the folder's lock until its block ends,
+    stage() lets it go when it returns."""
+    opts = BuildOptions(cpu=os.environ.get(CPU_ENV) or "native", quiet=True)
+    lock = cache_root() / "work" / variants["baseline"].data["build_key"] / "lock"
+    with holding_stage("baseline", opts) as staged:
+        assert (staged.tree / "common" / "speculative.cpp").is_file()
+        assert not _another_process_takes(lock, now=True)
+    assert _another_process_takes(lock, now=False)
+    stage_variant("baseline", opts)
+    assert _another_process_takes(lock, now=False)
 
 
 def test_staging_leaves_the_pristine_tree_byte_identical(pristine, tmp_path):

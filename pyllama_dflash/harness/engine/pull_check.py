@@ -1,7 +1,8 @@
 """One side of a pull request of ``patches/pulls``: its patches applied to b11434 alone, compiled in the
 shared build folder, and the request's tests run on it: its C++ tests under ctest, and its tests of
 llama-server's kind with upstream's own pytest harness over the side's llama-server (llamabuild.pulls says
-which patches each side has). Nothing is published: the folder is left holding the last side built.
+which patches each side has). Nothing is published: the folder is left holding the last side built, and
+its lock is held while a side's tests run on it.
 """
 
 from __future__ import annotations
@@ -32,17 +33,22 @@ def build_and_test(
     side: dict = {"patches": [p.name[:4] for p in chain]}
     t0 = time.monotonic()
     try:
-        staged = builder.stage_chain(series, chain, opts, folder)
+        # the folder's lock held until the tests end: another build would stage the folder anew under them
+        with builder.holding_chain(series, chain, opts, folder) as staged:
+            side["build_s"] = round(time.monotonic() - t0, 1)
+            _run_side_tests(side, staged, tests, server_tests)
     except (BuildError, PatchError) as e:
         return {**side, "status": ERROR, "first_failure": f"does not build: {e}"}
-    side["build_s"] = round(time.monotonic() - t0, 1)
+    return side
+
+
+def _run_side_tests(side: dict, staged: builder.Staged, tests: list[str], server_tests: list[str]) -> None:
     if tests:
         binaries = [(t, staged.build_dir / "bin" / t, ctest.registered_labels(staged.build_dir, t)) for t in tests]
         side["ctest"] = run_tests(binaries, str(staged.build_dir))
     if server_tests:
         server_binary = staged.build_dir / "bin" / "llama-server"
         side["server"] = run_server_tests(staged.tree / "tools" / "server" / "tests", server_binary, server_tests)
-    return side
 
 
 def run_server_tests(tests_dir: Path, server_binary: Path, files: list[str]) -> dict:

@@ -16,6 +16,8 @@ import os
 import platform
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -209,13 +211,25 @@ class Staged:
 
 def stage(variant: str, opts: BuildOptions | None = None) -> Staged:
     """Leave the shared build folder holding ``variant``, compiled, for work by hand (ctest, a
-    debugger), whether or not its published build is up to date; nothing is published."""
+    debugger), whether or not its published build is up to date; nothing is published. Another build
+    may stage the folder anew once this returns: what must find the variant there runs inside
+    :func:`holding_stage`."""
+    with holding_stage(variant, opts) as staged:
+        return staged
+
+
+@contextmanager
+def holding_stage(variant: str, opts: BuildOptions | None = None) -> Iterator[Staged]:
+    """:func:`stage`, with the shared build folder's lock held until the block ends, so that no other build
+    stages the folder anew under the tests the block runs on it."""
     opts = opts or BuildOptions()
     series = load_series(opts.patches_dir or default_patches_dir())
     resolve_variants(series, [variant])
     p = plan(opts, log=Progress("stage", quiet=opts.quiet).say, series=series)
-    _build_one(p, variant, opts, publish=False)
-    return Staged(variant, p.work_dir / "llama.cpp", p.work_dir / "build")
+    progress = Progress(variant, quiet=opts.quiet)
+    with _folder_lock(p, progress) as lock_fd:
+        _build_locked(p, variant, opts, progress, lock_fd, publish=False)
+        yield Staged(variant, p.work_dir / "llama.cpp", p.work_dir / "build")
 
 
 def needs_server(chain: tuple[Patch, ...]) -> bool:
@@ -227,28 +241,50 @@ def needs_server(chain: tuple[Patch, ...]) -> bool:
 def stage_chain(series: Series, chain: tuple[Patch, ...], opts: BuildOptions, folder: Path) -> Staged:
     """``chain`` (patches of ``series``) alone on the pristine tree, written as a series folder in ``folder``
     and compiled in the shared build folder, llama-server too where :func:`needs_server`; nothing is
-    published (``build --alone``, one side of a pull request)."""
+    published (``build --alone``)."""
+    with holding_chain(series, chain, opts, folder) as staged:
+        return staged
+
+
+@contextmanager
+def holding_chain(series: Series, chain: tuple[Patch, ...], opts: BuildOptions, folder: Path) -> Iterator[Staged]:
+    """:func:`stage_chain`, the folder's lock held until the block ends (one side of a pull request, whose
+    tests run on the folder)."""
     written = prerequisites.alone_series(series, chain, folder)
-    return stage(prerequisites.ALONE, replace(opts, patches_dir=written, server=needs_server(chain), quiet=True))
+    with holding_stage(
+        prerequisites.ALONE, replace(opts, patches_dir=written, server=needs_server(chain), quiet=True)
+    ) as staged:
+        yield staged
 
 
 def _build_one(p: Plan, variant: str, opts: BuildOptions, publish: bool = True) -> manifests.Manifest | None:
     """Stage, configure and compile ``variant`` in the shared build folder, under its lock, then publish
     it (unless ``publish`` is false: the folder is then left holding it); its manifest."""
     progress = Progress(variant, quiet=opts.quiet)
-    work = p.work_dir
-    with file_lock(work / "lock", on_wait=lambda: progress.say("waiting for another build of this folder")) as lock_fd:
-        existing = p.manifest(variant, opts.server) if publish else None  # built by whoever held the lock before us
-        if existing is not None:
-            progress.say(f"up to date ({existing.lib_dir}), built by another process")
-            return existing
-        built = _Built(variant, *_stage_tree(p, variant, progress))
-        built.configure_args = _configure(p, built.stage, progress, lock_fd)
-        built.tests = _compile(p, variant, opts, progress, lock_fd)
-        if not publish:
-            progress.finish()
-            return None
-        return _publish(p, built, opts, progress)
+    with _folder_lock(p, progress) as lock_fd:
+        return _build_locked(p, variant, opts, progress, lock_fd, publish)
+
+
+def _folder_lock(p: Plan, progress: Progress):
+    """The shared build folder's lock (files.file_lock): one build, or one holder of a stage, at a time."""
+    return file_lock(p.work_dir / "lock", on_wait=lambda: progress.say("waiting for another build of this folder"))
+
+
+def _build_locked(
+    p: Plan, variant: str, opts: BuildOptions, progress: Progress, lock_fd: int, publish: bool
+) -> manifests.Manifest | None:
+    """:func:`_build_one`'s work, the folder's lock held (``lock_fd``, which the compilers hold too)."""
+    existing = p.manifest(variant, opts.server) if publish else None  # built by whoever held the lock before us
+    if existing is not None:
+        progress.say(f"up to date ({existing.lib_dir}), built by another process")
+        return existing
+    built = _Built(variant, *_stage_tree(p, variant, progress))
+    built.configure_args = _configure(p, built.stage, progress, lock_fd)
+    built.tests = _compile(p, variant, opts, progress, lock_fd)
+    if not publish:
+        progress.finish()
+        return None
+    return _publish(p, built, opts, progress)
 
 
 @dataclass
