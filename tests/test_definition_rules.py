@@ -42,6 +42,18 @@ load(variant)
 out = {}
 
 
+def feed(target, spec, calls):
+    # each call's rows decoded by the target and handed to the driver, at consecutive positions: whether
+    # the driver took each, and how many rows went in
+    pos0, took = 0, []
+    for rows in calls:
+        batch = api.Batch.tokens(rows, pos0=pos0)
+        assert target.process_rc(batch) == 0
+        took.append(spec.process_ok(batch))
+        pos0 += len(rows)
+    return took, pos0
+
+
 def eagle3_call_orders(m):
     # EAGLE3's draft after call orders llama-server can make, against two references in fresh contexts:
     # the same target passes without the call order's extra calls (the target's features of every row
@@ -144,12 +156,7 @@ def eagle3_call_orders(m):
             target, draft, spec = opened(stack)
             batches = [many[:4], many[4:35], many[35:67]]
             assert batches[1][0] != batches[0][-1] and batches[2][0] != batches[1][-1], "each must bridge"
-            pos0, took = 0, []
-            for tokens in batches:
-                batch = api.Batch.tokens(tokens, pos0=pos0)
-                assert target.process_rc(batch) == 0
-                took.append(spec.process_ok(batch))
-                pos0 += len(tokens)
+            took, pos0 = feed(target, spec, batches)
             found["batches_at_n_batch"] = {"took": took, "pos_max": draft.pos_max(0), "rows": pos0}
         # a context checkpoint saved before a draft() and loaded after it, its pending row with it
         # (get_state / set_state): the next process() must pair the row anew, whatever token the
@@ -233,12 +240,7 @@ with api.Model(models.target) as tm, api.Model(models.draft_for("plain")) as dm:
         with api.Context(tm, n_ctx=256, n_batch=64, n_ubatch=64) as target, \
              api.Context.draft(dm, target, n_batch=64, n_ubatch=16) as draft, \
              api.Speculative(target, draft, n_max=3) as spec:
-            pos0, took = 0, []
-            for rows in calls:
-                batch = api.Batch.tokens(rows, pos0=pos0)
-                assert target.process_rc(batch) == 0
-                took.append(spec.process_ok(batch))
-                pos0 += len(rows)
+            took, pos0 = feed(target, spec, calls)
             drafted = spec.draft(0, target.argmax(-1), pos0)
             out["past_n_ubatch"].append({"took": took, "pos_max": draft.pos_max(0), "drafted": drafted})
 # the slot loop's check of a draft with positions of its own: a gap inside its memory, which its first

@@ -41,7 +41,7 @@ class Pull:
 def cpp_tests(patches: tuple[Patch, ...]) -> list[str]:
     """The series' C++ tests (ctest.TESTS) that ``patches`` bring, or change: a request's test may be new
     cases in a test an earlier request brought."""
-    touched = {path for p in patches for path in p.touched}
+    touched = _touched(patches)
     return [t for t in ctest.TESTS if ctest.source(t) in touched]
 
 
@@ -49,8 +49,12 @@ def server_tests(patches: tuple[Patch, ...]) -> list[str]:
     """The tests of llama-server's kind that ``patches`` bring, or change (a request's test may be new cases
     in a file an earlier request brought), relative to ``tools/server/tests``."""
     prefix = SERVER_TESTS.removesuffix("unit/")
-    touched = {path for p in patches for path in p.touched}
-    return sorted(t.removeprefix(prefix) for t in touched if t.startswith(SERVER_TESTS) and t.endswith(".py"))
+    return sorted(t.removeprefix(prefix) for t in _touched(patches) if t.startswith(SERVER_TESTS) and t.endswith(".py"))
+
+
+def _touched(patches: tuple[Patch, ...]) -> set[str]:
+    """The files ``patches`` add or change."""
+    return {path for p in patches for path in p.touched}
 
 
 def load_pulls(series: Series) -> list[Pull]:
