@@ -91,8 +91,9 @@ def plan(args: argparse.Namespace) -> Plan:
 
 
 def series_digest(series: Series, fix: str) -> str:
-    """sha256 of the fix's patches as they apply (names and bytes, in order): a run cut into slices over
-    sessions is one run only if every slice ran on the same patches."""
+    """sha256 of every patch the fix's variant applies (names and bytes, in order), its test patches and
+    headers included: a run cut into slices over sessions is one run only if every slice ran on the same
+    patches. Coarse on purpose: which patches a stage reads is not known here, so any change counts."""
     h = hashlib.sha256()
     for patch in series.prefix(fix):
         h.update(patch.name.encode() + b"\0" + (series.directory / patch.name).read_bytes() + b"\0")
