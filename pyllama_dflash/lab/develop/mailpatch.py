@@ -3,7 +3,7 @@
 A patch of ``patches/`` reads::
 
     From: pyllama-dflash <pyllama-dflash@users.noreply.invalid>
-    Subject: [PATCH 1/2] speculative : dflash - fill the draft's position hole left by an image
+    Subject: [PATCH 1/2] speculative : fill the DFlash draft's position hole left by an image
 
     the body, one paragraph or more
 
