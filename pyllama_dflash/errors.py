@@ -179,4 +179,5 @@ class UsageError(PyllamaError, ValueError):
 
 
 class ReferenceDied(PyllamaError, RuntimeError):
-    """The drift oracle's reference process exited or answered nonsense: a harness error."""
+    """An oracle's reference did not run: the drift oracle's reference process exited or answered
+    nonsense, or a mutation run's references errored. A harness error, never a verdict."""

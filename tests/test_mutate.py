@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 from series_variants import AS_TRAINED, DEFINED, FEEDS_MTP, REPO, TWIN_FIX
 
-from pyllama_dflash.env import MUTATION_TEST_ENV
+from pyllama_dflash.env import MUTATION_TEST_ENV, PATCHES_ENV
+from pyllama_dflash.errors import ReferenceDied
 from pyllama_dflash.harness.oracles.drift import judge
 from pyllama_dflash.harness.scenarios.catalog import SIBLING_SCENARIOS
 from pyllama_dflash.harness.slotloop import DEFAULT_CONFIG
@@ -192,6 +194,18 @@ def test_the_eagle3_stage_does_not_kill_the_fix_itself(variants, tmp_path):
     assert all(first[sid]["rounds"] for sid in SIBLING_SCENARIOS)  # something to compare in each
     for sid in SIBLING_SCENARIOS:
         assert judge(again[sid], first[sid])["status"] == "PASS", (sid, again[sid].get("first_failure"))
+
+
+def test_an_oracle_that_did_not_run_stops_the_run_instead_of_killing_every_mutant(tmp_path, monkeypatch):
+    """A fix whose build is stale (its series changed since) does not load: its EAGLE3 rows are ERROR, and
+    judged against them every mutant that runs would count as killed. The run stops instead, saying why."""
+    patches = tmp_path / "patches"
+    shutil.copytree(REPO / "patches", patches)
+    first = next(patches.glob("0001-*.patch"))
+    first.write_text(first.read_text().replace("Subject: [PATCH] ", "Subject: [PATCH] changed: ", 1))
+    monkeypatch.setenv(PATCHES_ENV, str(patches))
+    with pytest.raises(ReferenceDied, match=r"EAGLE3's scenarios on the unmutated .* did not run .*VariantNotBuilt"):
+        unmutated_eagle3_runs(FEEDS_MTP, tiny_models(), DEFAULT_CONFIG, 2, tmp_path / "work")
 
 
 def test_a_shard_that_is_not_i_of_n_is_refused_naming_the_flag(capsys):

@@ -56,7 +56,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ...env import PATCHES_ENV
-from ...errors import BuildError
+from ...errors import BuildError, ReferenceDied
 from ...harness.engine import ctest_row
 from ...harness.engine.matrix import Job, case_name, prove_ties, run_cases, run_matrix
 from ...harness.oracles import mtp_heads
@@ -213,7 +213,7 @@ def references(models: ModelSet, config: dict, parallel: int, work: Path, role: 
     else:
         jobs = [Job(sid, BASELINE, models, reference_config(config), twin=True) for sid in SCENARIOS]
     results = run_matrix(jobs, parallel, work / "references")
-    return {sid: results[(sid, jobs[0].column)] for sid in SCENARIOS}
+    return _ran({sid: results[(sid, jobs[0].column)] for sid in SCENARIOS}, "the drift references on baseline")
 
 
 def unmutated_eagle3_runs(variant: str, models: ModelSet, config: dict, parallel: int, work: Path) -> dict[str, dict]:
@@ -221,7 +221,22 @@ def unmutated_eagle3_runs(variant: str, models: ModelSet, config: dict, parallel
     eagle3 = sibling_models("eagle3", models.target.parent)
     cases = [(eagle3, list(SIBLING_SCENARIOS))]
     table = run_cases(cases, [variant], config, parallel=parallel, drift=False, work_dir=work / "eagle3-fix")
-    return {sid: row[variant] for sid, row in table[case_name(eagle3)].items()}
+    rows = {sid: row[variant] for sid, row in table[case_name(eagle3)].items()}
+    return _ran(rows, f"EAGLE3's scenarios on the unmutated {variant}")
+
+
+def _ran(rows: dict[str, dict], what: str) -> dict[str, dict]:
+    """An oracle's rows, refused where one did not run (a Python error or a dead child in it): every
+    mutant would then differ from it and count as killed, as a stale build of the fix once made a
+    third of a run's mutants."""
+    broken = {sid: r for sid, r in rows.items() if r["status"] in (Status.ERROR, Status.CRASH)}
+    if broken:
+        sid, r = next(iter(broken.items()))
+        raise ReferenceDied(
+            f"{what} did not run ({len(broken)} of {len(rows)} scenarios; {sid}: {r['status']}, "
+            f"{r.get('first_failure')}): no mutant is judged against an oracle that did not run"
+        )
+    return rows
 
 
 def try_mutant(
