@@ -93,8 +93,7 @@ KILLED, SURVIVED, STILLBORN, EQUIVALENT = "killed", "survived", "stillborn", "eq
 SERVER_FILES = ("tools/server/server-context.cpp", "tools/server/server-task.cpp")
 # the batch's state rows (0009): common_batch in libcommon, the batch and the graph's input in libllama
 BATCH_STATE_FILES = ("common/common.cpp", "src/llama-batch.cpp", "src/llama-graph.cpp")
-# model graphs the series changes (0009: step35's MTP head reads an image's rows), judged by the MTP heads'
-# oracle (oracles.mtp_heads), which C1's in-memory qwen35 and the matrix never run
+# model graphs 0009 changes (step35's MTP head reads an image's rows), judged by oracles.mtp_heads alone
 MODEL_FILES = ("src/models/step35.cpp",)
 # the files whose added lines are mutated: libcommon's drafters (patches 0001, 0003, 0004, 0007, 0008, 0009),
 # llama-server's, and 0009's batch state rows; by default those of them the fix changes
@@ -226,16 +225,11 @@ def unmutated_eagle3_runs(variant: str, models: ModelSet, config: dict, parallel
 
 
 def _ran(rows: dict[str, dict], what: str) -> dict[str, dict]:
-    """An oracle's rows, refused where one did not run (a Python error or a dead child in it): every
-    mutant would then differ from it and count as killed, as a stale build of the fix once made a
-    third of a run's mutants."""
-    broken = {sid: r for sid, r in rows.items() if r["status"] in (Status.ERROR, Status.CRASH)}
+    """An oracle's rows, refused where one did not run: judged against it, every mutant would count as killed."""
+    broken = [(sid, r) for sid, r in rows.items() if r["status"] in (Status.ERROR, Status.CRASH)]
     if broken:
-        sid, r = next(iter(broken.items()))
-        raise ReferenceDied(
-            f"{what} did not run ({len(broken)} of {len(rows)} scenarios; {sid}: {r['status']}, "
-            f"{r.get('first_failure')}): no mutant is judged against an oracle that did not run"
-        )
+        (sid, r), n = broken[0], len(broken)
+        raise ReferenceDied(f"{what} did not run ({n} of {len(rows)}; {sid}: {r['status']}, {r.get('first_failure')})")
     return rows
 
 
