@@ -6,7 +6,7 @@ from ...product.llamabuild.patchset import BASELINE
 from ..engine.matrix import Table, case_name
 from ..scenarios.catalog import expectations, meets
 from ..slotloop.models import ModelSet
-from ..slotloop.record import CRASH, DRIFT, ERROR, FAIL, PASS, SKIP, TIE
+from ..slotloop.record import DID_NOT_RUN, DRIFT, FAIL, PASS, SKIP, TIE
 from .tables import Matrix
 
 
@@ -48,7 +48,7 @@ def reference_problems(table: Table, references: list[str]) -> list[str]:
         f"reference run ({c}) on {sid} is {row[c]['status']}: {row[c].get('first_failure')}"
         for sid, row in table.items()
         for c in references
-        if row[c]["status"] in (CRASH, ERROR)
+        if row[c]["status"] in DID_NOT_RUN
     ]
 
 

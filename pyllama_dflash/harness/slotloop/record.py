@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
-from ...product.process.child import CRASH, ERROR  # noqa: F401 (every status of a run is importable from here)
+from ...product.process.child import CRASH, DID_NOT_RUN, ERROR  # noqa: F401 (every status of a run is importable from here)
 from ...words import Status
 
 # every status of a run, by its name (words.Status says what each means)

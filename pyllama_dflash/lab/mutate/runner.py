@@ -65,7 +65,7 @@ from ...harness.oracles.references import REFERENCE, definition_config, referenc
 from ...harness.scenarios.catalog import SCENARIOS, SIBLING_SCENARIOS, expectations, meets
 from ...harness.slotloop.config import server_config
 from ...harness.slotloop.models import ModelSet, sibling_models, tiny_models
-from ...harness.slotloop.record import PASS
+from ...harness.slotloop.record import DID_NOT_RUN, PASS
 from ...harness.tiny import DRAFTERS, TARGET_KINDS
 from ...paths import REPO_DIR
 from ...product.llamabuild import BuildOptions, build, variant
@@ -226,7 +226,7 @@ def unmutated_eagle3_runs(variant: str, models: ModelSet, config: dict, parallel
 
 def _ran(rows: dict[str, dict], what: str) -> dict[str, dict]:
     """An oracle's rows, refused where one did not run: judged against it, every mutant would count as killed."""
-    broken = [(sid, r) for sid, r in rows.items() if r["status"] in (Status.ERROR, Status.CRASH)]
+    broken = [(sid, r) for sid, r in rows.items() if r["status"] in DID_NOT_RUN]
     if broken:
         (sid, r), n = broken[0], len(broken)
         raise ReferenceDied(f"{what} did not run ({n} of {len(rows)}; {sid}: {r['status']}, {r.get('first_failure')})")

@@ -33,6 +33,7 @@ from ...files import atomic_write_json
 from ...words import Status
 
 CRASH, ERROR = Status.CRASH, Status.ERROR  # a child that died or timed out; a Python error inside a child
+DID_NOT_RUN = (CRASH, ERROR)  # a run that never got to an answer: it judges nothing, and its logs are kept
 
 # what ggml_abort prints (GGML_ASSERT and GGML_ABORT both go through it): "<file>:<line>: <message>"
 _ABORT = re.compile(r"GGML_ASSERT|GGML_ABORT|^\S+\.(?:c|cc|cpp|cu|h):\d+: ")
@@ -112,7 +113,7 @@ class Scratch:
         self.path.mkdir(parents=True, exist_ok=True)
 
     def close(self, results: Iterable[dict]) -> None:
-        if self.owned and not any(r.get("status") in (CRASH, ERROR) for r in results):
+        if self.owned and not any(r.get("status") in DID_NOT_RUN for r in results):
             shutil.rmtree(self.path, ignore_errors=True)
 
 
