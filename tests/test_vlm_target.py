@@ -17,7 +17,7 @@ from pyllama_dflash.lab.vlm.corpus import Image, caption_turn, draw_conversation
 from pyllama_dflash.lab.vlm.evaluate import llama_logits, nmse, reference_logits
 from pyllama_dflash.lab.vlm.imagerows import encode_images, write_projector
 from pyllama_dflash.lab.vlm.judge import captions, held_out_images
-from pyllama_dflash.lab.vlm.padded import PaddingForm, pad_to, weight_bytes
+from pyllama_dflash.lab.vlm.padded import PaddingForm, pad_embedded, pad_to, weight_bytes, widened_rows
 from pyllama_dflash.lab.vlm.pipeline import HELD_OUT_IMAGE_SEEDS
 from pyllama_dflash.lab.vlm.prose import Paragraph
 from pyllama_dflash.lab.vlm.scenes import Scene
@@ -109,9 +109,27 @@ def test_padding_keeps_the_function_and_adds_the_weights(lib_dir, toy, tmp_path,
     assert weight_bytes(padded_cfg) >= 4 * weight_bytes(cfg)
     write_target(tmp_path / "padded.gguf", padded_cfg, padded, name="padded")
     rendered, rows_of = _conversation(target, mmproj, 9)
-    assert (
-        nmse(llama_logits(tmp_path / "padded.gguf", rendered, rows_of), llama_logits(target, rendered, rows_of)) <= 1e-6
-    )
+    padded_rows = {key: widened_rows(r, padded_cfg.n_embd) for key, r in rows_of.items()}
+    got, want = llama_logits(tmp_path / "padded.gguf", rendered, padded_rows), llama_logits(target, rendered, rows_of)
+    assert nmse(got, want) <= 1e-6
+    assert nmse(got[rendered.tokens < 0], want[rendered.tokens < 0]) <= 1e-6  # the image's rows too
+
+
+def test_embedding_rescales_the_norms_or_the_function_changes(lib_dir, toy, tmp_path):
+    """The embedded form's norms divide by the wider stream: without their weights and epsilon rescaled,
+    every logit moves (so the test above can fail for that form)."""
+    target, mmproj = toy
+    cfg, params = read_target(target)
+    padded_cfg, padded = pad_embedded(cfg, {k: params[k] for k in trained_names(cfg)}, 4 * cfg.n_embd, cfg.n_ff)
+    wide_norm = (padded_cfg.n_embd,)
+    unscaled = {k: 2 * a if k.endswith("norm.weight") and a.shape == wide_norm else a for k, a in padded.items()}
+    write_target(tmp_path / "unscaled.gguf", padded_cfg, unscaled, name="unscaled")
+    rendered, rows_of = _conversation(target, mmproj, 9)
+    padded_rows = {key: widened_rows(r, padded_cfg.n_embd) for key, r in rows_of.items()}
+    got = llama_logits(tmp_path / "unscaled.gguf", rendered, padded_rows)
+    assert nmse(got, llama_logits(target, rendered, rows_of)) > 1e-3
+    with pytest.raises(ValueError, match="times a power of four"):
+        pad_embedded(cfg, params, 2 * cfg.n_embd, cfg.n_ff)
 
 
 def test_packing_keeps_each_conversation_to_itself():

@@ -4,7 +4,7 @@
     pyllama-dflash vlm corpus --out DIR      # the training pool: conversations, their images through mtmd
     pyllama-dflash vlm target --out DIR      # training on the pool (made first if --corpus names none)
     pyllama-dflash vlm judge [--target F]    # llama.cpp's logits against the reference; captions
-    pyllama-dflash vlm pad --out F [--form wide|deep]   # the padded target, its logits against the core's
+    pyllama-dflash vlm pad --out F [--form wide|deep|embedded]   # the padded target, its logits against the core's
     pyllama-dflash vlm drafts --out DIR      # the text- and image-trained DFlash drafts
     pyllama-dflash vlm speed --target F      # tokens/s with a draft over without, through llama-server
     pyllama-dflash vlm pair A.json B.json    # two speed records' acceptance, paired over conversations
@@ -453,7 +453,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--core", default=str(COMMITTED / TARGET_FILE), help="the core target GGUF")
     p.add_argument("--mmproj", default=None, help="its projector (default: vlm-mmproj.gguf beside it)")
     p.add_argument("--out", required=True, help="the padded GGUF to write (its record beside it, .json)")
-    p.add_argument("--form", choices=["wide", "deep"], default="wide", help="wider FFNs, or identity layers")
+    p.add_argument(
+        "--form",
+        choices=["wide", "deep", "embedded"],
+        default="wide",
+        help="wider FFNs, identity layers, or the core embedded in a model four times as wide",
+    )
     p.add_argument("--min-mib", type=int, default=256, help="the least MiB of weights (default 256: 8 x 32 MiB)")
     p.add_argument("--json", default=None, help="also write the record here (docs/figures/vlm-padded-FORM.json)")
     p.set_defaults(func=cmd_pad)

@@ -1,13 +1,17 @@
 """The padded target: the trained core's function at a size whose decode streams its weights.
 
 Drafting pays where a verify of several tokens costs about what one token costs: a decode that
-streams weights far larger than the last-level cache. Two ways to get there without changing the
-function, both exact in arithmetic (they only add terms that are exactly zero):
+streams weights far larger than the last-level cache. Three ways to get there without changing the
+function, each exact in arithmetic or within a millionth (they add terms that are exactly zero):
 
 - ``wide``: every layer's FFN widened to ``n_ff`` with zero rows in ``ffn_gate``/``ffn_up`` and zero
   columns in ``ffn_down`` (a zero hidden unit is ``silu(0) * 0 = 0``, times a zero column);
 - ``deep``: identity layers appended after the core (a gated-delta-net and an attention layer per
-  pair, every output projection zero), so the feature layers a draft reads keep their ids.
+  pair, every output projection zero), so the feature layers a draft reads keep their ids;
+- ``embedded``: the core in a residual stream four times as wide, its FFNs widened as ``wide`` widens
+  them (``pad_embedded``): matrices of a real model's proportions, which the CPU's kernels run nearer
+  the memory-bound limit than the core's narrow rows. Its image rows are the core's with zeros after
+  them (``widened_rows``), and a draft served with it needs the same width.
 
 llama.cpp reads no value: zeros are streamed and multiplied like any weight.
 """
@@ -29,6 +33,7 @@ PARAM_BYTES = 4  # F32
 class PaddingForm(enum.Enum):
     WIDE = "wide"
     DEEP = "deep"
+    EMBEDDED = "embedded"
 
 
 def weight_bytes(cfg: CoreConfig) -> int:
@@ -58,6 +63,56 @@ def pad_wide(cfg: CoreConfig, params: dict[str, np.ndarray], n_ff: int) -> tuple
         down[:, : cfg.n_ff] = params[pre + "ffn_down.weight"]
         out[pre + "ffn_down.weight"] = down
     return replace(cfg, n_ff=n_ff), out
+
+
+# the tensors whose last axis (numpy order) reads the residual stream, and those whose first axis writes it
+_READ = ("ffn_gate.weight", "ffn_up.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight")
+_WRITE = ("ffn_down.weight", "attn_output.weight")
+_NORMS = ("attn_norm.weight", "post_attention_norm.weight")
+EMBEDDED_WIDTH = 4  # the embedded form's residual stream, in core widths
+
+
+def pad_embedded(
+    cfg: CoreConfig, params: dict[str, np.ndarray], n_embd: int, n_ff: int
+) -> tuple[CoreConfig, dict[str, np.ndarray]]:
+    """The core in the first ``cfg.n_embd`` dimensions of a residual stream ``n_embd`` wide, its FFNs
+    widened to ``n_ff`` as ``pad_wide`` widens them.
+
+    The added dimensions are read by nothing and written by nothing, so they stay exactly zero. An RMS
+    norm over the wider stream divides by ``n_embd`` where the core divides by its own width; its weights
+    scaled by ``sqrt(core / n_embd)`` (a power of two: ``n_embd`` is the core's times a power of four) and
+    the epsilon by ``core / n_embd`` give the core's norm. The per-head query and key norms share that
+    epsilon (one key in the GGUF), so theirs shrinks too: a change of about a millionth of each head's
+    scale, which the logits check bounds."""
+    ratio = n_embd // cfg.n_embd
+    if n_embd % cfg.n_embd or ratio < 4 or ratio & (ratio - 1) or ratio.bit_length() % 2 == 0:
+        raise ValueError(f"n_embd {n_embd} must be the core's {cfg.n_embd} times a power of four")
+    cfg, params = pad_wide(cfg, params, n_ff)
+    scale = np.float32(1 / 2 ** ((ratio.bit_length() - 1) // 2))
+    out = {}
+    for name, a in params.items():
+        leaf = name.split(".", 2)[-1]
+        if name in ("token_embd.weight", "output.weight") or leaf in _READ:
+            out[name] = _grown(a, 1, n_embd)
+        elif leaf in _WRITE:
+            out[name] = _grown(a, 0, n_embd)
+        elif leaf in _NORMS or name == "output_norm.weight":
+            out[name] = _grown(a * scale, 0, n_embd)
+        else:  # the per-head norms
+            out[name] = a
+    return replace(cfg, n_embd=n_embd, rms_eps=cfg.rms_eps / ratio), out
+
+
+def _grown(a: np.ndarray, axis: int, size: int) -> np.ndarray:
+    """``a`` with zeros after its own values along ``axis``, to ``size``."""
+    pad = [(0, 0)] * a.ndim
+    pad[axis] = (0, size - a.shape[axis])
+    return np.pad(a, pad)
+
+
+def widened_rows(rows: np.ndarray, n_embd: int) -> np.ndarray:
+    """An image's rows as the embedded form reads them: the core's, then zeros."""
+    return _grown(rows, 1, n_embd)
 
 
 def pad_deep(
@@ -103,6 +158,11 @@ def pad_to(
         while weight_bytes(replace(cfg, n_ff=n_ff)) < min_bytes:
             n_ff *= 2
         return pad_wide(cfg, params, n_ff)
+    if form is PaddingForm.EMBEDDED:
+        n_embd, n_ff = EMBEDDED_WIDTH * cfg.n_embd, cfg.n_ff
+        while weight_bytes(replace(cfg, n_embd=n_embd, n_ff=n_ff)) < min_bytes:
+            n_ff *= 2
+        return pad_embedded(cfg, params, n_embd, n_ff)
     step = cfg.full_attention_interval
     extra = 0
     while weight_bytes(replace(cfg, n_layer=cfg.n_layer + extra)) < min_bytes:
@@ -135,7 +195,8 @@ def pad_and_check(core: Path, mmproj: Path, out: Path, form: PaddingForm, min_by
     encoded = encode_images(core, mmproj, [t.image for t in conv if t.image is not None])
     rendered = render(conv, {key[3]: (nx, ny) for key, (_r, nx, ny) in encoded.items()})
     rows_of = {key: r for key, (r, _nx, _ny) in encoded.items()}
-    err = nmse(llama_logits(out, rendered, rows_of), llama_logits(core, rendered, rows_of))
+    padded_rows = {key: widened_rows(r, padded_cfg.n_embd) for key, r in rows_of.items()}
+    err = nmse(llama_logits(out, rendered, padded_rows), llama_logits(core, rendered, rows_of))
     log(f"logits against the core's: NMSE {err:.3g} over {rendered.n} rows")
     return {
         "form": form.value,

@@ -47,11 +47,12 @@ def _padded(r: dict) -> list[str]:
     p = r["padded"]["config"]
     return [
         table(
-            ["form", "layers", "FFN width", "weights", "core's weights", "logits against the core's, NMSE", "rows"],
+            ["form", "layers", "width", "FFN width", "weights", "core's weights", "logits against the core's, NMSE", "rows"],
             [
                 [
                     r["form"],
                     str(p["n_layer"]),
+                    str(p["n_embd"]),
                     str(p["n_ff"]),
                     f"{r['weight_bytes'] / 2**20:.0f} MiB",
                     f"{r['core_weight_bytes'] / 2**20:.1f} MiB",
