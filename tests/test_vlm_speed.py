@@ -14,7 +14,7 @@ from pyllama_dflash.errors import UsageError
 from pyllama_dflash.lab.vlm.__main__ import main as vlm_main
 from pyllama_dflash.lab.vlm.drafts import TrainedOn
 from pyllama_dflash.lab.vlm.scenes import SIDE_FOR_ROWS
-from pyllama_dflash.lab.vlm.served_speed import PairFiles, conversation, measure
+from pyllama_dflash.lab.vlm.served_speed import PairFiles, Served, conversation, measure, measure_side_by_side
 
 COMMITTED = Path(__file__).parent / "data" / "vlm"
 FILES = PairFiles(COMMITTED / "vlm-target.gguf", COMMITTED / "vlm-mmproj.gguf", COMMITTED / "vlm-dflash-text.gguf")
@@ -39,6 +39,29 @@ def test_the_draft_changes_no_reply_and_every_turn_is_timed_on_both_servers(vari
     assert 0 <= cell["accepted_per_round"] <= 3
     # c = (1 + a) / ratio: the cost of a round the measured ratio implies
     assert cell["implied_round_cost"] == pytest.approx((1 + cell["accepted_per_round"]) / cell["tok_s"]["ratio"])
+
+
+@pytest.mark.server
+def test_ways_of_serving_side_by_side_share_one_plain_server_and_write_a_record_each(variants):
+    ways = [Served("slots", FILES.draft), Served("definition", COMMITTED / "vlm-dflash-images.gguf")]
+    made = measure_side_by_side(ways, FILES.target, FILES.mmproj, TrainedOn.TEXT, [0], (3,), log=lambda _: None)
+    assert [r["variant"] for r in made] == ["slots", "definition"]
+    assert made[0]["turns"]["no draft"] == made[1]["turns"]["no draft"]  # the very same plain turns
+    assert made[0]["served_beside"] == ["definition vlm-dflash-images.gguf"]
+    for r in made:
+        assert [t["reply"] for t in r["turns"]["n_max 3"]] == [t["reply"] for t in r["turns"]["no draft"]]
+        assert sum(t["draft_n"] for t in r["turns"]["n_max 3"]) > 0
+    # two drafts on the same tokens draft differently: each record holds its own server's turns
+    assert [t["draft_n_accepted"] for t in made[0]["turns"]["n_max 3"]] != [
+        t["draft_n_accepted"] for t in made[1]["turns"]["n_max 3"]
+    ]
+
+
+def test_several_ways_of_serving_need_a_record_path_that_names_each(tmp_path):
+    drafts = f"{FILES.draft},{COMMITTED / 'vlm-dflash-images.gguf'}"
+    args = ["speed", "--target", str(FILES.target), "--draft", drafts, "--json", str(tmp_path / "speed.json")]
+    with pytest.raises(UsageError, match=r"2 ways of serving write a record each; name them with \{variant\}"):
+        vlm_main(args)
 
 
 @pytest.mark.parametrize("draft", ["text", "image"])

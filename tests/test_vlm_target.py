@@ -200,3 +200,35 @@ def test_the_committed_drafts_are_the_files_their_records_name(kind):
     # the text-trained draft was trained at every distance the bench's two 1024-row images reach
     if kind == "text":
         assert record["positions_covered"][1] >= 2 * 1024 + 600
+
+
+def test_the_embedded_pair_drafts_what_the_cores_pair_drafts(lib_dir, tmp_path):
+    """The committed pair embedded four times as wide (FFNs kept narrow, to stay small): the text-trained
+    draft drafts the same ids at every position of a held-out text, and the projector, rebuilt from its
+    seed, gives the committed projector's rows with zeros after them."""
+    from pyllama_dflash.lab.vlm.embedded_pair import drafted_along, embedded_draft, embedded_projector
+
+    target, mmproj, draft = (
+        COMMITTED / "vlm-target.gguf",
+        COMMITTED / "vlm-mmproj.gguf",
+        COMMITTED / "vlm-dflash-text.gguf",
+    )
+    cfg, params = read_target(target)
+    wide_cfg, wide = pad_embedded(cfg, {k: params[k] for k in trained_names(cfg)}, 4 * cfg.n_embd, cfg.n_ff)
+    write_target(tmp_path / "embedded.gguf", wide_cfg, wide, name="embedded")
+    embedded_draft(draft, tmp_path / "embedded-draft.gguf", cfg, wide_cfg.n_embd)
+    text = api_tokens(target, "The result is a new list. If the argument is omitted, the value is returned unchanged.")
+    want = drafted_along(target, draft, text, n_max=3)
+    assert drafted_along(tmp_path / "embedded.gguf", tmp_path / "embedded-draft.gguf", text, n_max=3) == want
+    assert len(set(map(tuple, want))) > len(want) // 2  # a trained draft: what it drafts follows the text
+
+    embedded_projector(tmp_path / "embedded-mmproj.gguf", cfg, wide_cfg.n_embd)
+    image = Image(Scene("red", "circle", "top"), 84, 1000)
+    ((core_rows, *_),) = encode_images(target, mmproj, [image]).values()
+    ((rows, *_),) = encode_images(tmp_path / "embedded.gguf", tmp_path / "embedded-mmproj.gguf", [image]).values()
+    assert rows.shape[1] == wide_cfg.n_embd and np.array_equal(rows, widened_rows(core_rows, wide_cfg.n_embd))
+
+
+def api_tokens(model_path: Path, text: str) -> np.ndarray:
+    with api.Model(model_path) as model:
+        return model.tokenize(text, add_special=False)

@@ -24,8 +24,11 @@ STREAM = 3
 MERGE = 2  # qwen2vl spatial merge (2x2 patches -> one token)
 
 
-def build_mmproj(w: Any, cfg: TinyConfig, seed: int) -> None:
+def build_mmproj(w: Any, cfg: TinyConfig, seed: int, projection_dim: int | None = None) -> None:
+    """``projection_dim`` wider than ``cfg.n_embd`` gives the same projector with zero output columns
+    after its own: the rows a target embedded in a wider stream reads."""
     cfg.validate()
+    out_dim = projection_dim or cfg.n_embd
     V, P = cfg.v_n_embd, cfg.v_patch_size
     w.add_name("pyllama-dflash tiny qwen2vl projector")
     w.add_clip_projector_type(PROJECTOR)
@@ -36,7 +39,7 @@ def build_mmproj(w: Any, cfg: TinyConfig, seed: int) -> None:
     w.add_vision_feed_forward_length(cfg.v_n_ff)
     w.add_vision_block_count(cfg.v_n_layer)
     w.add_vision_attention_layernorm_eps(cfg.v_eps)
-    w.add_vision_projection_dim(cfg.n_embd)  # must equal the target's n_embd
+    w.add_vision_projection_dim(out_dim)  # must equal the target's n_embd
     w.add_vision_image_size(cfg.v_image_size)
     w.add_vision_patch_size(P)
     w.add_vision_image_mean([0.5, 0.5, 0.5])
@@ -68,15 +71,19 @@ def build_mmproj(w: Any, cfg: TinyConfig, seed: int) -> None:
     M = V * MERGE * MERGE
     t("mm.0.weight", (M, M))
     t("mm.0.bias", (M,), 0.02)
-    t("mm.2.weight", (M, cfg.n_embd))
-    t("mm.2.bias", (cfg.n_embd,), 0.02)
+    widen = lambda a: np.pad(a, [(0, out_dim - cfg.n_embd)] + [(0, 0)] * (a.ndim - 1))
+    w.add_tensor("mm.2.weight", widen(rng.ggml((M, cfg.n_embd), 0.08)))
+    w.add_tensor("mm.2.bias", widen(rng.ggml((cfg.n_embd,), 0.02)))
 
 
-def write_mmproj(path: Path, cfg: TinyConfig | None = None, *, seed: int = 0, gguf: Any = None) -> bool:
+def write_mmproj(
+    path: Path, cfg: TinyConfig | None = None, *, seed: int = 0, gguf: Any = None, projection_dim: int | None = None
+) -> bool:
     """Write the projector GGUF; returns False if an up-to-date file was already there."""
     cfg = cfg or TinyConfig()
-    fp = fingerprint("mmproj", cfg, seed)
-    return write_gguf(path, ARCH, fp, lambda w, g: build_mmproj(w, cfg, seed), gguf)
+    wider = {"projection_dim": projection_dim} if projection_dim and projection_dim != cfg.n_embd else {}
+    fp = fingerprint("mmproj", cfg, seed, **wider)
+    return write_gguf(path, ARCH, fp, lambda w, g: build_mmproj(w, cfg, seed, projection_dim), gguf)
 
 
 def image_grid(

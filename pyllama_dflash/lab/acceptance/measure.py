@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from ...env import THREADS_ENV
 from ...harness.oracles.references import DEFINITION, REFERENCE, reference_of
 from ...harness.slotloop.config import SessionConfig
 from ...harness.slotloop.models import ModelSet
@@ -63,9 +64,14 @@ def pairs(cols: Sequence[Column], models: ModelSet) -> list[tuple[str, str]]:
     return [(defined[0], REFERENCE), (TEXT_ONLY, defined[0]), (MODEL, defined[0])]
 
 
-def run_column(job: AcceptanceJob, work_dir: Path, timeout: float = 1800, module: str = WORKER) -> dict:
-    """One column in a child running ``module`` (``python -m module JOB OUT``)."""
-    result = child.run_job(module, job.to_json(), work_dir, job.column.name.replace(" ", "_"), timeout=timeout)
+def run_column(
+    job: AcceptanceJob, work_dir: Path, timeout: float = 1800, module: str = WORKER, threads: int | None = None
+) -> dict:
+    """One column in a child running ``module`` (``python -m module JOB OUT``), its contexts on ``threads``
+    threads where given (children that run at once share the cores)."""
+    env = {THREADS_ENV: str(threads)} if threads else None
+    name = job.column.name.replace(" ", "_")
+    result = child.run_job(module, job.to_json(), work_dir, name, timeout=timeout, env=env)
     if result.get("status") != "OK":
         tail = "\n".join(result.get("log_tail", []))
         raise RuntimeError(f"acceptance column {job.column.name}: {result.get('first_failure')}\n{tail}")

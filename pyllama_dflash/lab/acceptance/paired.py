@@ -21,8 +21,10 @@ After the restore, only columns alike in restoring the draft are compared with o
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
@@ -128,16 +130,28 @@ def measure_paired(
     session: SessionConfig | None = None,
     pairs: Sequence[tuple[str, str, Sequence[str]]] = PAIRS,
     worker: str = WORKER,
+    jobs: int = 1,
 ) -> dict:
     """Every column on the same conversations with images of ``image_rows`` rows (``image_px`` wide: by
-    default the tiny projector's size for that many), each column a child running ``worker``."""
+    default the tiny projector's size for that many), each column a child running ``worker``, ``jobs``
+    children at once (acceptance is counted, not timed, so they may share the cores)."""
     px = image_px or IMAGE_ROWS_PX[image_rows]
     session = session or session_for(px)
     table: dict[str, dict] = {}
-    with tempfile.TemporaryDirectory(prefix="pyllama-dflash-paired-") as tmp:
-        for col in cols:
-            job = AcceptanceJob(col, models, tuple(seeds), session, paired=True, image_px=px)
-            result = run_column(job, Path(tmp), module=worker)
+    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
+    with tempfile.TemporaryDirectory(prefix="pyllama-dflash-paired-") as tmp, ThreadPoolExecutor(jobs) as pool:
+        running = [
+            pool.submit(
+                run_column,
+                AcceptanceJob(col, models, tuple(seeds), session, paired=True, image_px=px),
+                Path(tmp),
+                module=worker,
+                threads=threads,
+            )
+            for col in cols
+        ]
+        for col, future in zip(cols, running, strict=True):
+            result = future.result()
             if result["failed"]:
                 raise RuntimeError(f"paired acceptance: column {col.name} failed: {result['failed'][0]}")
             table[col.name] = {

@@ -221,12 +221,22 @@ def cmd_judge(args: argparse.Namespace) -> int:
 
 
 def cmd_pad(args: argparse.Namespace) -> int:
+    from .drafts import TrainedOn, draft_file
     from .padded import PaddingForm, pad_and_check
 
     core = _existing(args.core, "core target")
     mmproj = _existing(args.mmproj or core.with_name(MMPROJ_FILE), "projector")
     prov = _load_baseline()
-    record = pad_and_check(core, mmproj, Path(args.out), PaddingForm(args.form), args.min_mib << 20, log=_log)
+    form = PaddingForm(args.form)
+    record = pad_and_check(core, mmproj, Path(args.out), form, args.min_mib << 20, log=_log)
+    if form is PaddingForm.EMBEDDED:  # a draft borrows the target's embeddings: it must be as wide
+        from .embedded_pair import write_embedded_pair
+        from .weights import read_target
+
+        drafts = {f.name: f for f in (core.with_name(draft_file(k)) for k in TrainedOn) if f.is_file()}
+        n_embd = record["padded"]["config"]["n_embd"]
+        record["pair"] = write_embedded_pair(Path(args.out), read_target(core)[0], n_embd, drafts)
+        _log(f"wrote its projector and {len(drafts)} draft(s): {', '.join(record['pair'])}")
     record |= {"kind": "padded", **prov}
     atomic_write_json(Path(args.out).with_suffix(".json"), record)
     if args.json:
@@ -261,35 +271,57 @@ def cmd_speed(args: argparse.Namespace) -> int:
     from pyllama_dflash.product.llamabuild import BuildOptions, build
 
     from .drafts import TrainedOn
-    from .served_speed import PairFiles, measure
+    from .served_speed import Served, measure_side_by_side
 
     target = _existing(args.target, "target")
-    files = PairFiles(
-        target,
-        _existing(args.mmproj or COMMITTED / MMPROJ_FILE, "projector"),
-        _existing(args.draft or COMMITTED / "vlm-dflash-text.gguf", "draft"),
-    )
+    mmproj = _existing(args.mmproj or COMMITTED / MMPROJ_FILE, "projector")
+    drafts = [_existing(d, "draft") for d in (args.draft or str(COMMITTED / "vlm-dflash-text.gguf")).split(",")]
+    variants = args.variant.split(",")
+    served = [Served(v, d) for d in drafts for v in variants]
+    if len(served) > 1 and not (args.json and "{variant}" in args.json and "{draft}" in args.json):
+        raise UsageError(
+            f"--json {args.json}: {len(served)} ways of serving write a record each; "
+            "name them with {variant} and {draft} in the path"
+        )
     n_maxes = [int(n) for n in args.n_max.split(",")]
-    build([args.variant], BuildOptions(server=True, quiet=True))
-    prov = provenance(load(args.variant))
-    seeds = range(args.conversations)
+    build(sorted(set(variants)), BuildOptions(server=True, quiet=True))
+    prov = provenance(load(variants[0]))  # one source and backend for every variant
     started = time.monotonic()
-    report = measure(args.variant, files, TrainedOn(args.kind), seeds, n_maxes, args.rows_per_image, log=_log)
-    report |= {
-        "kind": "vlm-speed",
-        "conversations": args.conversations,
-        "files": {k: {"name": v.name, "sha256": sha256_file(v)} for k, v in asdict(files).items()},
-        "seconds": round(time.monotonic() - started, 1),
-        **prov,
-    }
-    command = (
-        f"pyllama-dflash vlm speed --target {_shown(target)} --draft {_shown(files.draft)} "
-        f"--variant {args.variant} --kind {args.kind} --conversations {args.conversations} --n-max {args.n_max}"
-        + (f" --rows-per-image {args.rows_per_image}" if args.rows_per_image else "")
+    seeds = range(args.conversations)
+    made = measure_side_by_side(
+        served, target, mmproj, TrainedOn(args.kind), seeds, n_maxes, args.rows_per_image, log=_log
     )
-    report = _kept(args, report, command)
-    print(json.dumps(report["table"], indent=1))
+    seconds = round(time.monotonic() - started, 1)
+    command = (
+        f"pyllama-dflash vlm speed --target {_shown(target)}"
+        + (f" --mmproj {_shown(mmproj)}" if args.mmproj else "")
+        + f" --draft {','.join(_shown(d) for d in drafts)} --variant {args.variant} --kind {args.kind}"
+        + f" --conversations {args.conversations} --n-max {args.n_max}"
+        + (f" --rows-per-image {args.rows_per_image}" if args.rows_per_image else "")
+        + (f" --json {_shown(Path(args.json))}" if args.json else "")
+    )
+    for way, report in zip(served, made, strict=True):
+        files = {"target": target, "mmproj": mmproj, "draft": way.draft}
+        report |= {
+            "kind": "vlm-speed",
+            "conversations": args.conversations,
+            "files": {k: {"name": v.name, "sha256": sha256_file(v)} for k, v in files.items()},
+            "seconds": seconds,
+            "command": command,
+            **prov,
+        }
+        if args.json:
+            path = args.json.format(variant=way.variant, draft=_draft_label(way.draft))
+            atomic_write_json(Path(path), report)
+        print(json.dumps({f"{way.variant} {way.draft.name}": report["table"]}, indent=1))
     return 0
+
+
+def _draft_label(draft: Path) -> str:
+    """``{draft}`` in a speed record's path: what the draft was trained on, as its key says."""
+    from .drafts import TrainedOn, trained_on
+
+    return "image-draft" if trained_on(draft) is TrainedOn.IMAGES else "text-draft"
 
 
 def cmd_pair(args: argparse.Namespace) -> int:
@@ -323,6 +355,8 @@ def cmd_accept(args: argparse.Namespace) -> int:
     from .drafts import TrainedOn, draft_file
     from .library_paired import AS_TRAINED, COLUMNS, TrainedPair, measure
 
+    if args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: at least one column must run at a time")
     rows = [int(r) for r in args.rows.split(",")]
     kinds = [TrainedOn(k) for k in args.drafts.split(",")]
     built = {m.variant: m for m in build(sorted({c.variant for c in COLUMNS}), BuildOptions(server=True, quiet=True))}
@@ -337,7 +371,8 @@ def cmd_accept(args: argparse.Namespace) -> int:
         )
         for n in rows:
             _log(f"{kind.value}-trained draft, images of {n} rows:")
-            runs[f"trained/{kind.value}/{n}"] = measure(pair, range(args.conversations), n, args.n_max, log=_log)
+            seeds = range(args.conversations)
+            runs[f"trained/{kind.value}/{n}"] = measure(pair, seeds, n, args.n_max, log=_log, jobs=args.jobs)
     report = {
         "kind": "vlm-accept",
         "conversations": args.conversations,
@@ -348,7 +383,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
     }
     command = (
         f"pyllama-dflash vlm accept --drafts {args.drafts} --rows {args.rows} "
-        f"--conversations {args.conversations} --n-max {args.n_max}"
+        f"--conversations {args.conversations} --n-max {args.n_max} --jobs {args.jobs}"
     )
     report = _kept(args, report, command)
     from .report import markdown
@@ -385,15 +420,26 @@ def _add_serving_stages(sub: argparse._SubParsersAction) -> None:
     sp = sub.add_parser("speed", help="tokens/s with a draft over without, through llama-server, side by side")
     sp.add_argument("--target", required=True, help="the target GGUF (the core, or its padded form: vlm pad)")
     sp.add_argument("--mmproj", default=None, help="its projector (default: the committed vlm-mmproj.gguf)")
-    sp.add_argument("--draft", default=None, help="the draft (default: the committed vlm-dflash-text.gguf)")
-    sp.add_argument("--variant", default="as-trained", help="the build the servers run (default as-trained)")
+    sp.add_argument(
+        "--draft", default=None, help="the draft, or several, comma-separated (default: the committed text-trained)"
+    )
+    sp.add_argument(
+        "--variant",
+        default="as-trained",
+        help="the build the servers run, or several, comma-separated: each draft on each, side by side",
+    )
     sp.add_argument("--kind", choices=["text", "images"], default="text", help="prose chats, or the bench's shape")
     sp.add_argument(
         "--rows-per-image", type=int, choices=[64, 256, 1024], default=None, help="image size (default: drawn)"
     )
     sp.add_argument("--conversations", type=int, default=24, help="held-out conversations (default 24)")
     sp.add_argument("--n-max", default="3,7", help="draft lengths, comma-separated (default 3,7)")
-    sp.add_argument("--json", default=None, help="write the record here")
+    sp.add_argument(
+        "--json",
+        default=None,
+        help="write the record here; with several drafts or variants a path naming {variant} and {draft} "
+        "({draft}: image-draft for a draft marked trained with image rows, else text-draft)",
+    )
     sp.set_defaults(func=cmd_speed)
     pa = sub.add_parser("pair", help="accepted tokens a round of one speed record minus another's, paired")
     pa.add_argument("first", help="a vlm speed record (e.g. the draft under definition)")
@@ -408,6 +454,7 @@ def _add_serving_stages(sub: argparse._SubParsersAction) -> None:
     ac.add_argument("--rows", default="64,256,1024", help="image sizes in rows, comma-separated")
     ac.add_argument("--conversations", type=int, default=24, help="held-out conversations (default 24)")
     ac.add_argument("--n-max", type=int, default=7, help="the draft length (default 7, both drafts' block)")
+    ac.add_argument("--jobs", type=int, default=2, help="columns run at once, sharing the cores (default 2)")
     ac.add_argument("--json", default=None, help="write the record here (docs/figures/vlm-accept.json)")
     ac.set_defaults(func=cmd_accept)
     im = sub.add_parser("images", help="the two held-out scenes of the chat and of repro on the pair, as PNG")

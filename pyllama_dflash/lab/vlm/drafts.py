@@ -45,6 +45,15 @@ class TrainedOn(enum.Enum):
     IMAGES = "images"
 
 
+def trained_on(draft: Path) -> TrainedOn:
+    """What a draft was trained on, as its file says: IMAGES where it carries the image-rows key."""
+    from ...harness.tiny._gguf import gguf_module
+    from ...product.upgrade.draft import IMAGE_ROWS_KEY
+
+    field = gguf_module().GGUFReader(Path(draft)).get_field(IMAGE_ROWS_KEY)
+    return TrainedOn.IMAGES if field is not None and bool(field.contents()) else TrainedOn.TEXT
+
+
 def draft_config(core: CoreConfig, feature_layers: tuple[int, ...] = FEATURE_LAYERS) -> TinyConfig:
     """The draft's sizes in the tiny generator's terms: the target's width and heads, one layer."""
     return TinyConfig(

@@ -117,9 +117,15 @@ def session(n_max: int) -> SessionConfig:
 
 
 def measure(
-    pair: TrainedPair, seeds: Sequence[int], rows: int, n_max: int, cols: Sequence[Column] = COLUMNS, log=print
+    pair: TrainedPair,
+    seeds: Sequence[int],
+    rows: int,
+    n_max: int,
+    cols: Sequence[Column] = COLUMNS,
+    log=print,
+    jobs: int = 1,
 ) -> dict:
-    """Every column on the same held-out conversations with images of ``rows`` rows."""
+    """Every column on the same held-out conversations with images of ``rows`` rows, ``jobs`` at once."""
     out = measure_paired(
         pair.models(),
         seeds,
@@ -130,6 +136,7 @@ def measure(
         session=session(n_max),
         pairs=PAIRS,
         worker=WORKER,
+        jobs=jobs,
     )
     out["draft"] = pair.draft.name
     out["n_max"] = n_max

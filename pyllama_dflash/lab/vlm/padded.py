@@ -66,8 +66,8 @@ def pad_wide(cfg: CoreConfig, params: dict[str, np.ndarray], n_ff: int) -> tuple
 
 
 # the tensors whose last axis (numpy order) reads the residual stream, and those whose first axis writes it
-_READ = ("ffn_gate.weight", "ffn_up.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight")
-_WRITE = ("ffn_down.weight", "attn_output.weight")
+READS_STREAM = ("ffn_gate.weight", "ffn_up.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight")
+WRITES_STREAM = ("ffn_down.weight", "attn_output.weight")
 _NORMS = ("attn_norm.weight", "post_attention_norm.weight")
 EMBEDDED_WIDTH = 4  # the embedded form's residual stream, in core widths
 
@@ -84,26 +84,31 @@ def pad_embedded(
     the epsilon by ``core / n_embd`` give the core's norm. The per-head query and key norms share that
     epsilon (one key in the GGUF), so theirs shrinks too: a change of about a millionth of each head's
     scale, which the logits check bounds."""
-    ratio = n_embd // cfg.n_embd
-    if n_embd % cfg.n_embd or ratio < 4 or ratio & (ratio - 1) or ratio.bit_length() % 2 == 0:
-        raise ValueError(f"n_embd {n_embd} must be the core's {cfg.n_embd} times a power of four")
+    ratio, scale = embedding_scale(cfg, n_embd)
     cfg, params = pad_wide(cfg, params, n_ff)
-    scale = np.float32(1 / 2 ** ((ratio.bit_length() - 1) // 2))
     out = {}
     for name, a in params.items():
         leaf = name.split(".", 2)[-1]
-        if name in ("token_embd.weight", "output.weight") or leaf in _READ:
-            out[name] = _grown(a, 1, n_embd)
-        elif leaf in _WRITE:
-            out[name] = _grown(a, 0, n_embd)
+        if name in ("token_embd.weight", "output.weight") or leaf in READS_STREAM:
+            out[name] = grown(a, 1, n_embd)
+        elif leaf in WRITES_STREAM:
+            out[name] = grown(a, 0, n_embd)
         elif leaf in _NORMS or name == "output_norm.weight":
-            out[name] = _grown(a * scale, 0, n_embd)
+            out[name] = grown(a * scale, 0, n_embd)
         else:  # the per-head norms
             out[name] = a
     return replace(cfg, n_embd=n_embd, rms_eps=cfg.rms_eps / ratio), out
 
 
-def _grown(a: np.ndarray, axis: int, size: int) -> np.ndarray:
+def embedding_scale(cfg: CoreConfig, n_embd: int) -> tuple[int, np.float32]:
+    """How many core widths ``n_embd`` is, and what a norm's weights over it are multiplied by."""
+    ratio = n_embd // cfg.n_embd
+    if n_embd % cfg.n_embd or ratio < 4 or ratio & (ratio - 1) or ratio.bit_length() % 2 == 0:
+        raise ValueError(f"n_embd {n_embd} must be the core's {cfg.n_embd} times a power of four")
+    return ratio, np.float32(1 / 2 ** ((ratio.bit_length() - 1) // 2))
+
+
+def grown(a: np.ndarray, axis: int, size: int) -> np.ndarray:
     """``a`` with zeros after its own values along ``axis``, to ``size``."""
     pad = [(0, 0)] * a.ndim
     pad[axis] = (0, size - a.shape[axis])
@@ -112,7 +117,7 @@ def _grown(a: np.ndarray, axis: int, size: int) -> np.ndarray:
 
 def widened_rows(rows: np.ndarray, n_embd: int) -> np.ndarray:
     """An image's rows as the embedded form reads them: the core's, then zeros."""
-    return _grown(rows, 1, n_embd)
+    return grown(rows, 1, n_embd)
 
 
 def pad_deep(

@@ -47,7 +47,16 @@ def _padded(r: dict) -> list[str]:
     p = r["padded"]["config"]
     return [
         table(
-            ["form", "layers", "width", "FFN width", "weights", "core's weights", "logits against the core's, NMSE", "rows"],
+            [
+                "form",
+                "layers",
+                "width",
+                "FFN width",
+                "weights",
+                "core's weights",
+                "logits against the core's, NMSE",
+                "rows",
+            ],
             [
                 [
                     r["form"],

@@ -126,6 +126,57 @@ def summarise(runs: dict[str, list[dict]], seeds: Sequence[int], n_maxes: Sequen
     return table
 
 
+@dataclass(frozen=True)
+class Served:
+    """One way of serving a draft: the build (variant) its server runs and the draft file."""
+
+    variant: str
+    draft: Path
+
+    def server(self, n_max: int) -> str:
+        return f"{self.variant} {self.draft.name} n_max {n_max}"
+
+
+def measure_side_by_side(
+    served: Sequence[Served],
+    target: Path,
+    mmproj: Path,
+    kind: TrainedOn,
+    seeds: Sequence[int],
+    n_maxes: Sequence[int] = (3, 7),
+    rows: int | None = None,
+    log: Callable[[str], None] = print,
+) -> list[dict]:
+    """One server without a draft, and one per way of serving and draft length, all asked each turn in
+    turn; a record per way of serving, each holding the one plain server's turns as its own ``no draft``.
+    Several ways share the plain server, so a comparison of two of them is made on the very same plain
+    turns, and the plain side is run once instead of once per way."""
+    base = ServerOptions(n_ctx=4096, threads=2, cache_ram_mib=0)
+    plain = PairFiles(target, mmproj, served[0].draft)  # a server without a draft loads none of it
+    options = {"no draft": (served[0].variant, plain, base.with_(draft=False))}
+    for way in served:
+        files = PairFiles(target, mmproj, way.draft)
+        options.update({way.server(n): (way.variant, files, base.with_(n_draft_max=n)) for n in n_maxes})
+    with ExitStack() as stack:
+        servers = {name: stack.enter_context(serve(v, f, opts)) for name, (v, f, opts) in options.items()}
+        runs = run_side_by_side(servers, seeds, kind, rows, log)
+    out = []
+    for way in served:
+        mine = {"no draft": runs["no draft"], **{f"n_max {n}": runs[way.server(n)] for n in n_maxes}}
+        out.append(
+            {
+                "variant": way.variant,
+                "conversation_kind": kind.value,
+                "rows": rows,
+                "table": summarise(mine, seeds, n_maxes),
+                "turns": mine,
+            }
+        )
+        if len(served) > 1:
+            out[-1]["served_beside"] = [f"{w.variant} {w.draft.name}" for w in served if w != way]
+    return out
+
+
 def measure(
     variant: str,
     files: PairFiles,
@@ -135,20 +186,11 @@ def measure(
     rows: int | None = None,
     log: Callable[[str], None] = print,
 ) -> dict:
-    """Start one server without the draft and one per draft length, and run the conversations on them."""
-    base = ServerOptions(n_ctx=4096, threads=2, cache_ram_mib=0)
-    options = {"no draft": base.with_(draft=False)}
-    options.update({f"n_max {n}": base.with_(n_draft_max=n) for n in n_maxes})
-    with ExitStack() as stack:
-        servers = {name: stack.enter_context(serve(variant, files, opts)) for name, opts in options.items()}
-        runs = run_side_by_side(servers, seeds, kind, rows, log)
-    return {
-        "variant": variant,
-        "conversation_kind": kind.value,
-        "rows": rows,
-        "table": summarise(runs, seeds, n_maxes),
-        "turns": runs,
-    }
+    """One way of serving, beside a server without the draft."""
+    (record,) = measure_side_by_side(
+        [Served(variant, files.draft)], files.target, files.mmproj, kind, seeds, n_maxes, rows, log
+    )
+    return record
 
 
 def paired_acceptance(a: dict, b: dict, n_max: int) -> dict:
