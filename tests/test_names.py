@@ -73,7 +73,7 @@ WORDS_MODULE = "pyllama_dflash/words.py"
 OTHER_MEANINGS = {
     # a variant name: b11434 unpatched, the series' last as-trained variant
     "pyllama_dflash/": {"baseline"},
-    "pyllama_dflash/lab/vlm/__main__.py": {"as-trained"},
+    "pyllama_dflash/lab/vlm/serving_cli.py": {"as-trained"},
     # the acceptance columns' and modes' names: the draft served as its definition, or as it was trained
     "pyllama_dflash/lab/acceptance/": {"definition", "as-trained"},
     # the trained pair's acceptance columns, each named as the variant it runs on

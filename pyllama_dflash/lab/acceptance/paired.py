@@ -131,14 +131,16 @@ def measure_paired(
     pairs: Sequence[tuple[str, str, Sequence[str]]] = PAIRS,
     worker: str = WORKER,
     jobs: int = 1,
+    threads: int | None = None,
 ) -> dict:
     """Every column on the same conversations with images of ``image_rows`` rows (``image_px`` wide: by
     default the tiny projector's size for that many), each column a child running ``worker``, ``jobs``
-    children at once (acceptance is counted, not timed, so they may share the cores)."""
+    children at once (acceptance is counted, not timed, so they may share the cores), each context on
+    ``threads`` threads (default: the cores shared among the children)."""
     px = image_px or IMAGE_ROWS_PX[image_rows]
     session = session or session_for(px)
     table: dict[str, dict] = {}
-    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
+    threads = threads or (max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None)
     with tempfile.TemporaryDirectory(prefix="pyllama-dflash-paired-") as tmp, ThreadPoolExecutor(jobs) as pool:
         running = [
             pool.submit(
@@ -151,16 +153,7 @@ def measure_paired(
             for col in cols
         ]
         for col, future in zip(cols, running, strict=True):
-            result = future.result()
-            if result["failed"]:
-                raise RuntimeError(f"paired acceptance: column {col.name} failed: {result['failed'][0]}")
-            table[col.name] = {
-                "column": asdict(col),
-                "restores_draft": restores_draft(col),
-                "phases": summarise(result["rounds"], seeds),
-                "since_image": since_image(result["rounds"], seeds),
-                "replies": result["replies"],
-            }
+            table[col.name] = _column_entry(col, future.result(), seeds)
             log(f"  {image_rows} rows, {col.name}: " + _brief(table[col.name]["phases"]))
     check_paired(table)
     differences = paired_differences(table, pairs)
@@ -183,6 +176,18 @@ def measure_paired(
         "table": table,
         "differences": differences,
         "ratio_to_text": ratios,
+    }
+
+
+def _column_entry(col: Column, result: dict, seeds: Sequence[int]) -> dict:
+    if result["failed"]:
+        raise RuntimeError(f"paired acceptance: column {col.name} failed: {result['failed'][0]}")
+    return {
+        "column": asdict(col),
+        "restores_draft": restores_draft(col),
+        "phases": summarise(result["rounds"], seeds),
+        "since_image": since_image(result["rounds"], seeds),
+        "replies": result["replies"],
     }
 
 

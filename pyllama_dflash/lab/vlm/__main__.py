@@ -20,76 +20,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
 from ... import command
-from ...errors import GGUFError, UsageError
-from ...files import atomic_write_bytes, atomic_write_json, sha256_file
-from ...paths import REPO_DIR
+from ...errors import UsageError
+from ...files import atomic_write_json, sha256_file
+from .cli_common import COMMITTED, MMPROJ_FILE, TARGET_FILE, existing, load_baseline, machine
+from .cli_common import log as _log
 from .config import CORE, TOY, CoreConfig
 from .imagerows import write_projector
 from .pipeline import PHASES, SMOKE_PHASES, SMOKE_POOL, Phase, PoolSpec, build_pool, train_core
 from .poolfile import load_pool, save_pool
+from .serving_cli import add_serving_stages
 from .weights import init_params, read_target, write_target
 
-COMMITTED = REPO_DIR / "tests" / "data" / "vlm"
-TARGET_FILE = "vlm-target.gguf"
-MMPROJ_FILE = "vlm-mmproj.gguf"
 RECORD_FILE = "vlm-target.json"
 POOL_FILE = "vlm-pool.npz"
-
-
-def _log(msg: str) -> None:
-    print(f"[vlm {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def _machine() -> dict:
-    import os
-
-    return {
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "load_at_start": round(os.getloadavg()[0], 2),
-    }
-
-
-def _existing(path: str | Path, what: str) -> Path:
-    p = Path(path)
-    if not p.is_file():
-        raise GGUFError(p, f"no such file (the {what})")
-    return p
-
-
-def _shown(path: Path) -> str:
-    """A path as a record shows it: relative to the working folder where it lies inside it."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
-
-
-def _kept(args: argparse.Namespace, report: dict, command: str) -> dict:
-    """The record: the report with the command line that makes it (``--json`` included where given),
-    written to ``--json`` atomically where given."""
-    report = {**report, "command": command + (f" --json {_shown(Path(args.json))}" if args.json else "")}
-    if args.json:
-        atomic_write_json(Path(args.json), report)
-    return report
-
-
-def _load_baseline() -> dict:
-    """The images are encoded, and the target judged, on baseline's build (made here if missing); returns
-    the provenance a record carries (figures.provenance)."""
-    from pyllama_dflash import load
-    from pyllama_dflash.figures import provenance
-    from pyllama_dflash.product.llamabuild import BuildOptions, build
-
-    build(["baseline"], BuildOptions(quiet=True))
-    return provenance(load("baseline"))
 
 
 def _phases(args: argparse.Namespace) -> tuple[CoreConfig, tuple[Phase, ...]]:
@@ -116,7 +65,7 @@ def _pool(args: argparse.Namespace, cfg: CoreConfig, spec: PoolSpec, target: Pat
     """The pool ``--corpus`` names (checked to be this size's), else one drawn and encoded here."""
     if not args.corpus:
         return (*build_pool(spec, target, mmproj, log=_log), spec)
-    pool, rows_of, meta = load_pool(_existing(Path(args.corpus) / POOL_FILE, "training pool"))
+    pool, rows_of, meta = load_pool(existing(Path(args.corpus) / POOL_FILE, "training pool"))
     if meta["config"] != json.loads(json.dumps(cfg.as_dict())):
         size = "the toy size" if not args.smoke else "the core's size"
         raise UsageError(f"--corpus {args.corpus}: its pool was made at {size}, not this run's")
@@ -129,7 +78,7 @@ def _start(args: argparse.Namespace, cfg: CoreConfig) -> dict | None:
     """The weights ``--init`` names (checked to be this size's), or None: fresh ones."""
     if not args.init:
         return None
-    init_cfg, init = read_target(_existing(args.init, "target to start from"))
+    init_cfg, init = read_target(existing(args.init, "target to start from"))
     if init_cfg != cfg:
         raise UsageError(f"--init {args.init}: a target of another shape than this run's")
     _log(f"starting from {args.init}")
@@ -141,9 +90,9 @@ def cmd_target(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     cfg, phases = _phases(args)
     target, mmproj = out / TARGET_FILE, out / MMPROJ_FILE
-    machine = _machine()
+    at_start = machine()
     write_projector(mmproj, cfg)
-    record_provenance = _load_baseline()
+    record_provenance = load_baseline()
     params = _start(args, cfg)
     write_target(target, cfg, params or init_params(cfg, 0), name="pyllama-dflash vlm target (untrained)")
     done = []
@@ -166,7 +115,7 @@ def cmd_target(args: argparse.Namespace) -> int:
         "config": cfg.as_dict(),
         "phases": done,
         **record_provenance,
-        "machine_at_start": machine,
+        "machine_at_start": at_start,
         "files": {p.name: sha256_file(p) for p in (target, mmproj)},
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
@@ -196,7 +145,7 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     started = time.monotonic()
     mmproj, scratch = out / MMPROJ_FILE, out / "vlm-target-untrained.gguf"
     write_projector(mmproj, cfg)
-    _load_baseline()
+    load_baseline()
     write_target(scratch, cfg, init_params(cfg, 0), name="pyllama-dflash vlm target (untrained: its width for mtmd)")
     pool, rows_of = build_pool(spec, scratch, mmproj, log=_log)
     meta = {"pool": asdict(spec), "config": cfg.as_dict(), "seconds": round(time.monotonic() - started, 1)}
@@ -209,9 +158,9 @@ def cmd_corpus(args: argparse.Namespace) -> int:
 def cmd_judge(args: argparse.Namespace) -> int:
     from .judge import judge
 
-    target = _existing(args.target, "target")
-    mmproj = _existing(args.mmproj or target.with_name(MMPROJ_FILE), "projector")
-    prov = _load_baseline()
+    target = existing(args.target, "target")
+    mmproj = existing(args.mmproj or target.with_name(MMPROJ_FILE), "projector")
+    prov = load_baseline()
     report = judge(target, mmproj, n_images=args.images, n_conversations=args.conversations, log=_log)
     report |= {"kind": "judge", "images": args.images, "conversations": args.conversations, **prov}
     if args.json:
@@ -224,9 +173,9 @@ def cmd_pad(args: argparse.Namespace) -> int:
     from .drafts import TrainedOn, draft_file
     from .padded import PaddingForm, pad_and_check
 
-    core = _existing(args.core, "core target")
-    mmproj = _existing(args.mmproj or core.with_name(MMPROJ_FILE), "projector")
-    prov = _load_baseline()
+    core = existing(args.core, "core target")
+    mmproj = existing(args.mmproj or core.with_name(MMPROJ_FILE), "projector")
+    prov = load_baseline()
     form = PaddingForm(args.form)
     record = pad_and_check(core, mmproj, Path(args.out), form, args.min_mib << 20, log=_log)
     if form is PaddingForm.EMBEDDED:  # a draft borrows the target's embeddings: it must be as wide
@@ -248,9 +197,9 @@ def cmd_pad(args: argparse.Namespace) -> int:
 def cmd_drafts(args: argparse.Namespace) -> int:
     from .drafts import TrainedOn, draft_file, make_draft
 
-    target = _existing(args.target, "target")
-    mmproj = _existing(args.mmproj or target.with_name(MMPROJ_FILE), "projector")
-    prov = _load_baseline()
+    target = existing(args.target, "target")
+    mmproj = existing(args.mmproj or target.with_name(MMPROJ_FILE), "projector")
+    prov = load_baseline()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     made = []
@@ -263,207 +212,6 @@ def cmd_drafts(args: argparse.Namespace) -> int:
         made = [json.loads(r.read_text()) for r in records if r.exists()]
         atomic_write_json(Path(args.json), {"kind": "drafts", "drafts": made, **prov})
     return 0
-
-
-def cmd_speed(args: argparse.Namespace) -> int:
-    from pyllama_dflash import load
-    from pyllama_dflash.figures import provenance
-    from pyllama_dflash.product.llamabuild import BuildOptions, build
-
-    from .drafts import TrainedOn
-    from .served_speed import Served, measure_side_by_side
-
-    target = _existing(args.target, "target")
-    mmproj = _existing(args.mmproj or COMMITTED / MMPROJ_FILE, "projector")
-    drafts = [_existing(d, "draft") for d in (args.draft or str(COMMITTED / "vlm-dflash-text.gguf")).split(",")]
-    variants = args.variant.split(",")
-    served = [Served(v, d) for d in drafts for v in variants]
-    if len(served) > 1 and not (args.json and "{variant}" in args.json and "{draft}" in args.json):
-        raise UsageError(
-            f"--json {args.json}: {len(served)} ways of serving write a record each; "
-            "name them with {variant} and {draft} in the path"
-        )
-    n_maxes = [int(n) for n in args.n_max.split(",")]
-    build(sorted(set(variants)), BuildOptions(server=True, quiet=True))
-    prov = provenance(load(variants[0]))  # one source and backend for every variant
-    started = time.monotonic()
-    seeds = range(args.conversations)
-    made = measure_side_by_side(
-        served, target, mmproj, TrainedOn(args.kind), seeds, n_maxes, args.rows_per_image, log=_log
-    )
-    seconds = round(time.monotonic() - started, 1)
-    command = (
-        f"pyllama-dflash vlm speed --target {_shown(target)}"
-        + (f" --mmproj {_shown(mmproj)}" if args.mmproj else "")
-        + f" --draft {','.join(_shown(d) for d in drafts)} --variant {args.variant} --kind {args.kind}"
-        + f" --conversations {args.conversations} --n-max {args.n_max}"
-        + (f" --rows-per-image {args.rows_per_image}" if args.rows_per_image else "")
-        + (f" --json {_shown(Path(args.json))}" if args.json else "")
-    )
-    for way, report in zip(served, made, strict=True):
-        files = {"target": target, "mmproj": mmproj, "draft": way.draft}
-        report |= {
-            "kind": "vlm-speed",
-            "conversations": args.conversations,
-            "files": {k: {"name": v.name, "sha256": sha256_file(v)} for k, v in files.items()},
-            "seconds": seconds,
-            "command": command,
-            **prov,
-        }
-        if args.json:
-            path = args.json.format(variant=way.variant, draft=_draft_label(way.draft))
-            atomic_write_json(Path(path), report)
-        print(json.dumps({f"{way.variant} {way.draft.name}": report["table"]}, indent=1))
-    return 0
-
-
-def _draft_label(draft: Path) -> str:
-    """``{draft}`` in a speed record's path: what the draft was trained on, as its key says."""
-    from .drafts import TrainedOn, trained_on
-
-    return "image-draft" if trained_on(draft) is TrainedOn.IMAGES else "text-draft"
-
-
-def cmd_pair(args: argparse.Namespace) -> int:
-    from .served_speed import paired_acceptance
-
-    records = [json.loads(_existing(f, "speed record").read_text()) for f in (args.first, args.second)]
-    for f, r in zip((args.first, args.second), records, strict=True):
-        if r.get("kind") != "vlm-speed" or f"n_max {args.n_max}" not in r["turns"]:
-            raise UsageError(f"{f}: not a vlm speed record with n_max {args.n_max}")
-    if records[0]["files"]["draft"] != records[1]["files"]["draft"]:
-        raise UsageError(f"{args.first} and {args.second}: records of different drafts")
-    report = {
-        "kind": "vlm-paired",
-        "first": {"record": Path(args.first).name, "variant": records[0]["variant"]},
-        "second": {"record": Path(args.second).name, "variant": records[1]["variant"]},
-        "draft": records[0]["files"]["draft"]["name"],
-        "n_max": args.n_max,
-        **paired_acceptance(records[0], records[1], args.n_max),
-        **{k: records[0][k] for k in ("date", "machine", "llama_cpp")},
-    }
-    command = f"pyllama-dflash vlm pair {_shown(Path(args.first))} {_shown(Path(args.second))} --n-max {args.n_max}"
-    report = _kept(args, report, command)
-    print(json.dumps(report, indent=1))
-    return 0
-
-
-def cmd_accept(args: argparse.Namespace) -> int:
-    from pyllama_dflash.figures import provenance
-    from pyllama_dflash.product.llamabuild import BuildOptions, build
-
-    from .drafts import TrainedOn, draft_file
-    from .library_paired import AS_TRAINED, COLUMNS, TrainedPair, measure
-
-    if args.jobs < 1:
-        raise UsageError(f"--jobs {args.jobs}: at least one column must run at a time")
-    rows = [int(r) for r in args.rows.split(",")]
-    kinds = [TrainedOn(k) for k in args.drafts.split(",")]
-    built = {m.variant: m for m in build(sorted({c.variant for c in COLUMNS}), BuildOptions(server=True, quiet=True))}
-    prov = provenance(built[AS_TRAINED])  # each column runs in a child: this process loads no variant
-    started = time.monotonic()
-    runs = {}
-    for kind in kinds:
-        pair = TrainedPair(
-            _existing(args.target or COMMITTED / TARGET_FILE, "target"),
-            _existing(args.mmproj or COMMITTED / MMPROJ_FILE, "projector"),
-            _existing(COMMITTED / draft_file(kind), "draft"),
-        )
-        for n in rows:
-            _log(f"{kind.value}-trained draft, images of {n} rows:")
-            seeds = range(args.conversations)
-            runs[f"trained/{kind.value}/{n}"] = measure(pair, seeds, n, args.n_max, log=_log, jobs=args.jobs)
-    report = {
-        "kind": "vlm-accept",
-        "conversations": args.conversations,
-        "n_max": args.n_max,
-        "runs": runs,
-        "seconds": round(time.monotonic() - started, 1),
-        **prov,
-    }
-    command = (
-        f"pyllama-dflash vlm accept --drafts {args.drafts} --rows {args.rows} "
-        f"--conversations {args.conversations} --n-max {args.n_max} --jobs {args.jobs}"
-    )
-    report = _kept(args, report, command)
-    from .report import markdown
-
-    print(markdown(report))
-    return 0
-
-
-def cmd_images(args: argparse.Namespace) -> int:
-    from pyllama_dflash.harness.tiny.image import png_bytes
-
-    from .judge import chat_scenes
-
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, image in chat_scenes().items():
-        atomic_write_bytes(out / name, png_bytes(image.pixels()))
-        print(out / name, f"({image.scene.caption()})")
-    return 0
-
-
-def cmd_plot(args: argparse.Namespace) -> int:
-    from pyllama_dflash.lab.acceptance.plot import plot_since_image
-
-    record = json.loads(_existing(args.record, "accept record").read_text())
-    if record.get("kind") != "vlm-accept":
-        raise UsageError(f"{args.record}: not a record of `vlm accept` (its kind is {record.get('kind')!r})")
-    print(plot_since_image(record["runs"], "trained", Path(args.out)))
-    return 0
-
-
-def _add_serving_stages(sub: argparse._SubParsersAction) -> None:
-    """The stages that measure the pair through llama-server: ``speed`` and ``pair``."""
-    sp = sub.add_parser("speed", help="tokens/s with a draft over without, through llama-server, side by side")
-    sp.add_argument("--target", required=True, help="the target GGUF (the core, or its padded form: vlm pad)")
-    sp.add_argument("--mmproj", default=None, help="its projector (default: the committed vlm-mmproj.gguf)")
-    sp.add_argument(
-        "--draft", default=None, help="the draft, or several, comma-separated (default: the committed text-trained)"
-    )
-    sp.add_argument(
-        "--variant",
-        default="as-trained",
-        help="the build the servers run, or several, comma-separated: each draft on each, side by side",
-    )
-    sp.add_argument("--kind", choices=["text", "images"], default="text", help="prose chats, or the bench's shape")
-    sp.add_argument(
-        "--rows-per-image", type=int, choices=[64, 256, 1024], default=None, help="image size (default: drawn)"
-    )
-    sp.add_argument("--conversations", type=int, default=24, help="held-out conversations (default 24)")
-    sp.add_argument("--n-max", default="3,7", help="draft lengths, comma-separated (default 3,7)")
-    sp.add_argument(
-        "--json",
-        default=None,
-        help="write the record here; with several drafts or variants a path naming {variant} and {draft} "
-        "({draft}: image-draft for a draft marked trained with image rows, else text-draft)",
-    )
-    sp.set_defaults(func=cmd_speed)
-    pa = sub.add_parser("pair", help="accepted tokens a round of one speed record minus another's, paired")
-    pa.add_argument("first", help="a vlm speed record (e.g. the draft under definition)")
-    pa.add_argument("second", help="another of the same draft and conversations (e.g. under slots)")
-    pa.add_argument("--n-max", type=int, default=7, help="the draft length both records ran (default 7)")
-    pa.add_argument("--json", default=None, help="write the record here (docs/figures/vlm-paired-*.json)")
-    pa.set_defaults(func=cmd_pair)
-    ac = sub.add_parser("accept", help="paired acceptance through each variant's libraries, every semantics")
-    ac.add_argument("--target", default=None, help="the target GGUF (default: the committed core)")
-    ac.add_argument("--mmproj", default=None, help="its projector (default: the committed vlm-mmproj.gguf)")
-    ac.add_argument("--drafts", default="text,images", help="the committed drafts, by what they were trained on")
-    ac.add_argument("--rows", default="64,256,1024", help="image sizes in rows, comma-separated")
-    ac.add_argument("--conversations", type=int, default=24, help="held-out conversations (default 24)")
-    ac.add_argument("--n-max", type=int, default=7, help="the draft length (default 7, both drafts' block)")
-    ac.add_argument("--jobs", type=int, default=2, help="columns run at once, sharing the cores (default 2)")
-    ac.add_argument("--json", default=None, help="write the record here (docs/figures/vlm-accept.json)")
-    ac.set_defaults(func=cmd_accept)
-    im = sub.add_parser("images", help="the two held-out scenes of the chat and of repro on the pair, as PNG")
-    im.add_argument("--out", required=True, help="folder for scene-7.png and scene-23.png")
-    im.set_defaults(func=cmd_images)
-    pl = sub.add_parser("plot", help="an accept record's picture: accepted length against tokens since the image")
-    pl.add_argument("record", help="a record of `vlm accept` (docs/figures/vlm-accept.json)")
-    pl.add_argument("--out", required=True, help="the SVG to write (the plot extra: matplotlib)")
-    pl.set_defaults(func=cmd_plot)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -500,12 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--core", default=str(COMMITTED / TARGET_FILE), help="the core target GGUF")
     p.add_argument("--mmproj", default=None, help="its projector (default: vlm-mmproj.gguf beside it)")
     p.add_argument("--out", required=True, help="the padded GGUF to write (its record beside it, .json)")
-    p.add_argument(
-        "--form",
-        choices=["wide", "deep", "embedded"],
-        default="wide",
-        help="wider FFNs, identity layers, or the core embedded in a model four times as wide",
-    )
+    p.add_argument("--form", choices=["wide", "deep", "embedded"], default="wide", help="how (padded.py)")
     p.add_argument("--min-mib", type=int, default=256, help="the least MiB of weights (default 256: 8 x 32 MiB)")
     p.add_argument("--json", default=None, help="also write the record here (docs/figures/vlm-padded-FORM.json)")
     p.set_defaults(func=cmd_pad)
@@ -522,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--smoke", action="store_true", help="toy sizes: a few conversations and steps")
     d.add_argument("--json", default=None, help="write both records here (docs/figures/vlm-drafts.json)")
     d.set_defaults(func=cmd_drafts)
-    _add_serving_stages(sub)
+    add_serving_stages(sub)
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     args.command_line = "pyllama-dflash vlm " + " ".join(argv)
