@@ -19,9 +19,10 @@ COLOURS = {
 }
 
 
-def plot_since_image(runs: dict[str, dict], target: str, path: Path) -> Path:
-    """Write the picture of ``target``'s runs (``"target/trained_on/rows"`` -> measure_paired's result)."""
-    command.require("matplotlib", extra="plot", command="bench --plot")
+def plot_since_image(runs: dict[str, dict], target: str, path: Path, asked_by: str = "bench --plot") -> Path:
+    """Write the picture of ``target``'s runs (``"target/trained_on/rows"`` -> measure_paired's result);
+    ``asked_by`` is the command a missing matplotlib is reported against."""
+    command.require("matplotlib", extra="plot", command=asked_by)
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on a build machine

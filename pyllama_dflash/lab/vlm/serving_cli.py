@@ -160,7 +160,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     record = json.loads(existing(args.record, "accept record").read_text())
     if record.get("kind") != "vlm-accept":
         raise UsageError(f"{args.record}: not a record of `vlm accept` (its kind is {record.get('kind')!r})")
-    print(plot_since_image(record["runs"], "trained", Path(args.out)))
+    print(plot_since_image(record["runs"], "trained", Path(args.out), asked_by="vlm plot"))
     return 0
 
 
