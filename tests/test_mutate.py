@@ -40,6 +40,7 @@ from pyllama_dflash.product.llamabuild.patchset import (
     load_series,
     tree_reader,
 )
+from pyllama_dflash.product.process.child import DID_NOT_RUN
 from pyllama_dflash.product.process.shard import Shard, parse_shard
 from pyllama_dflash.words import Role
 
@@ -206,6 +207,25 @@ def test_an_oracle_that_did_not_run_stops_the_run_instead_of_killing_every_mutan
     monkeypatch.setenv(PATCHES_ENV, str(patches))
     with pytest.raises(ReferenceDied, match=r"EAGLE3's scenarios on the unmutated .* did not run .*VariantNotBuilt"):
         unmutated_eagle3_runs(FEEDS_MTP, tiny_models(), DEFAULT_CONFIG, 2, tmp_path / "work")
+
+
+@pytest.mark.build
+def test_the_trials_build_the_fix_before_its_oracle_runs_so_a_stale_cache_cannot_stop_them(tmp_path, monkeypatch):
+    """The same stale cache as above (the series changed since the fix was built), met the way a run meets
+    it: stage 4's oracle builds the fix from the series first, and its EAGLE3 rows run."""
+    from pyllama_dflash.lab.mutate.trials import _unmutated_eagle3
+
+    patches = tmp_path / "patches"
+    shutil.copytree(REPO / "patches", patches)
+    first = next(patches.glob("0001-*.patch"))
+    first.write_text(first.read_text().replace("Subject: [PATCH] ", "Subject: [PATCH] rebuilt: ", 1))
+    monkeypatch.setenv(PATCHES_ENV, str(patches))
+
+    class Fix:
+        variant = FEEDS_MTP
+
+    rows = _unmutated_eagle3(Fix(), tiny_models(), 2, tmp_path / "work")
+    assert rows and all(r["status"] not in DID_NOT_RUN for r in rows.values())
 
 
 def test_a_shard_that_is_not_i_of_n_is_refused_naming_the_flag(capsys):

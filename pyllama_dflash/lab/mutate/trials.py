@@ -17,7 +17,7 @@ from pathlib import Path
 from ...env import PATCHES_ENV
 from ...harness.slotloop import DEFAULT_CONFIG
 from ...harness.slotloop.models import ModelSet
-from ...product.llamabuild import BuildOptions
+from ...product.llamabuild import BuildOptions, build
 from ...product.llamabuild.builder import stage
 from ...product.llamabuild.manifest import all_manifests
 from ...words import Role
@@ -39,9 +39,7 @@ def try_all(p: Plan, models: ModelSet, equivalents: dict[str, dict], *, jobs: in
     """Every selected mutant tried, a line printed for each; a survivor on file as equivalent is one."""
     work = Path(tempfile.mkdtemp(prefix="pyllama-dflash-mutate-"))
     refs = functools.cache(lambda: _references(p, models, jobs, work))
-    unmutated_eagle3 = functools.cache(
-        lambda: _on_the_series(lambda: unmutated_eagle3_runs(p.variant, models, DEFAULT_CONFIG, jobs, work))
-    )
+    unmutated_eagle3 = functools.cache(lambda: _on_the_series(lambda: _unmutated_eagle3(p, models, jobs, work)))
     outcomes: list[Outcome] = []
     try:
         for k, m in enumerate(p.selected, 1):
@@ -78,6 +76,14 @@ def _references(p: Plan, models: ModelSet, jobs: int, work: Path) -> dict[str, d
         flush=True,
     )
     return _on_the_series(lambda: references(models, DEFAULT_CONFIG, jobs, work, p.role))
+
+
+def _unmutated_eagle3(p: Plan, models: ModelSet, jobs: int, work: Path) -> dict[str, dict]:
+    """Stage 4's oracle, on the fix built first from the series' own patches: a cache built from other
+    patches does not load, and every mutant judged against its ERROR rows would count as killed
+    (runner._ran refuses such rows; this keeps them from arising)."""
+    build([p.variant], BuildOptions(cpu="native", quiet=True))
+    return unmutated_eagle3_runs(p.variant, models, DEFAULT_CONFIG, jobs, work)
 
 
 def _on_the_series(run):
