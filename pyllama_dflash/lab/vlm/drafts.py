@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,12 +46,14 @@ class TrainedOn(enum.Enum):
     IMAGES = "images"
 
 
-def trained_on(draft: Path) -> TrainedOn:
-    """What a draft was trained on, as its file says: IMAGES where it carries the image-rows key."""
+def trained_on(draft: Any) -> TrainedOn:
+    """What a draft was trained on, as its file says (a path, or a GGUFReader already open on it): IMAGES
+    where it carries the image-rows key."""
     from ...harness.tiny._gguf import gguf_module
     from ...product.upgrade.draft import IMAGE_ROWS_KEY
 
-    field = gguf_module().GGUFReader(Path(draft)).get_field(IMAGE_ROWS_KEY)
+    reader = draft if hasattr(draft, "get_field") else gguf_module().GGUFReader(Path(draft))
+    field = reader.get_field(IMAGE_ROWS_KEY)
     return TrainedOn.IMAGES if field is not None and bool(field.contents()) else TrainedOn.TEXT
 
 

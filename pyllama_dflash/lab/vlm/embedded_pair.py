@@ -21,7 +21,7 @@ from ...harness.tiny._gguf import gguf_module
 from .config import CoreConfig
 from .drafts import TrainedOn, draft_config, trained_on
 from .imagerows import MMPROJ_SEED, mmproj_config
-from .padded import READS_STREAM, WRITES_STREAM, embedding_scale, grown
+from .padded import embedding_scale, leaf, widened
 from .vocab import VOCAB
 
 _DRAFT_NORMS = ("enc.output_norm.weight", "output_norm.weight", "attn_norm.weight", "ffn_norm.weight")
@@ -37,27 +37,20 @@ def embedded_draft(draft: Path, out: Path, core: CoreConfig, n_embd: int) -> Pat
     """``draft`` (a DFlash draft for ``core``, as ``vlm drafts`` writes them) in a stream ``n_embd`` wide."""
     reader = gguf_module().GGUFReader(Path(draft))
     params = {t.name: np.array(t.data, np.float32).reshape(tuple(reversed(t.shape.tolist()))) for t in reader.tensors}
-    image_rows = trained_on(draft) is TrainedOn.IMAGES
+    image_rows = trained_on(reader) is TrainedOn.IMAGES
     ratio, scale = embedding_scale(core, n_embd)
     E = core.n_embd
-    widened = {}
+    wide = {}
     for name, a in params.items():
-        leaf = name.split(".", 2)[-1] if name.startswith("blk.") else name
         if name == "fc.weight":  # [out E, in k * E] -> [n_embd, k * n_embd], layer k's block at k * n_embd
             fc = np.zeros((n_embd, a.shape[1] // E * n_embd), np.float32)
             for k in range(a.shape[1] // E):
                 fc[:E, k * n_embd : k * n_embd + E] = a[:, k * E : (k + 1) * E]
-            widened[name] = fc
-        elif leaf in _DRAFT_NORMS:
-            widened[name] = grown(a * scale, 0, n_embd)
-        elif leaf in READS_STREAM:
-            widened[name] = grown(a, 1, n_embd)
-        elif leaf in WRITES_STREAM:
-            widened[name] = grown(a, 0, n_embd)
-        else:  # the per-head norms
-            widened[name] = a
+            wide[name] = fc
+        else:
+            wide[name] = widened(leaf(name), a, n_embd, scale, _DRAFT_NORMS)
     cfg = replace(draft_config(core), n_embd=n_embd, rms_eps=core.rms_eps / ratio)
-    write_draft(out, cfg, trained=widened, image_rows=image_rows, vocab=("vlm-char", VOCAB.add_to_gguf))
+    write_draft(out, cfg, trained=wide, image_rows=image_rows, vocab=("vlm-char", VOCAB.add_to_gguf))
     return out
 
 

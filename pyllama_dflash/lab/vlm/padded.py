@@ -66,9 +66,13 @@ def pad_wide(cfg: CoreConfig, params: dict[str, np.ndarray], n_ff: int) -> tuple
 
 
 # the tensors whose last axis (numpy order) reads the residual stream, and those whose first axis writes it
-READS_STREAM = ("ffn_gate.weight", "ffn_up.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight")
+# what each tensor does to the residual stream, by its name after ``blk.N.``
+READS_STREAM = (
+    *("ffn_gate.weight", "ffn_up.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight"),
+    *("token_embd.weight", "output.weight"),  # [vocab, n_embd]: the embeddings and the head read it alike
+)
 WRITES_STREAM = ("ffn_down.weight", "attn_output.weight")
-_NORMS = ("attn_norm.weight", "post_attention_norm.weight")
+_NORMS = ("attn_norm.weight", "post_attention_norm.weight", "output_norm.weight")
 EMBEDDED_WIDTH = 4  # the embedded form's residual stream, in core widths
 
 
@@ -86,18 +90,26 @@ def pad_embedded(
     scale, which the logits check bounds."""
     ratio, scale = embedding_scale(cfg, n_embd)
     cfg, params = pad_wide(cfg, params, n_ff)
-    out = {}
-    for name, a in params.items():
-        leaf = name.split(".", 2)[-1]
-        if name in ("token_embd.weight", "output.weight") or leaf in READS_STREAM:
-            out[name] = grown(a, 1, n_embd)
-        elif leaf in WRITES_STREAM:
-            out[name] = grown(a, 0, n_embd)
-        elif leaf in _NORMS or name == "output_norm.weight":
-            out[name] = grown(a * scale, 0, n_embd)
-        else:  # the per-head norms
-            out[name] = a
+    out = {name: widened(leaf(name), a, n_embd, scale, _NORMS) for name, a in params.items()}
     return replace(cfg, n_embd=n_embd, rms_eps=cfg.rms_eps / ratio), out
+
+
+def leaf(name: str) -> str:
+    """A tensor's name without its layer's ``blk.N.``."""
+    return name.split(".", 2)[-1] if name.startswith("blk.") else name
+
+
+def widened(leaf: str, a: np.ndarray, n_embd: int, scale: np.float32, norms: tuple[str, ...]) -> np.ndarray:
+    """One tensor in a stream ``n_embd`` wide, by what it does to the stream: a matrix that reads it gets
+    zero columns, one that writes it zero rows, a norm over it (``norms``) its weights times ``scale`` with
+    zeros after them; the per-head norms stay as they are."""
+    if leaf in READS_STREAM:
+        return grown(a, 1, n_embd)
+    if leaf in WRITES_STREAM:
+        return grown(a, 0, n_embd)
+    if leaf in norms:
+        return grown(a * scale, 0, n_embd)
+    return a
 
 
 def embedding_scale(cfg: CoreConfig, n_embd: int) -> tuple[int, np.float32]:
