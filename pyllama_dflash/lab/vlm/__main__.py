@@ -4,6 +4,7 @@
     pyllama-dflash vlm corpus --out DIR      # the training pool: conversations, their images through mtmd
     pyllama-dflash vlm target --out DIR      # training on the pool (made first if --corpus names none)
     pyllama-dflash vlm judge [--target F]    # llama.cpp's logits against the reference; captions
+    pyllama-dflash vlm probe [--rows 9,64]   # how much of the shape the projector's rows keep, no target
     pyllama-dflash vlm pad --out F [--form wide|deep|embedded]   # the padded target, its logits against the core's
     pyllama-dflash vlm drafts --out DIR      # the text- and image-trained DFlash drafts
     pyllama-dflash vlm speed --target F      # tokens/s with a draft over without, through llama-server
@@ -32,8 +33,9 @@ from .cli_common import COMMITTED, MMPROJ_FILE, TARGET_FILE, existing, load_base
 from .cli_common import log as _log
 from .config import CORE, TOY, CoreConfig
 from .imagerows import write_projector
-from .pipeline import PHASES, SMOKE_PHASES, SMOKE_POOL, Phase, PoolSpec, build_pool, train_core
+from .pipeline import HELD_OUT_IMAGE_SEEDS, PHASES, SMOKE_PHASES, SMOKE_POOL, Phase, PoolSpec, build_pool, train_core
 from .poolfile import load_pool, save_pool
+from .scenes import SIDE_FOR_ROWS
 from .serving_cli import add_serving_stages
 from .weights import init_params, read_target, write_target
 
@@ -45,11 +47,24 @@ def _phases(args: argparse.Namespace) -> tuple[CoreConfig, tuple[Phase, ...]]:
     """The target's size and its phases: the two default ones (or the smoke's), or one the flags describe."""
     cfg = TOY if args.smoke else CORE
     phases = SMOKE_PHASES if args.smoke else PHASES
-    if not (args.steps or args.lr or args.mix or args.init or args.corpus):
+    shaped = args.caption_rows or args.mixed_rows or args.length or args.batch or args.image_seeds
+    if not (args.steps or args.lr or args.mix or args.init or args.corpus or shaped):
         return cfg, phases
     spec, recipe = phases[0].pool, phases[0].recipe
     if args.steps:
         recipe = replace(recipe, steps=args.steps)
+    if args.length:
+        recipe = replace(recipe, length=args.length)
+    if args.batch:
+        recipe = replace(recipe, batch=args.batch)
+    if args.image_seeds:
+        if not 0 < args.image_seeds <= HELD_OUT_IMAGE_SEEDS[0]:
+            raise UsageError(f"--image-seeds {args.image_seeds}: from 1 to {HELD_OUT_IMAGE_SEEDS[0]} (held out above)")
+        spec = replace(spec, image_seeds=args.image_seeds)
+    if args.caption_rows:
+        spec = replace(spec, caption_rows=_shares("--caption-rows", args.caption_rows))
+    if args.mixed_rows:
+        spec = replace(spec, mixed_rows=_shares("--mixed-rows", args.mixed_rows))
     if args.lr:
         recipe = replace(recipe, lr=args.lr, lr_final=min(recipe.lr_final, args.lr / 10))
     if args.mix:
@@ -59,6 +74,20 @@ def _phases(args: argparse.Namespace) -> tuple[CoreConfig, tuple[Phase, ...]]:
             raise UsageError(f"--mix {args.mix!r}: three counts, prose,caption,mixed") from None
         spec = replace(spec, prose=prose, caption=caption, mixed=mixed)
     return cfg, (Phase("as asked", spec, recipe),)
+
+
+def _shares(flag: str, text: str) -> tuple[tuple[int, float], ...]:
+    """``9:0.3,1024:0.7`` -> ((9, 0.3), (1024, 0.7)): image sizes in rows, each with its share."""
+    try:
+        shares = tuple((int(rows), float(share)) for rows, share in (x.split(":") for x in text.split(",")))
+    except ValueError:
+        raise UsageError(f"{flag} {text!r}: ROWS:SHARE pairs, comma-separated, e.g. 9:0.5,64:0.5") from None
+    unknown = sorted({rows for rows, _ in shares} - set(SIDE_FOR_ROWS))
+    if unknown:
+        raise UsageError(f"{flag} {text!r}: {unknown} rows is no image size the bench serves {sorted(SIDE_FOR_ROWS)}")
+    if any(share <= 0 for _, share in shares):
+        raise UsageError(f"{flag} {text!r}: every share must be above 0")
+    return shares
 
 
 def _pool(args: argparse.Namespace, cfg: CoreConfig, spec: PoolSpec, target: Path, mmproj: Path) -> tuple:
@@ -169,6 +198,44 @@ def cmd_judge(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_probe(args: argparse.Namespace) -> int:
+    from .probe import GAMMA, HELD_OUT_PER_SCENE, RIDGE, shape_probe
+
+    target = existing(args.target, "target")
+    mmproj = existing(args.mmproj or target.with_name(MMPROJ_FILE), "projector")
+    sizes, counts = _counts("--rows", args.rows), _counts("--seeds", args.seeds)
+    if unknown := sorted(set(sizes) - set(SIDE_FOR_ROWS)):
+        raise UsageError(f"--rows {args.rows}: {unknown} is no image size the bench serves {sorted(SIDE_FOR_ROWS)}")
+    if max(counts) > HELD_OUT_IMAGE_SEEDS[0]:
+        raise UsageError(f"--seeds {args.seeds}: at most {HELD_OUT_IMAGE_SEEDS[0]} (held out above)")
+    prov, started = load_baseline(), time.monotonic()
+    accuracy = {str(rows): shape_probe(target, mmproj, rows, counts, log=_log) for rows in sizes}
+    report = {
+        "kind": "probe",
+        "command": args.command_line,
+        "target": target.name,
+        "classifier": {"kernel": "rbf", "gamma_times_features": GAMMA, "ridge": RIDGE},
+        "held_out_per_scene": HELD_OUT_PER_SCENE,
+        "held_out_shape_accuracy": accuracy,
+        "seconds": round(time.monotonic() - started, 1),
+        **prov,
+    }
+    if args.json:
+        atomic_write_json(Path(args.json), report)
+    print(json.dumps(accuracy, indent=1))
+    return 0
+
+
+def _counts(flag: str, text: str) -> list[int]:
+    try:
+        counts = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise UsageError(f"{flag} {text!r}: whole numbers, comma-separated") from None
+    if min(counts) < 1:
+        raise UsageError(f"{flag} {text!r}: each must be at least 1")
+    return counts
+
+
 def cmd_pad(args: argparse.Namespace) -> int:
     from .drafts import TrainedOn, draft_file
     from .padded import PaddingForm, pad_and_check
@@ -214,9 +281,7 @@ def cmd_drafts(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pyllama-dflash vlm", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="stage", required=True)
+def _add_target_stage(sub: argparse._SubParsersAction) -> None:
     t = sub.add_parser("target", help="train the target core; write its GGUF, projector and record")
     t.add_argument("--out", required=True, help="folder for the GGUFs and the record")
     t.add_argument("--steps", type=int, default=0, help="training steps (default: the recipe's)")
@@ -224,12 +289,23 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--corpus", default=None, help="a folder `vlm corpus` wrote (default: make the pool here)")
     t.add_argument("--init", default=None, help="a target GGUF to start from (default: fresh weights)")
     t.add_argument("--lr", type=float, default=0.0, help="the peak learning rate (default: the recipe's)")
+    t.add_argument("--length", type=int, default=0, help="rows of a packed training row (default: the recipe's)")
+    t.add_argument("--batch", type=int, default=0, help="packed rows a step (default: the recipe's)")
+    t.add_argument("--caption-rows", default=None, help="captions' image sizes, ROWS:SHARE,... (default: 9, 64, 256)")
+    t.add_argument("--image-seeds", type=int, default=0, help="renderings of each scene (default: the pool's 8)")
+    t.add_argument("--mixed-rows", default=None, help="mixed conversations' image sizes, ROWS:SHARE,...")
     t.add_argument(
         "--mix",
         default=None,
         help="conversations of each kind, prose,caption,mixed (default: the pool's 4000,3000,1500)",
     )
     t.set_defaults(func=cmd_target)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pyllama-dflash vlm", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="stage", required=True)
+    _add_target_stage(sub)
     v = sub.add_parser("vocab", help="list the character vocabulary (ids, tokens, types) as JSON")
     v.add_argument("--out", required=True, help="the JSON file to write")
     v.set_defaults(func=cmd_vocab)
@@ -244,6 +320,13 @@ def main(argv: list[str] | None = None) -> int:
     j.add_argument("--conversations", type=int, default=6, help="held-out conversations for the logits")
     j.add_argument("--json", default=None, help="write the report here")
     j.set_defaults(func=cmd_judge)
+    pr = sub.add_parser("probe", help="how much of the shape the projector's rows keep: a classifier, no target")
+    pr.add_argument("--target", default=str(COMMITTED / TARGET_FILE), help="a target GGUF (mtmd needs one)")
+    pr.add_argument("--mmproj", default=None, help="the projector (default: vlm-mmproj.gguf beside the target)")
+    pr.add_argument("--rows", default="9,64,256", help="image sizes in rows, comma-separated")
+    pr.add_argument("--seeds", default="8,32", help="counts of training seeds per scene, comma-separated")
+    pr.add_argument("--json", default=None, help="write the record here (docs/figures/vlm-probe.json)")
+    pr.set_defaults(func=cmd_probe)
     p = sub.add_parser("pad", help="the padded target: the core's function, weights 8x the last-level cache")
     p.add_argument("--core", default=str(COMMITTED / TARGET_FILE), help="the core target GGUF")
     p.add_argument("--mmproj", default=None, help="its projector (default: vlm-mmproj.gguf beside it)")

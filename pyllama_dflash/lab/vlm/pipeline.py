@@ -19,8 +19,7 @@ from .imagerows import encode_images
 from .prose import Paragraph, all_paragraphs
 from .train import Recipe
 
-TRAIN_IMAGE_SEEDS = tuple(range(8))  # a held-out image never uses one of these
-HELD_OUT_IMAGE_SEEDS = tuple(range(1000, 1100))
+HELD_OUT_IMAGE_SEEDS = tuple(range(1000, 1100))  # a training image's seed is below these
 
 
 @dataclass(frozen=True)
@@ -33,6 +32,7 @@ class PoolSpec:
     caption_rows: tuple[tuple[int, float], ...] = ((9, 0.45), (64, 0.45), (256, 0.10))
     mixed_rows: tuple[tuple[int, float], ...] = ((9, 0.5), (64, 0.5))
     seed: int = 0
+    image_seeds: int = 8  # renderings of each scene at each size: a training image's seed is below this
     docstring_files: int | None = None  # None: every standard-library file (a smoke run passes a few)
 
 
@@ -43,6 +43,7 @@ def _rows(rng: np.random.Generator, shares: tuple[tuple[int, float], ...]) -> in
 
 def draw_pool(spec: PoolSpec, paragraphs: list[Paragraph]) -> list[list]:
     rng = np.random.default_rng([spec.seed, 62])
+    seeds = tuple(range(spec.image_seeds))
     pool = []
     for kind, count, shares in (
         ("prose", spec.prose, spec.caption_rows),
@@ -50,7 +51,7 @@ def draw_pool(spec: PoolSpec, paragraphs: list[Paragraph]) -> list[list]:
         ("mixed", spec.mixed, spec.mixed_rows),
     ):
         for _ in range(count):
-            pool.append(draw_conversation(kind, rng, paragraphs, _rows(rng, shares), TRAIN_IMAGE_SEEDS))
+            pool.append(draw_conversation(kind, rng, paragraphs, _rows(rng, shares), seeds))
     return pool
 
 
