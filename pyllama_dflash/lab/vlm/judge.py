@@ -2,7 +2,7 @@
 captions of held-out images, and a few greedy replies for the docs.
 
 Held-out means never trained on: paragraphs in the held-out split (prose.py) and image seeds from
-HELD_OUT_IMAGE_SEEDS (the pool draws only TRAIN_IMAGE_SEEDS).
+HELD_OUT_IMAGE_SEEDS (the pool's seeds are below them).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from .prose import all_paragraphs, topic_paragraphs
 from .scenes import SIDE_FOR_ROWS, all_scenes
 from .weights import read_target
 
-CAPTION_ROWS = (9, 64, 256)
+CAPTION_ROWS = tuple(SIDE_FOR_ROWS)  # every size the bench serves
+DIFFERENTIAL_ROWS = (9, 64, 256)  # a conversation of each kind: prose, mixed, caption
 
 
 def differential(target: Path, mmproj: Path, n_conversations: int) -> dict:
@@ -31,7 +32,7 @@ def differential(target: Path, mmproj: Path, n_conversations: int) -> dict:
     text_err, image_err, rows = [], [], 0
     for k in range(n_conversations):
         kind = ("prose", "mixed", "caption")[k % 3]
-        conv = draw_conversation(kind, rng, held, CAPTION_ROWS[k % 3], HELD_OUT_IMAGE_SEEDS)
+        conv = draw_conversation(kind, rng, held, DIFFERENTIAL_ROWS[k % 3], HELD_OUT_IMAGE_SEEDS)
         encoded = encode_images(target, mmproj, [t.image for t in conv if t.image is not None])
         grid = {key[3]: (nx, ny) for key, (_r, nx, ny) in encoded.items()}
         rendered = render(conv, grid)

@@ -1,6 +1,7 @@
 """The ``vlm`` records as Markdown (docs/trained-target.md carries the committed ones').
 
-A record's ``kind`` says which stage wrote it: ``judge`` (the differential and the captions), ``padded``
+A record's ``kind`` says which stage wrote it: ``judge`` (the differential and the captions), ``probe``
+(what a classifier reads of the shape from the projector's rows), ``padded``
 (a padded target's logits and batch costs), ``drafts`` (the drafts' corpora and held-out acceptance) or
 ``vlm-speed`` (tokens/s with a draft over without through llama-server), ``vlm-paired`` (two of
 those records' acceptance, paired) or ``vlm-accept`` (paired acceptance through the libraries, every
@@ -221,9 +222,29 @@ def _accept(r: dict) -> list[str]:
     ]
 
 
+def _probe(r: dict) -> list[str]:
+    accuracy = r["held_out_shape_accuracy"]
+    counts = sorted({n for by_seeds in accuracy.values() for n in by_seeds}, key=int)
+    c = r["classifier"]
+    return [
+        f"`{r['command']}`: the shape of {r['held_out_per_scene']} held-out images of each of the 90 scenes, "
+        f"named by a kernel ridge classifier (RBF, gamma {c['gamma_times_features']} / features, ridge {c['ridge']}) "
+        "trained on the projector's rows of every scene at the first N training seeds.",
+        "",
+        table(
+            ["image rows", *(f"{n} seeds" for n in counts)],
+            [
+                [rows, *(_pct(by_seeds[n]) if n in by_seeds else "" for n in counts)]
+                for rows, by_seeds in accuracy.items()
+            ],
+        ),
+    ]
+
+
 def markdown(record: dict) -> str:
     body = {
         "judge": _judge,
+        "probe": _probe,
         "padded": _padded,
         "drafts": _drafts,
         "vlm-speed": _speed,
