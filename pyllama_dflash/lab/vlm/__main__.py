@@ -29,7 +29,7 @@ from pathlib import Path
 from ... import command
 from ...errors import UsageError
 from ...files import atomic_write_json, sha256_file
-from .cli_common import COMMITTED, MMPROJ_FILE, TARGET_FILE, existing, load_baseline, machine
+from .cli_common import COMMITTED, MMPROJ_FILE, TARGET_FILE, existing, load_baseline, machine, shown
 from .cli_common import log as _log
 from .config import CORE, TOY, CoreConfig
 from .imagerows import write_projector
@@ -191,7 +191,8 @@ def cmd_judge(args: argparse.Namespace) -> int:
     mmproj = existing(args.mmproj or target.with_name(MMPROJ_FILE), "projector")
     prov = load_baseline()
     report = judge(target, mmproj, n_images=args.images, n_conversations=args.conversations, log=_log)
-    report |= {"kind": "judge", "images": args.images, "conversations": args.conversations, **prov}
+    report |= {"kind": "judge", "target": shown(target), "images": args.images, "conversations": args.conversations}
+    report |= prov
     if args.json:
         atomic_write_json(Path(args.json), report)
     print(json.dumps({k: v for k, v in report.items() if k != "samples"}, indent=1))
