@@ -65,8 +65,8 @@ def pad_wide(cfg: CoreConfig, params: dict[str, np.ndarray], n_ff: int) -> tuple
     return replace(cfg, n_ff=n_ff), out
 
 
-# the tensors whose last axis (numpy order) reads the residual stream, and those whose first axis writes it
-# what each tensor does to the residual stream, by its name after ``blk.N.``
+# by a tensor's name after ``blk.N.``: those whose last axis (numpy order) reads the residual stream, and
+# those whose first axis writes it
 READS_STREAM = (
     *("ffn_gate.weight", "ffn_up.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight"),
     *("token_embd.weight", "output.weight"),  # [vocab, n_embd]: the embeddings and the head read it alike

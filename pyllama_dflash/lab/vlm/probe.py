@@ -1,10 +1,10 @@
 """How much of a scene's shape the projector's rows keep: a classifier read off the rows, no target.
 
 The target can only name what the rows carry. A kernel ridge classifier (an RBF kernel over the rows,
-flattened and standardised; settings fixed before any run) learns the shape from images of the
-training seeds and is scored on held-out seeds, at each image size and for several counts of training
-seeds. It bounds from below what a reader of the rows can get: where it names the shape of held-out
-images, a target that does not has not learnt to, and where it cannot, no training of the target helps.
+flattened and standardised; its width and ridge from a first sweep at 9 rows, docs/trained-target.md)
+learns the shape from images of the training seeds and is scored on the judge's held-out images, at
+each image size and for several counts of training seeds. It bounds from below what a reader of the
+rows can get: where it names the shape of held-out images, a target that does not has not learnt to.
 The rows come from mtmd on a real build, as the target's do (imagerows.py).
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from .corpus import Image
 from .imagerows import encode_images
-from .pipeline import HELD_OUT_IMAGE_SEEDS
+from .judge import held_out_images
 from .scenes import SHAPES, SIDE_FOR_ROWS, all_scenes
 
 GAMMA = 1.0  # times 1 / the feature count: the kernel's width
@@ -52,8 +52,7 @@ def shape_probe(
     scenes, side = all_scenes(), SIDE_FOR_ROWS[rows]
     counts = sorted(set(seed_counts))
     train = [Image(s, side, seed) for seed in range(counts[-1]) for s in scenes]
-    seeds = HELD_OUT_IMAGE_SEEDS
-    held = [Image(s, side, seeds[k % len(seeds)]) for k, s in enumerate(scenes * HELD_OUT_PER_SCENE)]
+    held = held_out_images(len(scenes) * HELD_OUT_PER_SCENE, rows)  # the judge's, each scene in turn
     encoded = encode_images(target, mmproj, train + held, log=log)
     x_all = _features(encoded[im.key][0] for im in train)
     y_all = np.array([SHAPES.index(im.scene.shape) for im in train])
